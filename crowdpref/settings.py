@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     )
     prefect_api_url: str | None = Field(
         default=None,
-        validation_alias=_env("CROWDPREF_PREFECT_API_URL"),
+        validation_alias=_env("CROWDPREF_PREFECT_API_URL", "PREFECT_API_URL"),
         description="A Prefect server or Cloud API URL. Unset: the embedded server.",
     )
     prolific_token: SecretStr | None = Field(

@@ -1,0 +1,151 @@
+"""The ``crowdpref`` command line.
+
+Errors the user can fix (config, settings, a taken port, a missing venv) print one line and
+exit non-zero (2 for config problems); they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from crowdpref.errors import CrowdprefError
+from crowdpref.settings import Settings, load_settings
+
+app = typer.Typer(
+    name="crowdpref",
+    help="Run a human-preference (RLHF) data study end to end: Argilla + Prolific + Prefect.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn :class:`CrowdprefError` into its one-line message and exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except CrowdprefError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+@app.command()
+@friendly_errors
+def up(
+    only: list[str] = typer.Option(
+        None, "--only", help="Start only these components: argilla, prefect (default: both)."
+    ),
+) -> None:
+    """Start the embedded services that are not running yet and print the UI URLs."""
+    from services import stack
+    from services.argilla.service import ensure_owner_credentials, masked
+
+    settings = _settings()
+    components = only or list(stack.COMPONENTS)
+    with console.status("starting services...") as spinner:
+        rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."))
+    _print_status(rows)
+    if "argilla" in components and settings.embedded_argilla:
+        creds = ensure_owner_credentials(settings)
+        console.print(
+            f"Argilla UI:  {settings.argilla_api_url}  (owner [bold]{creds['username']}[/], "
+            f"API key {masked(creds['api_key'])}; full credentials in {settings.owner_credentials_file})",
+            highlight=False,
+        )
+    if "prefect" in components:
+        console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
+        console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def down() -> None:
+    """Stop every embedded service crowdpref started (by recorded PID, whole process groups)."""
+    from services import stack
+
+    stopped = stack.down(_settings())
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@app.command()
+@friendly_errors
+def status() -> None:
+    """What runs, where, and whether it is healthy. Exit 1 if something is down."""
+    from services import stack
+
+    rows = stack.status(_settings())
+    _print_status(rows)
+    if not all(row.healthy for row in rows):
+        raise typer.Exit(1)
+
+
+def _print_status(rows: list[Any]) -> None:
+    table = Table(title="crowdpref services")
+    table.add_column("service")
+    table.add_column("pid", justify="right")
+    table.add_column("where")
+    table.add_column("health")
+    for row in rows:
+        health = "[green]healthy[/]" if row.healthy else ("[red]unhealthy[/]" if row.pid else "[dim]stopped[/]")
+        table.add_row(row.name, str(row.pid or "-"), row.url, health)
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def validate(study: Path = typer.Argument(..., help="A study config, e.g. studies/demo.yaml.")) -> None:
+    """Check a study config and print what it will do. Exit 2 with one line if it is invalid."""
+    from crowdpref.config import load_study
+
+    config = load_study(study)
+    table = Table(title=f"{study}: valid")
+    table.add_column("setting")
+    table.add_column("value")
+    for label, value in config.summary_rows():
+        table.add_row(label, str(value))
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def smoke() -> None:
+    """Run the smoke-check flow against the configured Argilla and Prefect (`make demo` uses it
+    until the study flow exists)."""
+    settings = _settings()
+    _use_prefect(settings)
+    from flows.smoke import smoke_check
+
+    smoke_check()
+    console.print(f"Prefect UI (flow runs): {settings.prefect_ui_url}/runs", highlight=False)
+
+
+def _use_prefect(settings: Settings) -> None:
+    """Point Prefect (imported after this) at the configured server with the offline settings."""
+    os.environ.update(settings.prefect_env())
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

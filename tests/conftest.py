@@ -1,0 +1,79 @@
+"""Shared fixtures. Integration tests get a REAL embedded Argilla (server + SQL search plug-in
++ Redis + rq worker), started once per session in its own state folder on free ports, and
+stopped at the end - also when tests fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from crowdpref.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_OUTPUT = REPO / "test-output"
+TEST_HOME = TEST_OUTPUT / "state"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def isolated_settings(home: Path, **overrides: object) -> Settings:
+    """Settings for a private embedded stack: own state folder, free ports, no external URLs
+    (so a developer's own CROWDPREF_*/ARGILLA_* environment cannot leak in)."""
+    values: dict[str, object] = dict(
+        home=home,
+        argilla_port=free_port(),
+        prefect_port=free_port(),
+        redis_port=free_port(),
+        argilla_venv=REPO / ".venv-argilla",
+        argilla_url=None,
+        argilla_api_key=None,
+        prefect_api_url=None,
+    )
+    values.update(overrides)
+    return load_settings(**values)
+
+
+@dataclass
+class ArgillaServer:
+    settings: Settings
+    api_url: str
+    owner_api_key: str
+
+
+@pytest.fixture(scope="session")
+def output_dir() -> Path:
+    """Where tests keep what a person may want to look at afterwards (screenshots...)."""
+    TEST_OUTPUT.mkdir(exist_ok=True)
+    return TEST_OUTPUT
+
+
+@pytest.fixture(scope="session")
+def argilla_server() -> Iterator[ArgillaServer]:
+    from services import stack
+
+    home = Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_HOME))
+    settings = isolated_settings(home)
+    stack.down(settings)  # leftovers of an interrupted run
+    shutil.rmtree(home, ignore_errors=True)
+    try:
+        stack.up(settings, components=["argilla"])
+        yield ArgillaServer(settings, settings.argilla_api_url, settings.resolved_argilla_api_key())
+    finally:
+        stack.down(settings)
+
+
+@pytest.fixture()
+def unique() -> str:
+    """A short unique suffix for names of Argilla objects created by one test."""
+    return uuid.uuid4().hex[:8]

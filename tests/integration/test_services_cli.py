@@ -1,0 +1,96 @@
+"""`crowdpref up` / `status` / `down` as a user runs them: a full embedded stack in its own
+state folder, healthy, with a private owner credentials file, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.process import group_members, port_in_use
+from tests.conftest import REPO, free_port
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "crowdpref.cli"]
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture()
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_"))}
+    env.update(
+        CROWDPREF_HOME=str(tmp_path / "state"),
+        CROWDPREF_ARGILLA_PORT=str(free_port()),
+        CROWDPREF_PREFECT_PORT=str(free_port()),
+        CROWDPREF_REDIS_PORT=str(free_port()),
+        CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
+        COLUMNS="200",
+    )
+    return env
+
+
+def test_up_status_down_round_trip(cli_env):
+    state = Path(cli_env["CROWDPREF_HOME"])
+    try:
+        started = run_cli(cli_env, "up")
+        assert started.returncode == 0, started.stderr + started.stdout
+        assert f"http://127.0.0.1:{cli_env['CROWDPREF_ARGILLA_PORT']}" in started.stdout
+        assert f"http://127.0.0.1:{cli_env['CROWDPREF_PREFECT_PORT']}" in started.stdout
+
+        creds_file = state / "secrets" / "argilla-owner.json"
+        creds = json.loads(creds_file.read_text())
+        assert stat.S_IMODE(creds_file.stat().st_mode) == 0o600
+        assert len(creds["password"]) >= 20 and creds["api_key"] != "argilla.apikey"
+        for secret in (creds["password"], creds["api_key"]):
+            assert secret not in started.stdout + started.stderr
+            for log in (state / "logs").iterdir():
+                assert secret not in log.read_text(errors="replace"), log
+
+        again = run_cli(cli_env, "up")  # idempotent: everything already runs
+        assert again.returncode == 0, again.stderr
+
+        status = run_cli(cli_env, "status")
+        assert status.returncode == 0, status.stdout
+        assert status.stdout.count("healthy") == 4 and "unhealthy" not in status.stdout
+
+        records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
+        assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server"}
+    finally:
+        stopped = run_cli(cli_env, "down")
+    assert stopped.returncode == 0, stopped.stderr
+    for name, record in records.items():
+        assert group_members(record["pid"]) == [], f"{name} left processes behind"
+    for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT"):
+        assert not port_in_use("127.0.0.1", int(cli_env[port])), port
+    assert list((state / "run").glob("*.json")) == []
+    after = run_cli(cli_env, "status")
+    assert after.returncode == 1 and "healthy" not in after.stdout.replace("unhealthy", "")
+
+
+def test_up_refuses_a_port_taken_by_someone_else(cli_env):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", int(cli_env["CROWDPREF_PREFECT_PORT"])))
+        squatter.listen()
+        result = run_cli(cli_env, "up", "--only", "prefect")
+    assert result.returncode == 1
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1
+    assert cli_env["CROWDPREF_PREFECT_PORT"] in message and "CROWDPREF_PREFECT_PORT" in message
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_settings_are_one_line_exit_2(cli_env):
+    cli_env["CROWDPREF_REDIS_PORT"] = "not-a-port"
+    result = run_cli(cli_env, "status")
+    assert result.returncode == 2
+    assert "CROWDPREF_REDIS_PORT" in result.stderr and "Traceback" not in result.stderr
