@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.process import group_members, port_in_use
@@ -65,6 +66,16 @@ def test_up_status_down_round_trip(cli_env):
 
         records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
         assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server"}
+
+        # a flow run against both services, recorded by the embedded Prefect server
+        smoke = run_cli(cli_env, "smoke")
+        assert smoke.returncode == 0, smoke.stderr + smoke.stdout
+        api = f"http://127.0.0.1:{cli_env['CROWDPREF_PREFECT_PORT']}/api"
+        runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 10}, timeout=10).json()
+        assert [(run["name"] != "", run["state_type"]) for run in runs] == [(True, "COMPLETED")]
+        assert any((state / "prefect" / "results").iterdir()), "task results are not persisted in the state folder"
+        for secret in (creds["password"], creds["api_key"]):
+            assert secret not in smoke.stdout + smoke.stderr
     finally:
         stopped = run_cli(cli_env, "down")
     assert stopped.returncode == 0, stopped.stderr
