@@ -59,7 +59,10 @@ def output_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def argilla_server() -> Iterator[ArgillaServer]:
+def embedded_settings() -> Iterator[Settings]:
+    """One private embedded stack for the whole session (its own state folder, free ports);
+    components start on demand (``argilla_server``, ``prefect_server``) and all stop at the end,
+    also when tests fail."""
     from services import stack
 
     home = Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_HOME))
@@ -67,10 +70,28 @@ def argilla_server() -> Iterator[ArgillaServer]:
     stack.down(settings)  # leftovers of an interrupted run
     shutil.rmtree(home, ignore_errors=True)
     try:
-        stack.up(settings, components=["argilla"])
-        yield ArgillaServer(settings, settings.argilla_api_url, settings.resolved_argilla_api_key())
+        yield settings
     finally:
         stack.down(settings)
+
+
+@pytest.fixture(scope="session")
+def argilla_server(embedded_settings: Settings) -> ArgillaServer:
+    from services import stack
+
+    stack.up(embedded_settings, components=["argilla"])
+    return ArgillaServer(
+        embedded_settings, embedded_settings.argilla_api_url, embedded_settings.resolved_argilla_api_key()
+    )
+
+
+@pytest.fixture(scope="session")
+def prefect_server(embedded_settings: Settings) -> Settings:
+    """The embedded Prefect server (API + UI); ``.prefect_url`` / ``.prefect_ui_url``."""
+    from services import stack
+
+    stack.up(embedded_settings, components=["prefect"])
+    return embedded_settings
 
 
 @pytest.fixture()
