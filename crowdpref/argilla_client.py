@@ -1,0 +1,294 @@
+"""A small client for what the study needs from Argilla, on both sides of the screen.
+
+- :class:`ArgillaOwner` - the study team (owner/admin API key): idempotent ``ensure_*`` for
+  annotator accounts, workspaces and datasets, record upserts by id, record deletion, and reading
+  back submitted answers. Built on the argilla 2.x SDK.
+- :class:`AnnotatorSession` - one participant (username/password), speaking the HTTP API the
+  web UI speaks: token login, the pending queue, bulk response submission. The simulated crowd
+  uses it, so simulated answers travel exactly the path a person's browser does.
+
+Every failure a user can act on becomes an :class:`ArgillaError` with one line naming the
+server, the setting and the fix. Passwords and API keys never appear in messages.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import argilla as rg
+import httpx
+from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ArgillaError as SDKError
+
+from crowdpref.errors import CrowdprefError
+
+DEFAULT_TIMEOUT_S = 60.0
+RESPONSES_BULK_MAX = 100  # server limit for /api/v1/me/responses/bulk
+SEARCH_PAGE_MAX = 1000  # server limit for the search endpoint's `limit`
+
+
+class ArgillaError(CrowdprefError):
+    """Argilla refused, is unreachable, or holds something that contradicts our ledger."""
+
+
+@dataclass(frozen=True)
+class SubmittedAnswer:
+    """One response as the owner reads it back: which record (our external id), who, what."""
+
+    record_external_id: str
+    user_id: str
+    status: str
+    values: dict[str, Any]
+    updated_at: datetime | None
+
+
+def check_server(api_url: str, api_key: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, in one line, when the server is unreachable or the key is wrong."""
+    try:
+        response = httpx.get(f"{api_url}/api/v1/me", headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise ArgillaError(
+            f"Argilla is unreachable at {api_url} ({exc.__class__.__name__}): run `crowdpref up`, "
+            "or fix CROWDPREF_ARGILLA_URL"
+        ) from None
+    if response.status_code == 401:
+        raise ArgillaError(
+            f"Argilla at {api_url} rejected the API key: fix CROWDPREF_ARGILLA_API_KEY "
+            "(embedded server: see .crowdpref/secrets/argilla-owner.json)"
+        )
+    if response.status_code != 200:
+        raise ArgillaError(f"Argilla at {api_url} answered {response.status_code} to /api/v1/me: is it an Argilla 2.x server?")
+    role = response.json().get("role")
+    if role not in ("owner", "admin"):
+        raise ArgillaError(f"the Argilla API key for {api_url} belongs to a '{role}': use an owner or admin key")
+
+
+class ArgillaOwner:
+    """Owner-side operations. All ``ensure_*`` methods are idempotent: a rerun finds what an
+    earlier (possibly crashed) run created and completes it, creating nothing twice."""
+
+    def __init__(self, api_url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2):
+        self.api_url = api_url.rstrip("/")
+        check_server(self.api_url, api_key)
+        self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries)
+        self._http = httpx.Client(
+            base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s
+        )
+
+    # --- accounts and workspaces -------------------------------------------------------------
+    def ensure_workspace(self, name: str) -> rg.Workspace:
+        with _quiet_lookup():
+            found = self.client.workspaces(name)
+        return found or rg.Workspace(name=name, client=self.client).create()
+
+    def ensure_annotator(self, username: str, password: str, workspace: rg.Workspace) -> rg.User:
+        """The annotator account, created with ``password`` if missing. An existing account must
+        accept that password (else someone else's account would receive our records)."""
+        with _quiet_lookup():
+            user = self.client.users(username)
+        if user is None:
+            user = rg.User(username=username, password=password, role="annotator", client=self.client).create()
+        else:
+            if user.role != "annotator":
+                raise ArgillaError(
+                    f"Argilla user '{username}' at {self.api_url} exists with role '{user.role}': "
+                    "choose another username_prefix in the study config"
+                )
+            if not AnnotatorSession.password_works(self.api_url, username, password):
+                raise ArgillaError(
+                    f"Argilla user '{username}' at {self.api_url} already exists with another password: "
+                    "delete that user, restore the credentials roster, or choose another username_prefix"
+                )
+        if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
+            workspace.add_user(user)
+        return user
+
+    def _user_workspaces(self, user: rg.User) -> list[Any]:
+        response = self._http.get(f"/api/v1/users/{user.id}/workspaces")
+        _raise_for_status(response, self.api_url, f"workspaces of user '{user.username}'")
+        return [rg.Workspace(name=item["name"], id=item["id"]) for item in response.json()["items"]]
+
+    def delete_user(self, username: str) -> bool:
+        with _quiet_lookup():
+            user = self.client.users(username)
+        if user is None:
+            return False
+        user.delete()
+        return True
+
+    # --- datasets and records ----------------------------------------------------------------
+    def ensure_dataset(self, name: str, workspace: rg.Workspace, settings: rg.Settings) -> rg.Dataset:
+        with _quiet_lookup():
+            existing = self.client.datasets(name, workspace=workspace)
+        if existing is not None:
+            expected = {q.name for q in settings.questions}
+            found = {q.name for q in existing.settings.questions}
+            if expected != found:
+                raise ArgillaError(
+                    f"Argilla dataset '{workspace.name}/{name}' exists with questions {sorted(found)} "
+                    f"instead of {sorted(expected)}: delete it or use another study name"
+                )
+            return existing
+        return rg.Dataset(name=name, workspace=workspace, settings=settings, client=self.client).create()
+
+    def find_dataset(self, name: str, workspace: str) -> rg.Dataset | None:
+        try:
+            with _quiet_lookup():
+                return self.client.datasets(name, workspace=workspace)
+        except SDKError:
+            return None
+
+    def log_records(self, dataset: rg.Dataset, records: Sequence[rg.Record]) -> None:
+        """Upsert by record id (logging the same id again updates, never duplicates)."""
+        if records:
+            dataset.records.log(list(records))
+
+    def record_ids(self, dataset: rg.Dataset) -> dict[str, str]:
+        """external id -> server id of every record in the dataset."""
+        return {item["external_id"]: item["id"] for item in self._iter_records(dataset, include_responses=False)}
+
+    def delete_records(self, dataset: rg.Dataset, external_ids: Iterable[str]) -> int:
+        """Delete records by our ids (their responses, drafts included, go with them)."""
+        wanted = set(external_ids)
+        server_ids = [sid for ext, sid in self.record_ids(dataset).items() if ext in wanted]
+        for start in range(0, len(server_ids), 100):  # server limit per delete call
+            chunk = server_ids[start : start + 100]
+            response = self._http.delete(f"/api/v1/datasets/{dataset.id}/records", params={"ids": ",".join(chunk)})
+            _raise_for_status(response, self.api_url, f"deleting records of dataset '{dataset.name}'")
+        return len(server_ids)
+
+    def answers(self, dataset: rg.Dataset) -> list[SubmittedAnswer]:
+        """Every response (any status) on the dataset's records, with the record's external id."""
+        out = []
+        for item in self._iter_records(dataset, include_responses=True):
+            for response in item.get("responses") or []:
+                out.append(
+                    SubmittedAnswer(
+                        record_external_id=item["external_id"],
+                        user_id=str(response["user_id"]),
+                        status=response["status"],
+                        values={k: v.get("value") for k, v in (response.get("values") or {}).items()},
+                        updated_at=_parse_time(response.get("updated_at")),
+                    )
+                )
+        return out
+
+    def _iter_records(self, dataset: rg.Dataset, include_responses: bool) -> Iterator[dict[str, Any]]:
+        offset = 0
+        params: dict[str, Any] = {"limit": SEARCH_PAGE_MAX}
+        if include_responses:
+            params["include"] = "responses"
+        while True:
+            response = self._http.get(f"/api/v1/datasets/{dataset.id}/records", params={**params, "offset": offset})
+            _raise_for_status(response, self.api_url, f"records of dataset '{dataset.name}'")
+            items = response.json()["items"]
+            yield from items
+            if len(items) < SEARCH_PAGE_MAX:
+                return
+            offset += len(items)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class AnnotatorSession:
+    """One participant's session: what their browser does, over HTTP."""
+
+    def __init__(self, api_url: str, username: str, password: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.api_url = api_url.rstrip("/")
+        self.username = username
+        token = self._token(self.api_url, username, password, timeout_s)
+        if token is None:
+            raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the roster")
+        self._http = httpx.Client(
+            base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+        )
+
+    @staticmethod
+    def _token(api_url: str, username: str, password: str, timeout_s: float) -> str | None:
+        try:
+            response = httpx.post(
+                f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise ArgillaError(f"Argilla is unreachable at {api_url} ({exc.__class__.__name__})") from None
+        if response.status_code == 401:
+            return None
+        _raise_for_status(response, api_url, "login")
+        return response.json()["access_token"]
+
+    @classmethod
+    def password_works(cls, api_url: str, username: str, password: str) -> bool:
+        return cls._token(api_url, username, password, 10.0) is not None
+
+    def datasets(self) -> list[dict[str, Any]]:
+        response = self._http.get("/api/v1/me/datasets")
+        _raise_for_status(response, self.api_url, "the annotator's datasets")
+        return response.json()["items"]
+
+    def pending_records(self, dataset_id: str, limit: int = SEARCH_PAGE_MAX) -> list[dict[str, Any]]:
+        """The annotator's queue: records this user has not answered yet (what the UI shows)."""
+        body = {
+            "filters": {
+                "and": [{"type": "terms", "scope": {"entity": "response", "property": "status"}, "values": ["pending"]}]
+            }
+        }
+        response = self._http.post(
+            f"/api/v1/me/datasets/{dataset_id}/records/search", json=body, params={"limit": limit}
+        )
+        _raise_for_status(response, self.api_url, "the annotator's queue")
+        return [item["record"] for item in response.json()["items"]]
+
+    def submit(self, answers: Sequence[tuple[str, dict[str, Any]]], status: str = "submitted") -> int:
+        """Submit ``(server record id, {question: value})`` pairs in bulk; returns how many
+        the server accepted. Errors per item are raised, never ignored."""
+        accepted = 0
+        for start in range(0, len(answers), RESPONSES_BULK_MAX):
+            items = [
+                {"record_id": record_id, "status": status, "values": {q: {"value": v} for q, v in values.items()}}
+                for record_id, values in answers[start : start + RESPONSES_BULK_MAX]
+            ]
+            response = self._http.post("/api/v1/me/responses/bulk", json={"items": items})
+            _raise_for_status(response, self.api_url, "submitting responses")
+            errors = [item["error"] for item in response.json()["items"] if item.get("error")]
+            if errors:
+                raise ArgillaError(f"Argilla at {self.api_url} rejected {len(errors)} responses of '{self.username}': {errors[0]}")
+            accepted += len(items)
+        return accepted
+
+    def close(self) -> None:
+        self._http.close()
+
+
+@contextmanager
+def _quiet_lookup() -> Iterator[None]:
+    """The SDK warns on every lookup that finds nothing; for our ensure_* that is the norm."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def _raise_for_status(response: httpx.Response, api_url: str, what: str) -> None:
+    if response.status_code < 400:
+        return
+    detail = response.text[:200].replace("\n", " ")
+    raise ArgillaError(f"Argilla at {api_url} answered {response.status_code} for {what}: {detail}")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+__all__ = [
+    "AnnotatorSession",
+    "ArgillaAPIError",
+    "ArgillaCredentialsError",
+    "ArgillaError",
+    "ArgillaOwner",
+    "SubmittedAnswer",
+    "check_server",
+]

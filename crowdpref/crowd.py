@@ -1,0 +1,232 @@
+"""A simulated crowd: plays participants through the same annotator API a person's browser uses
+(token login, the pending queue, bulk responses), so the whole pipeline can run - and be tested -
+without recruiting anyone.
+
+Behaviour is deterministic for a seed and a username, so a participant who "dropped out" stays
+gone across simulation rounds, and a rerun answers exactly what is still pending:
+
+- a share ``dropout_rate`` of participants answer only some of their items, then go quiet;
+- a share ``low_effort_rate`` of answers are careless one-liners;
+- a share ``offensive_rate`` of answers are rude (so screening has something to find);
+- every answer gets a **hidden quality** in [0, 1], kept in a private truth file, that study 2's
+  simulated raters use and that aggregation is checked against. Nothing of it is shown to
+  Argilla or published.
+
+Offline, answers come from phrase banks below (our own wording); with ``crowd.llm`` and an
+OpenAI-compatible endpoint configured, an LLM writes them instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from crowdpref.argilla_client import AnnotatorSession
+from crowdpref.collection import ATTENTION_CHECK_ID
+from crowdpref.config import CrowdConfig
+from crowdpref.runfolder import write_parquet
+
+TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
+
+# --- phrase banks: parts of a considered answer ------------------------------------------
+ACKNOWLEDGE = [
+    "This sounds like a genuinely uncomfortable spot to be in.",
+    "I can see why this situation would feel confusing.",
+    "It makes sense that this would be on your mind.",
+    "Situations like this are harder than they look from the outside.",
+    "Both sides probably feel they are being reasonable here.",
+]
+ACTION = [
+    "I would start by talking to the person privately and calmly, without blaming them.",
+    "I would first ask a few open questions to understand how they see it.",
+    "I would take a moment before reacting, then say honestly how it affected me.",
+    "I would look for a small, concrete step both of us could agree on.",
+    "I would acknowledge my own part in it before raising theirs.",
+]
+REASON = [
+    "because people tend to get defensive when they feel accused, and then nobody listens.",
+    "because understanding their reasons usually changes what the best response is.",
+    "since being honest early tends to prevent resentment from building up.",
+    "because a shared solution is more likely to last than one imposed by one side.",
+    "since showing that I can admit mistakes makes it easier for them to do the same.",
+]
+PERSPECTIVE = [
+    "It also helps to remember that their background might lead them to see this differently.",
+    "Cultural expectations can differ a lot here, so I would not assume bad intent.",
+    "If it still does not work, it is fine to set a boundary kindly and clearly.",
+    "Whatever happens, treating them with respect keeps the relationship open.",
+]
+LOW_EFFORT = [
+    "idk, just ignore it.",
+    "Depends.",
+    "Just tell them.",
+    "not sure, whatever works",
+    "Do what feels right.",
+]
+RUDE = [
+    "Honestly, people who act like that are stupid idiots and you should tell them to shut up.",
+    "Who cares, they are a bunch of losers. Damn them and move on.",
+    "That person sounds like a pathetic jerk, I would just insult them back.",
+]
+QUALITY_RATING_WEIGHTS = {1: 0.02, 2: 0.05, 3: 0.13, 4: 0.45, 5: 0.35}  # mean ~4.06, median 4
+
+
+def _rng(*parts: object) -> random.Random:
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+@dataclass(frozen=True)
+class WrittenAnswer:
+    text: str
+    kind: str  # "considered" | "low_effort" | "offensive"
+    hidden_quality: float
+
+
+def template_answer(rng: random.Random, crowd: CrowdConfig) -> WrittenAnswer:
+    """An answer from the phrase banks; a fuller, reasoned answer gets a higher hidden quality."""
+    roll = rng.random()
+    if roll < crowd.offensive_rate:
+        return WrittenAnswer(rng.choice(RUDE), "offensive", round(rng.uniform(0.0, 0.1), 3))
+    if roll < crowd.offensive_rate + crowd.low_effort_rate:
+        return WrittenAnswer(rng.choice(LOW_EFFORT), "low_effort", round(rng.uniform(0.05, 0.25), 3))
+    parts = [rng.choice(ACTION)]
+    quality = 0.35
+    if rng.random() < 0.75:
+        parts[0] = parts[0].rstrip(".") + " " + rng.choice(REASON)
+        quality += 0.25
+    if rng.random() < 0.6:
+        parts.insert(0, rng.choice(ACKNOWLEDGE))
+        quality += 0.15
+    if rng.random() < 0.5:
+        parts.append(rng.choice(PERSPECTIVE))
+        quality += 0.15
+    quality += rng.uniform(-0.05, 0.1)
+    return WrittenAnswer(" ".join(parts), "considered", round(min(quality, 1.0), 3))
+
+
+AnswerWriter = Callable[[str, str, random.Random], WrittenAnswer]
+
+
+def llm_answer_writer(client: object, model: str, crowd: CrowdConfig) -> AnswerWriter:
+    """Answers written by an LLM through an ``openai.OpenAI`` client (kind and hidden quality
+    are still drawn here, so the truth stays known)."""
+
+    def write(question: str, category: str, rng: random.Random) -> WrittenAnswer:
+        planned = template_answer(rng, crowd)
+        if planned.kind != "considered":
+            return planned
+        style = "a careful, empathetic answer with your reasoning" if planned.hidden_quality > 0.6 else "a short, plain answer"
+        completion = client.chat.completions.create(  # type: ignore[attr-defined]
+            model=model,
+            temperature=0.9,
+            messages=[
+                {"role": "system", "content": "You are a study participant answering questions about social situations."},
+                {"role": "user", "content": f"Question ({category}): {question}\nWrite {style}, in 2-4 sentences."},
+            ],
+        )
+        text = (completion.choices[0].message.content or "").strip()
+        return WrittenAnswer(text or planned.text, "considered", planned.hidden_quality)
+
+    return write
+
+
+@dataclass
+class CrowdReport:
+    participants_played: int = 0
+    answers_submitted: int = 0
+    dropouts: list[str] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+class SimulatedCrowd:
+    def __init__(
+        self,
+        crowd: CrowdConfig,
+        seed: int,
+        dropouts: Iterable[str] | None = None,
+        writer: AnswerWriter | None = None,
+    ):
+        self.crowd = crowd
+        self.seed = seed
+        self.forced_dropouts = set(dropouts) if dropouts is not None else None
+        self.writer = writer or (lambda question, category, rng: template_answer(rng, crowd))
+
+    def drops_out(self, username: str) -> bool:
+        if self.forced_dropouts is not None:
+            return username in self.forced_dropouts
+        return _rng(self.seed, "dropout", username).random() < self.crowd.dropout_rate
+
+    def answers_before_leaving(self, username: str, assigned: int) -> int:
+        """How many items a drop-out answers before going quiet (0 .. assigned-1)."""
+        return _rng(self.seed, "leave-after", username).randrange(0, max(assigned, 1))
+
+    def play_study1(
+        self,
+        api_url: str,
+        passwords: Mapping[str, str],
+        dataset_name: str,
+        questions: pd.DataFrame,
+        truth_path: Path,
+        attention_answer: str | None = None,
+    ) -> CrowdReport:
+        """Each participant logs in, opens their dataset and answers what is pending (drop-outs
+        stop early). Appends to the truth file; returns what happened."""
+        by_id = questions.set_index("question_id")
+        report = CrowdReport()
+        truth = []
+        for username, password in passwords.items():
+            session = AnnotatorSession(api_url, username, password)
+            try:
+                dataset = next((d for d in session.datasets() if d["name"] == dataset_name), None)
+                if dataset is None:
+                    continue  # not provisioned (yet)
+                report.participants_played += 1
+                pending = session.pending_records(dataset["id"])
+                questions_pending = [r for r in pending if r["external_id"] != ATTENTION_CHECK_ID]
+                budget = len(pending)
+                if self.drops_out(username):
+                    report.dropouts.append(username)
+                    answered = self._already_answered(truth_path, username)
+                    assigned = answered + len(questions_pending)
+                    budget = max(0, self.answers_before_leaving(username, assigned) - answered)
+                submissions = []
+                for record in pending[:budget]:
+                    item = record["external_id"]
+                    rng = _rng(self.seed, "answer", username, item)
+                    if item == ATTENTION_CHECK_ID:
+                        text = attention_answer or "I have read the instructions."
+                        submissions.append((record["id"], {"response": text, "quality": 3}))
+                        continue
+                    row = by_id.loc[item]
+                    answer = self.writer(row["question"], row["category"], rng)
+                    rating = rng.choices(list(QUALITY_RATING_WEIGHTS), weights=list(QUALITY_RATING_WEIGHTS.values()))[0]
+                    submissions.append((record["id"], {"response": answer.text, "quality": rating}))
+                    truth.append({"username": username, "item_id": item, "kind": answer.kind,
+                                  "hidden_quality": answer.hidden_quality, "text": answer.text})
+                    report.kinds[answer.kind] = report.kinds.get(answer.kind, 0) + 1
+                report.answers_submitted += session.submit(submissions) if submissions else 0
+            finally:
+                session.close()
+        _append_truth(truth_path, truth)
+        return report
+
+    @staticmethod
+    def _already_answered(truth_path: Path, username: str) -> int:
+        if not truth_path.exists():
+            return 0
+        return int((pd.read_parquet(truth_path, columns=["username"])["username"] == username).sum())
+
+
+def _append_truth(path: Path, rows: list[dict[str, object]]) -> None:
+    if not rows:
+        return
+    new = pd.DataFrame(rows, columns=TRUTH_COLUMNS)
+    if path.exists():
+        new = pd.concat([pd.read_parquet(path), new]).drop_duplicates(["username", "item_id"], keep="last")
+    write_parquet(new.reset_index(drop=True), path)

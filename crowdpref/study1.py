@@ -1,0 +1,197 @@
+"""Study 1, written responses: what is specific to it on top of :mod:`crowdpref.collection`
+(the dataset participants see, the record for a question, the export)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import argilla as rg
+import pandas as pd
+
+from crowdpref.argilla_client import SubmittedAnswer
+from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Participant
+from crowdpref.config import StudyConfig
+from crowdpref.errors import CrowdprefError
+from crowdpref.ids import stable_id
+from crowdpref.runfolder import write_json
+
+GUIDELINES = """\
+## Thank you for taking part
+
+You will see a series of questions about everyday social situations. For each one, **write the
+answer you would give a friend who asked you**, then rate how good the question itself is.
+
+### How to write your answer
+- **Be respectful, honest and authentic.** Write what you really think, in your own words.
+  Do not copy text from elsewhere or from an AI assistant.
+- **Show empathy and be inclusive.** Think about everyone involved in the situation and how
+  they might feel; avoid assumptions about people's background, identity or abilities.
+- **Stay neutral.** Avoid loaded or judgemental language and one-sided framing; where
+  reasonable people disagree, say so.
+- **Explain your reasoning.** Say *why* you would act or think this way, not only *what*.
+  A few sentences are usually enough.
+
+### Rating the question
+After answering, rate from 1 (poor) to 5 (excellent) **how well the question captures a
+realistic social situation**: is it clear, plausible, and does it call for social reasoning?
+
+Your answers may be published in an open dataset without your name or Prolific ID.
+"""
+
+QUALITY_TITLE = "How well does this question capture a realistic social situation?"
+QUALITY_DESCRIPTION = "1 = poorly (unclear, implausible, or not about social reasoning) ... 5 = very well."
+RESPONSE_COLUMNS = ["response_id", "question_id", "category", "participant_key", "text", "quality", "submitted_at"]
+
+
+@dataclass
+class Study1Spec:
+    """The study-1 :class:`~crowdpref.collection.CollectionSpec`."""
+
+    config: StudyConfig
+    questions: pd.DataFrame  # questions.parquet: question_id, question, category, ...
+
+    key = "study1"
+
+    def __post_init__(self) -> None:
+        missing = {"question_id", "question", "category"} - set(self.questions.columns)
+        if missing:
+            raise CrowdprefError(f"questions.parquet lacks columns {sorted(missing)}: rerun generate-questions")
+        if self.questions["question_id"].duplicated().any():
+            raise CrowdprefError("questions.parquet holds duplicate question_id values: rerun generate-questions")
+        self._by_id = self.questions.set_index("question_id")
+        s1 = self.config.study1
+        self.study_name = self.config.name
+        self.username_prefix = str(s1.username_prefix)
+        self.copies = s1.responses_per_question
+        self.per_participant = s1.questions_per_participant
+        self.seed = self.config.seed
+        self.remainder = s1.remainder
+        self.inactive_after_s = s1.inactive_after_minutes * 60
+
+    def item_ids(self) -> list[str]:
+        return list(self.questions["question_id"])
+
+    def dataset_settings(self) -> rg.Settings:
+        scale = self.config.study1.quality_scale
+        return rg.Settings(
+            guidelines=GUIDELINES,
+            fields=[rg.TextField(name="question", title="Question", use_markdown=False)],
+            questions=[
+                rg.TextQuestion(
+                    name="response",
+                    title="Your answer",
+                    description="Write the answer you would give, and explain your reasoning.",
+                    required=True,
+                ),
+                rg.RatingQuestion(
+                    name="quality",
+                    title=QUALITY_TITLE,
+                    description=QUALITY_DESCRIPTION,
+                    values=list(range(scale.min, scale.max + 1)),
+                    required=True,
+                ),
+            ],
+            metadata=[
+                rg.TermsMetadataProperty(name="category", title="Category"),
+                rg.TermsMetadataProperty(name="question_id", title="Question id", visible_for_annotators=False),
+            ],
+            distribution=rg.TaskDistribution(min_submitted=1),
+        )
+
+    def record(self, item_id: str) -> rg.Record:
+        row = self._by_id.loc[item_id]
+        return rg.Record(
+            id=item_id,
+            fields={"question": row["question"]},
+            metadata={"category": row["category"], "question_id": item_id},
+        )
+
+    def attention_record(self) -> rg.Record | None:
+        check = self.config.study1.attention_check
+        if check is None:
+            return None
+        return rg.Record(
+            id=ATTENTION_CHECK_ID,
+            fields={"question": check.text},
+            metadata={"category": "attention-check", "question_id": ATTENTION_CHECK_ID},
+        )
+
+
+def participant_keys(private_dir: Path, usernames: Sequence[str]) -> dict[str, str]:
+    """Pseudonymous, stable participant keys: a hash of the username with a per-study secret
+    salt kept in ``private/`` (so keys cannot be reversed by hashing candidate usernames)."""
+    salt_file = private_dir / "participant-key-salt.json"
+    if not salt_file.exists():
+        write_json({"salt": secrets.token_hex(16)}, salt_file, private=True)
+    salt = json.loads(salt_file.read_text())["salt"]
+    return {username: stable_id("p_", salt, username, length=12) for username in usernames}
+
+
+def responses_frame(
+    spec: Study1Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], keys: dict[str, str]
+) -> pd.DataFrame:
+    """``responses.parquet``: one row per submitted answer that counts."""
+    rows: list[dict[str, Any]] = []
+    for participant, answer in answers:
+        question_id = answer.record_external_id
+        text = answer.values.get("response")
+        if not isinstance(text, str) or not text.strip():
+            raise CrowdprefError(f"an answer of {keys[participant.username]} to {question_id} has no text")
+        rows.append(
+            {
+                "response_id": stable_id("r_", question_id, participant.username),
+                "question_id": question_id,
+                "category": spec._by_id.loc[question_id, "category"],
+                "participant_key": keys[participant.username],
+                "text": text.strip(),
+                "quality": int(answer.values["quality"]),
+                "submitted_at": pd.Timestamp(participant.submitted[question_id], unit="s", tz="UTC"),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=RESPONSE_COLUMNS)
+    return frame.sort_values(["question_id", "response_id"]).reset_index(drop=True)
+
+
+def study1_collection(config: StudyConfig, questions: pd.DataFrame, owner: Any, run_folder: Path, **kwargs: Any) -> Collection:
+    return Collection(Study1Spec(config, questions), owner, run_folder / "study1", **kwargs)
+
+
+def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collection:
+    """The study-1 collection for a config on the configured Argilla (reads questions.parquet)."""
+    from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.runfolder import RunFolder, read_parquet
+
+    run = RunFolder.for_study(settings.runs_dir, config.name)
+    questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
+    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
+    return study1_collection(config, questions, owner, run.path, **kwargs)
+
+
+def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """responses.parquet + the validation report (also saved as study1/validation.json)."""
+    from crowdpref.runfolder import write_parquet
+
+    ledger = collection.ledger()
+    answers = collection.collected_answers(ledger)
+    report = collection.validation_report(ledger, answers)
+    attention = collection.attention_answers(ledger)
+    keys = participant_keys(run_folder / "private", [p.username for p in ledger.participants])
+    expected = collection.spec.config.study1.attention_check  # type: ignore[attr-defined]
+    if expected is not None and expected.expected is not None:
+        passed = {keys[u]: expected.expected.lower() in str(v.get("response", "")).lower() for u, v in attention.items()}
+        report["attention_check"] = {"answered": len(passed), "passed": sum(passed.values()),
+                                     "failed_participant_keys": sorted(k for k, ok in passed.items() if not ok)}
+    write_json(report, collection.folder / "validation.json")
+    if not report["valid"]:
+        raise CrowdprefError(
+            f"study 1 export refused: {len(report['anomalies'])} anomalies (see "
+            f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
+        )
+    frame = responses_frame(collection.spec, answers, keys)  # type: ignore[arg-type]
+    write_parquet(frame, run_folder / "responses.parquet")
+    return frame, report

@@ -1,0 +1,35 @@
+"""Study 1, written responses: participants answer questions in their own Argilla workspace."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from crowdpref.config import load_study
+from crowdpref.runfolder import RunFolder
+from crowdpref.settings import load_settings
+from tasks.collection import monitor_collection, provision_participants
+from tasks.study1 import export_responses
+
+
+@flow(name="collect-responses", log_prints=True)
+def collect_responses(study: str = "studies/demo.yaml") -> str:
+    """Provision every participant (account, workspace, dataset with their Q questions), read
+    back what they submitted, release participants who went quiet (their unanswered questions go
+    to new accounts), and export `responses.parquet` once every question has its R answers.
+
+    Never waits for people: returns "waiting" with the progress recorded, or "complete".
+    Run it again (by hand or on a schedule) to advance the collection."""
+    config = load_study(study)
+    run = RunFolder.for_study(load_settings().runs_dir, config.name)
+    if run.responses.exists():
+        print(f"{run.responses} exists: study 1 is complete, nothing to do")
+        return "complete"
+    provision_participants(study, "study1")
+    progress = monitor_collection(study, "study1")
+    print(f"study 1: {progress.submitted}/{progress.needed} answers submitted, {progress.outstanding} outstanding, "
+          f"{len(progress.released_now)} participants released, {len(progress.created_now)} new accounts")
+    if not progress.complete:
+        return "waiting"
+    path = export_responses(study)
+    print(f"study 1 complete: {path}")
+    return "complete"

@@ -1,0 +1,44 @@
+"""Prefect tasks specific to study 1 (the shared ones are in tasks/collection.py)."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from crowdpref.config import load_study
+from crowdpref.crowd import CrowdReport, SimulatedCrowd
+from crowdpref.runfolder import RunFolder
+from crowdpref.settings import load_settings
+from crowdpref.studies import open_collection
+from crowdpref.study1 import export_responses as export_responses_to
+from tasks.collection import publish_validation
+
+
+@task(name="export-responses", retries=2, retry_delay_seconds=[5, 20])
+def export_responses(study: str) -> str:
+    """responses.parquet and the validation report, once every question has its R answers."""
+    collection = open_collection(study, "study1")
+    frame, report = export_responses_to(collection, collection.folder.parent)
+    publish_validation(collection.spec.study_name, "study1", report)
+    return str(collection.folder.parent / "responses.parquet")
+
+
+@task(name="simulate-study1-crowd")
+def simulate_study1_crowd(study: str, dropouts: list[str] | None = None) -> CrowdReport:
+    """Simulated participants answer what is pending in their datasets (not retried: a retry
+    would be a second visit by the same people, which the next scheduled run does anyway)."""
+    config = load_study(study)
+    settings = load_settings()
+    collection = open_collection(study, "study1")
+    ledger = collection.ledger()
+    playing = [p.username for p in ledger.participants if p.status == "provisioned"]
+    run = RunFolder.for_study(settings.runs_dir, config.name)
+    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts)
+    check = config.study1.attention_check
+    return crowd.play_study1(
+        settings.argilla_api_url,
+        collection.roster.passwords(playing),
+        collection.dataset_name,
+        collection.spec.questions,  # type: ignore[attr-defined]
+        run.private_dir / "crowd-truth-study1.parquet",
+        attention_answer=check.expected if check else None,
+    )
