@@ -128,14 +128,70 @@ def validate(study: Path = typer.Argument(..., help="A study config, e.g. studie
 @app.command()
 @friendly_errors
 def smoke() -> None:
-    """Run the smoke-check flow against the configured Argilla and Prefect (`make demo` uses it
-    until the study flow exists)."""
+    """Run the smoke-check flow against the configured Argilla and Prefect.
+
+    `make demo` uses it until the study flow exists."""
     settings = _settings()
     _use_prefect(settings)
     from flows.smoke import smoke_check
 
     smoke_check()
     console.print(f"Prefect UI (flow runs): {settings.prefect_ui_url}/runs", highlight=False)
+
+
+FLOWS = {
+    "generate-questions": ("flows.generate_questions", "generate_questions"),
+    "collect-responses": ("flows.collect_responses", "collect_responses"),
+    "simulate-crowd": ("flows.simulate_crowd", "simulate_crowd"),
+}
+
+
+@app.command("run")
+@friendly_errors
+def run_flow(
+    flow_name: str = typer.Argument(..., help=f"One of: {', '.join(FLOWS)}."),
+    study: Path = typer.Argument(..., help="The study config, e.g. studies/demo.yaml."),
+) -> None:
+    """Run one stage flow now, recorded by the configured Prefect server."""
+    import importlib
+
+    from crowdpref.config import load_study
+
+    if flow_name not in FLOWS:
+        raise typer.BadParameter(f"unknown flow '{flow_name}': choose one of {', '.join(FLOWS)}")
+    load_study(study)  # one-line error before Prefect starts
+    settings = _settings()
+    _use_prefect(settings)
+    module, attribute = FLOWS[flow_name]
+    result = getattr(importlib.import_module(module), attribute)(study=str(study))
+    console.print(f"{flow_name}: {result}")
+
+
+@app.command()
+@friendly_errors
+def simulate(study: Path = typer.Argument(..., help="The study config, e.g. studies/demo.yaml.")) -> None:
+    """Let the simulated crowd answer what is pending (the simulate-crowd flow)."""
+    run_flow("simulate-crowd", study)
+
+
+@app.command()
+@friendly_errors
+def drop(
+    username: str = typer.Argument(..., help="The participant's Argilla username."),
+    study: Path = typer.Option(..., "--study", help="The study config the participant belongs to."),
+) -> None:
+    """Mark a participant as dropped (the next collect run re-allocates their items).
+
+    Their submitted answers stay; their unanswered items leave their dataset and go to new
+    participant accounts."""
+    from crowdpref.config import load_study
+    from crowdpref.studies import open_collection
+
+    config = load_study(study)
+    key = "study2" if username.startswith(f"{config.study2.username_prefix}-") else "study1"
+    collection = open_collection(study, key)  # type: ignore[arg-type]
+    collection.request_drop(collection.ledger(), username)
+    console.print(f"{username}: marked dropped; run collect-responses to release and re-allocate their items")
 
 
 def _use_prefect(settings: Settings) -> None:

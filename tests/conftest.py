@@ -98,3 +98,21 @@ def prefect_server(embedded_settings: Settings) -> Settings:
 def unique() -> str:
     """A short unique suffix for names of Argilla objects created by one test."""
     return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """A temporary Prefect API (prefect_test_harness) for flow tests, once per session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture()
+def study_env(argilla_server: ArgillaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Flows in this test use a fresh state folder and the session's embedded Argilla."""
+    monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("CROWDPREF_ARGILLA_URL", argilla_server.api_url)
+    monkeypatch.setenv("CROWDPREF_ARGILLA_API_KEY", argilla_server.owner_api_key)
+    return tmp_path / "state"
