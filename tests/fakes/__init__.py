@@ -1,0 +1,1 @@
+"""Test doubles other tests can reuse (fake HTTP services)."""
