@@ -36,6 +36,7 @@ import argilla as rg
 
 from crowdpref.allocation import allocate, reallocate
 from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
+from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
 from crowdpref.roster import Roster
 from crowdpref.runfolder import write_json
@@ -54,6 +55,7 @@ class CollectionSpec(Protocol):
     seed: int
     remainder: str  # "smaller_last" | "error"
     inactive_after_s: float
+    batches: Batches  # how the items split into participant batches (remainder included)
 
     def item_ids(self) -> list[str]: ...
 

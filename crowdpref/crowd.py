@@ -29,7 +29,9 @@ import pandas as pd
 from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.collection import ATTENTION_CHECK_ID
 from crowdpref.config import CrowdConfig
+from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
+from crowdpref.settings import Settings
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
 
@@ -113,7 +115,24 @@ def template_answer(rng: random.Random, crowd: CrowdConfig) -> WrittenAnswer:
 AnswerWriter = Callable[[str, str, random.Random], WrittenAnswer]
 
 
-def llm_answer_writer(client: object, model: str, crowd: CrowdConfig) -> AnswerWriter:
+def open_answer_writer(crowd: CrowdConfig, settings: Settings, timeout_s: float = 60.0) -> AnswerWriter | None:
+    """The LLM writer when the study asks for one (``crowd.llm``), else None (phrase banks).
+    Needs an OpenAI-compatible endpoint in the settings; says so in one line when missing."""
+    if not crowd.llm:
+        return None
+    if not settings.openai_base_url or not settings.openai_model:
+        raise ConfigError(
+            "crowd.llm is true but no LLM endpoint is configured: set OPENAI_BASE_URL and OPENAI_MODEL "
+            "(and OPENAI_API_KEY), or set crowd.llm: false"
+        )
+    import openai
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "not-set"
+    client = openai.OpenAI(base_url=settings.openai_base_url, api_key=key, timeout=timeout_s, max_retries=2)
+    return llm_answer_writer(client, settings.openai_model, crowd, base_url=settings.openai_base_url)
+
+
+def llm_answer_writer(client: object, model: str, crowd: CrowdConfig, base_url: str = "") -> AnswerWriter:
     """Answers written by an LLM through an ``openai.OpenAI`` client (kind and hidden quality
     are still drawn here, so the truth stays known)."""
 
@@ -122,14 +141,24 @@ def llm_answer_writer(client: object, model: str, crowd: CrowdConfig) -> AnswerW
         if planned.kind != "considered":
             return planned
         style = "a careful, empathetic answer with your reasoning" if planned.hidden_quality > 0.6 else "a short, plain answer"
-        completion = client.chat.completions.create(  # type: ignore[attr-defined]
-            model=model,
-            temperature=0.9,
-            messages=[
-                {"role": "system", "content": "You are a study participant answering questions about social situations."},
-                {"role": "user", "content": f"Question ({category}): {question}\nWrite {style}, in 2-4 sentences."},
-            ],
-        )
+        import openai
+
+        try:
+            completion = client.chat.completions.create(  # type: ignore[attr-defined]
+                model=model,
+                temperature=0.9,
+                messages=[
+                    {"role": "system", "content": "You are a study participant answering questions about social situations."},
+                    {"role": "user", "content": f"Question ({category}): {question}\nWrite {style}, in 2-4 sentences."},
+                ],
+            )
+        except openai.AuthenticationError:
+            raise CrowdprefError(f"the LLM at {base_url} rejected the API key: fix OPENAI_API_KEY") from None
+        except openai.APIError as exc:  # connection, timeout, status errors (after the client's retries)
+            raise CrowdprefError(
+                f"the LLM at {base_url} failed while writing a simulated answer ({exc.__class__.__name__}): "
+                "check OPENAI_BASE_URL, or set crowd.llm: false"
+            ) from None
         text = (completion.choices[0].message.content or "").strip()
         return WrittenAnswer(text or planned.text, "considered", planned.hidden_quality)
 

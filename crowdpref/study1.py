@@ -63,6 +63,8 @@ class Study1Spec:
             raise CrowdprefError(f"questions.parquet lacks columns {sorted(missing)}: rerun generate-questions")
         if self.questions["question_id"].duplicated().any():
             raise CrowdprefError("questions.parquet holds duplicate question_id values: rerun generate-questions")
+        # Q <= number of questions, remainder policy: one-line ConfigError before anything runs
+        self.batches = self.config.check_question_count(len(self.questions)).study1
         self._by_id = self.questions.set_index("question_id")
         s1 = self.config.study1
         self.study_name = self.config.name

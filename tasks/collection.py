@@ -27,8 +27,9 @@ def provision_participants(study: str, key: StudyKey) -> list[str]:
         key=artifact_key(collection.spec.study_name, f"{collection.spec.key}-provisioning"),
         table=[{"username": p.username, "items": len(p.items), "status": p.status, "origin": p.origin}
                for p in ledger.participants],
-        description=f"{collection.spec.key}: {len(created)} participants provisioned in this run, "
-                    f"{len(ledger.participants)} in the ledger. Passwords are in the private roster file only.",
+        description=f"{collection.spec.key}: {collection.spec.batches.describe()} initially; "
+                    f"{len(created)} participants provisioned in this run, {len(ledger.participants)} in the "
+                    "ledger. Passwords are in the private roster file only.",
     )
     return created
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 
 from crowdpref.config import load_study
-from crowdpref.crowd import CrowdReport, SimulatedCrowd
+from crowdpref.crowd import CrowdReport, SimulatedCrowd, open_answer_writer
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
@@ -32,7 +32,8 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None) -> Crow
     ledger = collection.ledger()
     playing = [p.username for p in ledger.participants if p.status == "provisioned"]
     run = RunFolder.for_study(settings.runs_dir, config.name)
-    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts)
+    writer = open_answer_writer(config.crowd, settings)
+    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts, writer=writer)
     check = config.study1.attention_check
     return crowd.play_study1(
         settings.argilla_api_url,
