@@ -1,0 +1,50 @@
+"""The data contracts between stages: the columns of every Parquet file in a run folder.
+
+Each stage reads the files of the stages before it and writes its own; ids are stable hashes
+(:func:`crowdpref.ids.stable_id`), so a rerun produces the same ids and never duplicates.
+
+Orientation of a pair: every pair has a FIXED orientation (``first_response_id`` <
+``second_response_id``, by id). What participants saw as A/B is recorded separately
+(``response_a_id``/``response_b_id``) and ``swapped`` is True when A is the second response.
+A rating r on the 1..K scale (1 = strong preference for A, K = strong for B) becomes, in the
+fixed orientation, ``r`` when not swapped and ``K + 1 - r`` when swapped; a mean below the
+midpoint (K + 1) / 2 means the FIRST response is preferred.
+"""
+
+from __future__ import annotations
+
+QUESTIONS = ["question_id", "question", "category", "source", "metadata"]
+"""questions.parquet - question_id "q_<16 hex>" (hash of the normalised text), source
+"bank" | "file:<name>" | "llm:<model>", metadata a JSON string."""
+
+RESPONSES = ["response_id", "question_id", "category", "participant_key", "text", "quality", "submitted_at"]
+"""responses.parquet (study 1) - response_id "r_<16 hex>"; participant_key pseudonymous "p_<12 hex>";
+quality 1..5 (the writer's rating of the question); submitted_at UTC timestamp."""
+
+PAIRS = [
+    "pair_id", "question_id", "category",
+    "first_response_id", "second_response_id",
+    "response_a_id", "response_b_id", "swapped",
+]
+"""pairs.parquet (study 2) - pair_id "pr_<16 hex>" (hash of the two response ids in fixed order);
+swapped: bool, True when the displayed A is the second response."""
+
+RATINGS = [
+    "rating_id", "pair_id", "question_id", "response_a_id", "response_b_id", "swapped",
+    "rater_key", "rating", "submitted_at",
+]
+"""ratings.parquet (study 2) - rating 1..K as given on the displayed A/B scale (not un-swapped);
+rater_key pseudonymous like participant_key."""
+
+SCREENING_BASE = ["response_id", "model", "flagged", "flagged_labels"]
+"""screening.parquet - plus one float column per label score (e.g. toxicity, insult ...);
+flagged_labels a comma-separated string of the labels at or above their threshold."""
+
+PREFERENCES = [
+    "pair_id", "question_id", "category", "prompt", "chosen", "rejected",
+    "chosen_response_id", "rejected_response_id", "mean_rating", "margin", "n_ratings",
+    "agreement", "rating_spread", "chosen_flagged", "rejected_flagged",
+]
+"""preferences.parquet - mean_rating in the CHOSEN-first orientation (always below the midpoint);
+margin = |mean - midpoint| / (midpoint - 1), in (0, 1]; agreement = share of raters on the
+majority side; rating_spread = standard deviation of the un-swapped ratings."""
