@@ -142,6 +142,7 @@ def smoke() -> None:
 FLOWS = {
     "generate-questions": ("flows.generate_questions", "generate_questions"),
     "collect-responses": ("flows.collect_responses", "collect_responses"),
+    "collect-ratings": ("flows.collect_ratings", "collect_ratings"),
     "simulate-crowd": ("flows.simulate_crowd", "simulate_crowd"),
 }
 

@@ -604,9 +604,9 @@ class CrowdConfig(_Section):
     dropout_rate: Float = Field(0.05, ge=0, le=1)
     """Share of participants who start and then abandon their batch."""
     low_effort_rate: Float = Field(0.05, ge=0, le=1)
-    """Share of study-1 writers who give short, low-effort answers."""
+    """Share of study-1 answers that are short and low-effort."""
     offensive_rate: Float = Field(0.02, ge=0, le=1)
-    """Share of study-1 writers whose answers are offensive (exercises screening)."""
+    """Share of study-1 answers that are offensive (exercises screening)."""
     rater_noise: Float = Field(1.0, ge=0)
     """Standard deviation (scale points) of a rater's noise around the true preference."""
     position_bias: Float = Field(0.0, ge=-2, le=2)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ RUDE = [
     "Who cares, they are a bunch of losers. Damn them and move on.",
     "That person sounds like a pathetic jerk, I would just insult them back.",
 ]
+RATING_SPREAD = 6.0  # scale points per unit of hidden-quality difference
 QUALITY_RATING_WEIGHTS = {1: 0.02, 2: 0.05, 3: 0.13, 4: 0.45, 5: 0.35}  # mean ~4.06, median 4
 
 
@@ -195,20 +197,18 @@ class SimulatedCrowd:
         """How many items a drop-out answers before going quiet (0 .. assigned-1)."""
         return _rng(self.seed, "leave-after", username).randrange(0, max(assigned, 1))
 
-    def play_study1(
+    def _play(
         self,
         api_url: str,
         passwords: Mapping[str, str],
         dataset_name: str,
-        questions: pd.DataFrame,
-        truth_path: Path,
-        attention_answer: str | None = None,
+        assigned: Mapping[str, int],
+        answer: Callable[[str, dict], dict],
     ) -> CrowdReport:
-        """Each participant logs in, opens their dataset and answers what is pending (drop-outs
-        stop early). Appends to the truth file; returns what happened."""
-        by_id = questions.set_index("question_id")
+        """The visit every simulated participant makes: log in, open their dataset, answer
+        the pending queue with ``answer(username, record) -> values`` (drop-outs stop after
+        their share of the ``assigned`` items), submit in bulk."""
         report = CrowdReport()
-        truth = []
         for username, password in passwords.items():
             session = AnnotatorSession(api_url, username, password)
             try:
@@ -217,39 +217,90 @@ class SimulatedCrowd:
                     continue  # not provisioned (yet)
                 report.participants_played += 1
                 pending = session.pending_records(dataset["id"])
-                questions_pending = [r for r in pending if r["external_id"] != ATTENTION_CHECK_ID]
                 budget = len(pending)
                 if self.drops_out(username):
                     report.dropouts.append(username)
-                    answered = self._already_answered(truth_path, username)
-                    assigned = answered + len(questions_pending)
-                    budget = max(0, self.answers_before_leaving(username, assigned) - answered)
-                submissions = []
-                for record in pending[:budget]:
-                    item = record["external_id"]
-                    rng = _rng(self.seed, "answer", username, item)
-                    if item == ATTENTION_CHECK_ID:
-                        text = attention_answer or "I have read the instructions."
-                        submissions.append((record["id"], {"response": text, "quality": 3}))
-                        continue
-                    row = by_id.loc[item]
-                    answer = self.writer(row["question"], row["category"], rng)
-                    rating = rng.choices(list(QUALITY_RATING_WEIGHTS), weights=list(QUALITY_RATING_WEIGHTS.values()))[0]
-                    submissions.append((record["id"], {"response": answer.text, "quality": rating}))
-                    truth.append({"username": username, "item_id": item, "kind": answer.kind,
-                                  "hidden_quality": answer.hidden_quality, "text": answer.text})
-                    report.kinds[answer.kind] = report.kinds.get(answer.kind, 0) + 1
+                    total = assigned.get(username, len(pending))
+                    budget = max(0, self.answers_before_leaving(username, total) - (total - len(pending)))
+                submissions = [(record["id"], answer(username, record)) for record in pending[:budget]]
                 report.answers_submitted += session.submit(submissions) if submissions else 0
             finally:
                 session.close()
+        return report
+
+    def play_study1(
+        self,
+        api_url: str,
+        passwords: Mapping[str, str],
+        dataset_name: str,
+        questions: pd.DataFrame,
+        truth_path: Path,
+        assigned: Mapping[str, int] | None = None,
+        attention_answer: str | None = None,
+    ) -> CrowdReport:
+        """Writers answer their pending questions; each answer's hidden quality goes to the
+        truth file (``truth_path``, appended)."""
+        by_id = questions.set_index("question_id")
+        truth: list[dict[str, object]] = []
+        kinds: Counter[str] = Counter()
+
+        def write(username: str, record: dict) -> dict:
+            item = record["external_id"]
+            if item == ATTENTION_CHECK_ID:
+                return {"response": attention_answer or "I have read the instructions.", "quality": 3}
+            rng = _rng(self.seed, "answer", username, item)
+            row = by_id.loc[item]
+            written = self.writer(row["question"], row["category"], rng)
+            rating = rng.choices(list(QUALITY_RATING_WEIGHTS), weights=list(QUALITY_RATING_WEIGHTS.values()))[0]
+            truth.append({"username": username, "item_id": item, "kind": written.kind,
+                          "hidden_quality": written.hidden_quality, "text": written.text})
+            kinds[written.kind] += 1
+            return {"response": written.text, "quality": rating}
+
+        report = self._play(api_url, passwords, dataset_name, assigned or {}, write)
+        report.kinds = dict(kinds)
         _append_truth(truth_path, truth)
         return report
 
-    @staticmethod
-    def _already_answered(truth_path: Path, username: str) -> int:
-        if not truth_path.exists():
-            return 0
-        return int((pd.read_parquet(truth_path, columns=["username"])["username"] == username).sum())
+    def play_study2(
+        self,
+        api_url: str,
+        passwords: Mapping[str, str],
+        dataset_name: str,
+        pairs: pd.DataFrame,
+        hidden_quality: Mapping[str, float],
+        scale_points: int,
+        assigned: Mapping[str, int] | None = None,
+    ) -> CrowdReport:
+        """Raters rate their pending pairs from the answers' hidden qualities (answers without
+        one - real people's - count as 0.5)."""
+        by_id = pairs.set_index("pair_id")
+        kinds: Counter[str] = Counter()
+
+        def rate(username: str, record: dict) -> dict:
+            pair = by_id.loc[record["external_id"]]
+            kinds["random_clicker" if self.is_random_clicker(username) else "rater"] += 1
+            value = self.rating(username, record["external_id"], hidden_quality.get(pair["response_a_id"], 0.5),
+                                hidden_quality.get(pair["response_b_id"], 0.5), scale_points)
+            return {"preference": value}
+
+        report = self._play(api_url, passwords, dataset_name, assigned or {}, rate)
+        report.kinds = dict(kinds)
+        return report
+
+    def is_random_clicker(self, username: str) -> bool:
+        return _rng(self.seed, "clicker", username).random() < self.crowd.random_clicker_rate
+
+    def rating(self, username: str, pair_id: str, quality_a: float, quality_b: float, scale_points: int) -> int:
+        """A rating on the displayed A/B scale (1 = strong A ... K = strong B). It follows the
+        hidden quality difference plus Gaussian noise (``rater_noise`` scale points) and the
+        configured ``position_bias`` (negative favours A); random clickers pick uniformly."""
+        rng = _rng(self.seed, "rating", username, pair_id)
+        if self.is_random_clicker(username):
+            return rng.randint(1, scale_points)
+        half = scale_points // 2
+        z = (quality_b - quality_a) * RATING_SPREAD + rng.gauss(0.0, self.crowd.rater_noise) + self.crowd.position_bias
+        return min(scale_points, half + 1 + int(z)) if z >= 0 else max(1, half - int(-z))
 
 
 def _append_truth(path: Path, rows: list[dict[str, object]]) -> None:

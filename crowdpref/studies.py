@@ -20,4 +20,6 @@ def open_collection(study: str | Path, key: StudyKey) -> Collection:
         from crowdpref.study1 import open_collection as open_study1
 
         return open_study1(config, settings)
-    raise NotImplementedError(f"{key}: study 2 collection is not built yet (see the study-2 issue)")
+    from crowdpref.study2 import open_collection as open_study2
+
+    return open_study2(config, settings)

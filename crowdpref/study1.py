@@ -195,5 +195,19 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
             f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
         )
     frame = responses_frame(collection.spec, answers, keys)  # type: ignore[arg-type]
+    _key_truth_by_response(run_folder / "private")
     write_parquet(frame, run_folder / "responses.parquet")
     return frame, report
+
+
+def _key_truth_by_response(private_dir: Path) -> None:
+    """The simulated crowd's truth (by username and question) keyed by response_id, for
+    study 2's simulated raters and aggregation's check against the truth. Stays private."""
+    from crowdpref.runfolder import write_parquet
+
+    source = private_dir / "crowd-truth-study1.parquet"
+    if not source.exists():
+        return
+    truth = pd.read_parquet(source)
+    truth["response_id"] = [stable_id("r_", item, user) for item, user in zip(truth["item_id"], truth["username"])]
+    write_parquet(truth[["response_id", "kind", "hidden_quality"]], private_dir / "crowd-truth-responses.parquet")

@@ -31,15 +31,17 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None) -> Crow
     collection = open_collection(study, "study1")
     ledger = collection.ledger()
     playing = [p.username for p in ledger.participants if p.status == "provisioned"]
+    check = config.study1.attention_check
+    assigned = {p.username: len(p.items) + (check is not None) for p in ledger.participants}
     run = RunFolder.for_study(settings.runs_dir, config.name)
     writer = open_answer_writer(config.crowd, settings)
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts, writer=writer)
-    check = config.study1.attention_check
     return crowd.play_study1(
         settings.argilla_api_url,
         collection.roster.passwords(playing),
         collection.dataset_name,
         collection.spec.questions,  # type: ignore[attr-defined]
         run.private_dir / "crowd-truth-study1.parquet",
+        assigned=assigned,
         attention_answer=check.expected if check else None,
     )

@@ -1,0 +1,221 @@
+"""Study 2, pairwise ratings: what is specific to it on top of :mod:`crowdpref.collection`
+(the dataset raters see, the record for a pair, the export). Allocation, provisioning,
+monitoring, drop-out release and re-allocation are the same mechanism as study 1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import argilla as rg
+import pandas as pd
+
+from crowdpref.argilla_client import SubmittedAnswer
+from crowdpref.collection import Collection, Participant
+from crowdpref.config import Batches, StudyConfig
+from crowdpref.contracts import RATINGS
+from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.ids import stable_id
+from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
+from crowdpref.study1 import participant_keys
+
+GUIDELINES = """\
+## Thank you for taking part
+
+Each task shows a question about a social situation and **two answers** written by other
+people, labelled A and B. Read both, then say **which answer is better, and how strongly**.
+There is no "equal" option: if they seem equally good, pick the one you lean towards with the
+weakest level of preference.
+
+### What makes an answer better
+Weigh these together - a weakness in one can be outweighed by strengths in others:
+1. **Respectful** - it treats everyone in the situation with dignity.
+2. **Honest** - it does not mislead, and admits uncertainty where there is some.
+3. **Authentic** - it reads like a genuine, thoughtful person, not a formula.
+4. **Empathetic** - it considers how the people involved feel.
+5. **Diverse and inclusive** - it avoids assumptions about people's background or identity.
+6. **Neutral, bias-free language** - no loaded, judgemental or stereotyping wording.
+7. **Reasoned** - it explains *why*, not only *what*.
+
+Judge the answers, not whether you agree with the question. Some answers may contain offensive
+language; rate them like any other answer (offensive wording usually makes an answer worse).
+
+Your ratings may be published in an open dataset without your name or Prolific ID.
+"""
+
+PREFERENCE_TITLE = "Which answer is better, and how strongly?"
+
+
+def preference_description(labels: Sequence[str]) -> str:
+    """The scale explained point by point (1 = strongest preference for A ... N = for B)."""
+    points = "; ".join(f"{i} = {label.lower()}" for i, label in enumerate(labels, start=1))
+    return f"Pick one point: {points}. There is no neutral point."
+
+
+@dataclass
+class Study2Spec:
+    """The study-2 :class:`~crowdpref.collection.CollectionSpec`: items are answer pairs."""
+
+    config: StudyConfig
+    pairs: pd.DataFrame  # pairs.parquet
+    responses: pd.DataFrame  # responses.parquet
+    questions: pd.DataFrame  # questions.parquet
+
+    key = "study2"
+
+    def __post_init__(self) -> None:
+        s2 = self.config.study2
+        n_pairs = len(self.pairs)
+        source = self.config.source or self.config.name
+        if n_pairs == 0:
+            raise CrowdprefError("pairs.parquet is empty: no question has 2 or more usable answers")
+        if s2.pairs_per_participant > n_pairs:
+            raise ConfigError(
+                f"{source}: study2.pairs_per_participant: {s2.pairs_per_participant} distinct pairs per participant, "
+                f"but only {n_pairs} pairs: use at most {n_pairs}"
+            )
+        self.batches: Batches = s2.batches(n_pairs)
+        if s2.remainder == "error" and self.batches.remainder:
+            raise ConfigError(
+                f"{source}: study2.remainder: {self.batches.items} ratings do not split into batches of "
+                f"{s2.pairs_per_participant} ({self.batches.remainder} left over): change the numbers or set "
+                "remainder: smaller_last"
+            )
+        self.study_name = self.config.name
+        self.username_prefix = str(s2.username_prefix)
+        self.copies = s2.ratings_per_pair
+        self.per_participant = s2.pairs_per_participant
+        self.seed = self.config.seed
+        self.remainder = s2.remainder
+        self.inactive_after_s = s2.inactive_after_minutes * 60
+        self._pairs = self.pairs.set_index("pair_id")
+        self._text = self.responses.set_index("response_id")["text"]
+        self._question = self.questions.set_index("question_id")["question"]
+
+    def item_ids(self) -> list[str]:
+        return list(self.pairs["pair_id"])
+
+    def dataset_settings(self) -> rg.Settings:
+        s2 = self.config.study2
+        return rg.Settings(
+            guidelines=GUIDELINES,
+            fields=[
+                rg.TextField(name="question", title="Question", use_markdown=False),
+                rg.TextField(name="response_a", title="Answer A", use_markdown=False),
+                rg.TextField(name="response_b", title="Answer B", use_markdown=False),
+            ],
+            questions=[
+                rg.RatingQuestion(
+                    name="preference",
+                    title=PREFERENCE_TITLE,
+                    description=preference_description(s2.scale_labels),
+                    values=list(range(1, s2.scale_points + 1)),
+                    required=True,
+                )
+            ],
+            metadata=[
+                rg.TermsMetadataProperty(name="category", title="Category"),
+                rg.TermsMetadataProperty(name="pair_id", title="Pair id", visible_for_annotators=False),
+                rg.TermsMetadataProperty(name="question_id", title="Question id", visible_for_annotators=False),
+            ],
+            distribution=rg.TaskDistribution(min_submitted=1),
+        )
+
+    def record(self, item_id: str) -> rg.Record:
+        pair = self._pairs.loc[item_id]
+        return rg.Record(
+            id=item_id,
+            fields={
+                "question": self._question[pair["question_id"]],
+                "response_a": self._text[pair["response_a_id"]],
+                "response_b": self._text[pair["response_b_id"]],
+            },
+            metadata={"category": pair["category"], "pair_id": item_id, "question_id": pair["question_id"]},
+        )
+
+    def attention_record(self) -> rg.Record | None:
+        return None
+
+
+def study2_collection(config: StudyConfig, pairs: pd.DataFrame, responses: pd.DataFrame, questions: pd.DataFrame,
+                      owner: Any, run_folder: Path, **kwargs: Any) -> Collection:
+    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", **kwargs)
+
+
+def study1_complete(run: RunFolder) -> pd.DataFrame:
+    """The study-1 export, or a clear error when study 1 is not finished."""
+    responses = read_parquet(run.responses, needed_by="run collect-responses until study 1 is complete first")
+    report_file = run.file("study1/validation.json")
+    if report_file.exists() and not json.loads(report_file.read_text()).get("valid", False):
+        raise CrowdprefError(f"{report_file}: study 1 did not validate: finish study 1 before pairing")
+    return responses
+
+
+def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collection:
+    """The study-2 collection on the configured Argilla (reads pairs/responses/questions)."""
+    from crowdpref.argilla_client import ArgillaOwner
+
+    run = RunFolder.for_study(settings.runs_dir, config.name)
+    pairs = read_parquet(run.pairs, needed_by="run the collect-ratings flow (it builds pairs first)")
+    responses = study1_complete(run)
+    questions = read_parquet(run.questions, needed_by="run generate-questions first")
+    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
+    return study2_collection(config, pairs, responses, questions, owner, run.path, **kwargs)
+
+
+def ratings_frame(
+    spec: Study2Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], keys: dict[str, str]
+) -> tuple[pd.DataFrame, list[str]]:
+    """``ratings.parquet`` rows, and the rejected ones (a rating outside 1..K is rejected and
+    reported, never clamped)."""
+    k = spec.config.study2.scale_points
+    rows, rejected = [], []
+    for participant, answer in answers:
+        pair_id = answer.record_external_id
+        value = answer.values.get("preference")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= k:
+            rejected.append(f"rating {value!r} of {keys[participant.username]} on {pair_id} is outside 1..{k}")
+            continue
+        pair = spec._pairs.loc[pair_id]
+        rows.append({
+            "rating_id": stable_id("rt_", pair_id, participant.username),
+            "pair_id": pair_id,
+            "question_id": pair["question_id"],
+            "response_a_id": pair["response_a_id"],
+            "response_b_id": pair["response_b_id"],
+            "swapped": bool(pair["swapped"]),
+            "rater_key": keys[participant.username],
+            "rating": value,
+            "submitted_at": pd.Timestamp(participant.submitted[pair_id], unit="s", tz="UTC"),
+        })
+    frame = pd.DataFrame(rows, columns=RATINGS).sort_values(["pair_id", "rating_id"]).reset_index(drop=True)
+    return frame, rejected
+
+
+def export_ratings(collection: Collection, run_folder: Path, study1_usernames: Sequence[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """ratings.parquet + the validation report (study2/validation.json): every pair has its R
+    ratings, no rater rated a pair twice, no study-1 participant rated."""
+    ledger = collection.ledger()
+    answers = collection.collected_answers(ledger)
+    report = collection.validation_report(ledger, answers)
+    raters = {p.username for p in ledger.participants}
+    overlap = sorted(raters & set(study1_usernames))
+    report["study1_participants_who_rated"] = len(overlap)
+    if overlap:
+        report["anomalies"].append(f"{len(overlap)} study-1 participants are study-2 raters")
+    keys = participant_keys(run_folder / "private", sorted(raters))
+    frame, rejected = ratings_frame(collection.spec, answers, keys)  # type: ignore[arg-type]
+    report["rejected_ratings"] = rejected
+    report["anomalies"] += rejected
+    report["valid"] = not report["anomalies"]
+    write_json(report, collection.folder / "validation.json")
+    if not report["valid"]:
+        raise CrowdprefError(
+            f"study 2 export refused: {len(report['anomalies'])} anomalies (see "
+            f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
+        )
+    write_parquet(frame, run_folder / "ratings.parquet")
+    return frame, report

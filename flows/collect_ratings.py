@@ -1,0 +1,37 @@
+"""Study 2, pairwise ratings: other participants compare two answers to the same question."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from crowdpref.config import load_study
+from crowdpref.runfolder import RunFolder
+from crowdpref.settings import load_settings
+from tasks.collection import monitor_collection, provision_participants
+from tasks.study2 import build_pairs, export_ratings
+
+
+@flow(name="collect-ratings", log_prints=True)
+def collect_ratings(study: str = "studies/demo.yaml") -> str:
+    """Pair the answers of each question (seeded A/B order), provision raters (none of them a
+    study-1 participant), read back their 8-point ratings, release raters who went quiet (their
+    pairs go to new raters), and export `ratings.parquet` once every pair has its R ratings.
+
+    Needs the complete study-1 export. Never waits for people: returns "waiting" or "complete";
+    run it again to advance."""
+    config = load_study(study)
+    run = RunFolder.for_study(load_settings().runs_dir, config.name)
+    if run.ratings.exists():
+        print(f"{run.ratings} exists: study 2 is complete, nothing to do")
+        return "complete"
+    if not run.pairs.exists():
+        build_pairs(study)
+    provision_participants(study, "study2")
+    progress = monitor_collection(study, "study2")
+    print(f"study 2: {progress.submitted}/{progress.needed} ratings submitted, {progress.outstanding} outstanding, "
+          f"{len(progress.released_now)} raters released, {len(progress.created_now)} new accounts")
+    if not progress.complete:
+        return "waiting"
+    path = export_ratings(study)
+    print(f"study 2 complete: {path}")
+    return "complete"
