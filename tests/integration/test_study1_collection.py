@@ -44,6 +44,7 @@ def _config(name: str):
             "name": name,
             "seed": 11,
             "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 30},
+            "study2": {"pairs_per_participant": 6},
             "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0},
         },
         source="test",

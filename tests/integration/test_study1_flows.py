@@ -26,6 +26,7 @@ def _write_study(tmp_path: Path, name: str) -> Path:
         "name": name,
         "seed": 5,
         "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600},
+        "study2": {"pairs_per_participant": 6},
         "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0},
     }))
     return path
