@@ -53,7 +53,8 @@ def check_server(api_url: str, api_key: str, timeout_s: float = 10.0) -> None:
     except httpx.HTTPError as exc:
         raise ArgillaError(
             f"Argilla is unreachable at {api_url} ({exc.__class__.__name__}): run `crowdpref up`, "
-            "or fix CROWDPREF_ARGILLA_URL"
+            "or fix CROWDPREF_ARGILLA_URL",
+            transient=True,
         ) from None
     if response.status_code == 401:
         raise ArgillaError(
@@ -215,7 +216,7 @@ class AnnotatorSession:
                 f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=timeout_s
             )
         except httpx.HTTPError as exc:
-            raise ArgillaError(f"Argilla is unreachable at {api_url} ({exc.__class__.__name__})") from None
+            raise ArgillaError(f"Argilla is unreachable at {api_url} ({exc.__class__.__name__})", transient=True) from None
         if response.status_code == 401:
             return None
         _raise_for_status(response, api_url, "login")
@@ -276,7 +277,10 @@ def _raise_for_status(response: httpx.Response, api_url: str, what: str) -> None
     if response.status_code < 400:
         return
     detail = response.text[:200].replace("\n", " ")
-    raise ArgillaError(f"Argilla at {api_url} answered {response.status_code} for {what}: {detail}")
+    raise ArgillaError(
+        f"Argilla at {api_url} answered {response.status_code} for {what}: {detail}",
+        transient=response.status_code >= 500,
+    )
 
 
 def _parse_time(value: str | None) -> datetime | None:

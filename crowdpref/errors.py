@@ -5,9 +5,14 @@ from __future__ import annotations
 
 
 class CrowdprefError(Exception):
-    """Base class: ``str(err)`` is the one-line message shown to the user."""
+    """Base class: ``str(err)`` is the one-line message shown to the user. ``transient``
+    marks a failure worth retrying (a server unreachable or erroring), not one to fix."""
 
     exit_code = 1
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 class ConfigError(CrowdprefError):

@@ -9,6 +9,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 
 from crowdpref.collection import Progress
 from crowdpref.studies import StudyKey, open_collection
+from tasks.retries import NETWORK
 
 
 def artifact_key(study_name: str, what: str) -> str:
@@ -16,7 +17,7 @@ def artifact_key(study_name: str, what: str) -> str:
     return f"{study_name}-{what}".lower().replace("_", "-")
 
 
-@task(name="provision-participants", retries=3, retry_delay_seconds=[2, 10, 30], retry_jitter_factor=0.5)
+@task(name="provision-participants", **NETWORK)
 def provision_participants(study: str, key: StudyKey) -> list[str]:
     """Accounts, workspaces, datasets and records for every participant not provisioned yet.
     Idempotent: a retry completes what a failed attempt started, creating nothing twice."""
@@ -34,7 +35,7 @@ def provision_participants(study: str, key: StudyKey) -> list[str]:
     return created
 
 
-@task(name="monitor-collection", retries=3, retry_delay_seconds=[2, 10, 30], retry_jitter_factor=0.5)
+@task(name="monitor-collection", **NETWORK)
 def monitor_collection(study: str, key: StudyKey) -> Progress:
     """Read answers back; complete, release and re-allocate; provision new participants."""
     collection = open_collection(study, key)

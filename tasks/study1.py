@@ -11,9 +11,10 @@ from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study1 import export_responses as export_responses_to
 from tasks.collection import publish_validation
+from tasks.retries import NETWORK
 
 
-@task(name="export-responses", retries=2, retry_delay_seconds=[5, 20])
+@task(name="export-responses", **NETWORK)
 def export_responses(study: str) -> str:
     """responses.parquet and the validation report, once every question has its R answers."""
     collection = open_collection(study, "study1")

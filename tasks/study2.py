@@ -16,6 +16,7 @@ from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
 from crowdpref.study2 import study1_complete
 from tasks.collection import artifact_key, publish_validation
+from tasks.retries import NETWORK
 
 
 def _run(study: str) -> tuple:
@@ -31,7 +32,7 @@ def excluded_by_screening(config, run: RunFolder) -> set[str]:
     return set(screening.loc[screening["flagged"], "response_id"])
 
 
-@task(name="build-pairs", retries=1, retry_delay_seconds=5)
+@task(name="build-pairs")
 def build_pairs(study: str) -> str:
     """pairs.parquet from the complete study-1 export (seeded A/B order, recorded)."""
     config, run = _run(study)
@@ -57,7 +58,7 @@ def build_pairs(study: str) -> str:
     return str(run.pairs)
 
 
-@task(name="export-ratings", retries=2, retry_delay_seconds=[5, 20])
+@task(name="export-ratings", **NETWORK)
 def export_ratings(study: str) -> str:
     """ratings.parquet and the validation report, once every pair has its R ratings."""
     config, run = _run(study)
