@@ -2,8 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 CROWDPREF := $(VENV)/bin/crowdpref
-# tests use their own state folder (and free ports), never the user's running stack
-TEST_HOME := $(CURDIR)/test-output/state
+# tests use their own state folders (test-output/state-<pid>, free ports), never the user's stack
 
 .PHONY: setup up down status demo test test-unit bench clean
 
@@ -30,8 +29,8 @@ demo: setup
 # the end; the trap also stops anything left by an interrupted run.
 test: setup
 	@mkdir -p test-output
-	@trap 'CROWDPREF_HOME=$(TEST_HOME) $(CROWDPREF) down >/dev/null 2>&1 || true' EXIT; \
-	  CROWDPREF_HOME=$(TEST_HOME) $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@trap 'for home in test-output/state-*; do [ -d "$$home" ] && CROWDPREF_HOME=$$home $(CROWDPREF) down >/dev/null 2>&1; done; true' EXIT; \
+	  $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)

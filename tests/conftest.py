@@ -18,7 +18,6 @@ from crowdpref.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_OUTPUT = REPO / "test-output"
-TEST_HOME = TEST_OUTPUT / "state"
 
 
 def free_port() -> int:
@@ -58,17 +57,30 @@ def output_dir() -> Path:
     return TEST_OUTPUT
 
 
-@pytest.fixture(scope="session")
-def embedded_settings() -> Iterator[Settings]:
-    """One private embedded stack for the whole session (its own state folder, free ports);
-    components start on demand (``argilla_server``, ``prefect_server``) and all stop at the end,
-    also when tests fail."""
+def _stop_stale_test_stacks(settings_for: object) -> None:
+    """Stop and remove the state folders of earlier test sessions whose pytest is gone
+    (an interrupted run), never those of a session still running beside us."""
     from services import stack
 
-    home = Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_HOME))
+    for folder in TEST_OUTPUT.glob("state-*"):
+        owner = folder.name.removeprefix("state-")
+        if owner.isdigit() and Path(f"/proc/{owner}").exists():
+            continue
+        stack.down(settings_for(folder))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def embedded_settings() -> Iterator[Settings]:
+    """One private embedded stack per test session (its own state folder
+    ``test-output/state-<pid>``, free ports), so two sessions side by side never touch each
+    other's services. Components start on demand (``argilla_server``, ``prefect_server``) and all
+    stop at the end, also when tests fail; the folder (logs) stays until the next session."""
+    from services import stack
+
+    _stop_stale_test_stacks(isolated_settings)
+    home = Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_OUTPUT / f"state-{os.getpid()}"))
     settings = isolated_settings(home)
-    stack.down(settings)  # leftovers of an interrupted run
-    shutil.rmtree(home, ignore_errors=True)
     try:
         yield settings
     finally:
