@@ -1,0 +1,1255 @@
+"""The dataset release: the run folder's results in Hugging Face Hub layout, with a dataset card,
+a scan for secrets, and the push to the Hub.
+
+``<run>/release/`` after :func:`build_release`::
+
+    README.md                                      dataset card (YAML header from DatasetCardData)
+    data/default/train-00000-of-00001.parquet      preferences: prompt, chosen, rejected, margin ...
+    data/responses/train-00000-of-00001.parquet    study 1: the written answers
+    data/ratings/train-00000-of-00001.parquet      study 2: every single rating
+    data/questions/train-00000-of-00001.parquet    the questions
+    data/screening/train-00000-of-00001.parquet    hate-speech screening (when it ran)
+
+``load_dataset(folder)`` gives the preferences; ``load_dataset(folder, "ratings")`` the others.
+
+Every published column is declared once (:func:`release_subsets`): the same :class:`Column`
+objects select and type the data and write the card's column tables, so the two cannot drift.
+
+Privacy: participant keys (``participant_key``, ``rater_key``) are replaced by random
+10-character ids (:func:`published_ids`); the mapping stays in ``<run>/private/published-ids.json``
+(mode 0600) and is reused, so ids are stable across re-publishing. The release is built in a
+staging folder and scanned (:func:`scan_for_secrets`) for usernames, passwords, keys and the
+original participant keys before it replaces ``release/``; any hit refuses the build.
+
+No Prefect imports: ``tasks/publish.py`` wraps this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import string
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crowdpref.config import REPO_PART_RE, StudyConfig
+from crowdpref.contracts import SCREENING_BASE
+from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.runfolder import RunFolder, write_json
+
+__all__ = [
+    "ID_LENGTH",
+    "PUBLISHED_IDS_FILE",
+    "Column",
+    "PushError",
+    "PushResult",
+    "Subset",
+    "build_release",
+    "collection_stats",
+    "forbidden_strings",
+    "hub_dataset_url",
+    "push_release",
+    "read_stats",
+    "release_subsets",
+    "release_summary",
+    "scan_for_secrets",
+    "published_ids",
+    "validate_repo_id",
+]
+
+SPLIT = "train"
+RELEASE_DIR = "release"
+PUBLISHED_IDS_FILE = "published-ids.json"
+ID_LENGTH = 10
+ID_ALPHABET = string.ascii_letters + string.digits
+MIN_SECRET_LENGTH = 4
+"""Forbidden strings shorter than this are ignored by the scan (they would match anywhere)."""
+DEFAULT_ENDPOINT = "https://huggingface.co"
+REQUIRED_TAGS = ("human-feedback", "rlhf")
+FALLBACK_LIMITATION = (
+    "The fallback classifier (alt-profanity-check, a TF-IDF + linear SVM model) recognises "
+    "profanity but misses hateful or demeaning text written without swear words, so answers it "
+    "did not flag may still be offensive."
+)
+
+
+# --- the one definition of every published column -----------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One published column: its name, Arrow type, allowed values and meaning (for the card),
+    and the run-folder column it comes from (``source``; default: the same name)."""
+
+    name: str
+    type: pa.DataType
+    allowed: str
+    meaning: str
+    source: str | None = None
+
+    @property
+    def source_name(self) -> str:
+        return self.source or self.name
+
+    @property
+    def dtype(self) -> str:
+        """The ``datasets`` feature dtype (as in the card's ``dataset_info.features``)."""
+        if pa.types.is_timestamp(self.type):
+            tz = f", tz={self.type.tz}" if self.type.tz else ""
+            return f"timestamp[{self.type.unit}{tz}]"
+        return {pa.string(): "string", pa.int64(): "int64", pa.float64(): "float64",
+                pa.bool_(): "bool"}[self.type]
+
+
+@dataclass(frozen=True)
+class Subset:
+    """One configuration of the release (a Hub "config"): one Parquet file, one ``train`` split."""
+
+    name: str
+    title: str
+    source_file: str
+    """File in the run folder it is read from."""
+    needed_by: str
+    """What to run when the source file is missing."""
+    description: str
+    columns: tuple[Column, ...]
+    required: bool = True
+
+    @property
+    def data_path(self) -> str:
+        return f"data/{self.name}/{SPLIT}-00000-of-00001.parquet"
+
+    @property
+    def data_glob(self) -> str:
+        return f"data/{self.name}/{SPLIT}-*"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -> list[Subset]:
+    """Every configuration of the release and its columns, in card order. ``screening_scores``:
+    the score columns of ``screening.parquet`` beyond :data:`crowdpref.contracts.SCREENING_BASE`."""
+    k = config.study2.scale_points
+    mid = config.study2.midpoint
+    q = config.study1.quality_scale
+    categories = ", ".join(c.slug for c in config.questions.categories)
+    pid = "`p_` + hex digits"
+    qid = '`q_` + 16 hex digits'
+    rid = '`r_` + 16 hex digits'
+    prid = '`pr_` + 16 hex digits'
+    anon = f"{ID_LENGTH} random letters and digits"
+    flag_note = ("true or false; empty (null) when the answer was not screened")
+
+    preferences = Subset(
+        name="default",
+        title="Preferences (default)",
+        source_file="preferences.parquet",
+        needed_by="run the aggregate-ratings flow first",
+        description=(
+            "One row per rated pair of answers whose mean rating is not a tie: the question, "
+            "the answer raters preferred on average (`chosen`) and the other one (`rejected`). "
+            "The first four columns are what preference trainers such as TRL expect; the rest "
+            "link each row to the other configurations and describe how clear the preference was."
+        ),
+        columns=(
+            Column("prompt", pa.string(), "non-empty text",
+                   "The question both answers reply to (the same text as `question` in the "
+                   "`questions` configuration)."),
+            Column("chosen", pa.string(), "non-empty text",
+                   "The answer the raters preferred on average."),
+            Column("rejected", pa.string(), "non-empty text",
+                   "The other answer of the pair."),
+            Column("margin", pa.float64(), "above 0, at most 1",
+                   f"How strong the preference is: the distance of the mean rating from the "
+                   f"scale midpoint ({mid:g}), divided by its largest possible value ({mid - 1:g}). "
+                   "1 means every rater gave the strongest possible preference. TRL's "
+                   "RewardTrainer reads an optional `margin` column."),
+            Column("pair_id", pa.string(), prid,
+                   "Id of the pair; the `ratings` configuration holds its single ratings."),
+            Column("question_id", pa.string(), qid, "Id of the question (see `questions`)."),
+            Column("category", pa.string(), categories, "The question's social-reasoning category."),
+            Column("chosen_response_id", pa.string(), rid,
+                   "Id of the chosen answer (see `responses`)."),
+            Column("rejected_response_id", pa.string(), rid,
+                   "Id of the rejected answer (see `responses`)."),
+            Column("mean_rating", pa.float64(), f"from 1 up to (not including) {mid:g}",
+                   f"Mean of the pair's ratings on the 1-{k} scale, turned so that the chosen "
+                   f"answer is A: 1 is a strong preference for the chosen answer, {mid:g} would "
+                   "be no preference."),
+            Column("n_ratings", pa.int64(), f"1 to {config.study2.ratings_per_pair}",
+                   f"Ratings the pair received (the study asked for "
+                   f"{config.study2.ratings_per_pair}; fewer when a rater's work was never "
+                   "returned)."),
+            Column("agreement", pa.float64(), "0.5 to 1",
+                   "Share of the pair's raters who were on the majority side (preferred the "
+                   "same answer)."),
+            Column("rating_spread", pa.float64(), "0 or more; empty when only one rating",
+                   "Standard deviation of the pair's ratings once all are turned to the same "
+                   "orientation; 0 when every rater gave the same point."),
+            Column("chosen_flagged", pa.bool_(), flag_note,
+                   "True when the hate-speech screening flagged the chosen answer. Flagged "
+                   "answers are kept on purpose, so models can learn what to avoid."),
+            Column("rejected_flagged", pa.bool_(), flag_note,
+                   "True when the screening flagged the rejected answer."),
+        ),
+    )
+    responses = Subset(
+        name="responses",
+        title="Responses (study 1)",
+        source_file="responses.parquet",
+        needed_by="run the collect-responses flow first",
+        description="Every written answer collected in study 1, one row per answer.",
+        columns=(
+            Column("response_id", pa.string(), rid, "Id of the answer."),
+            Column("question_id", pa.string(), qid, "The question answered (see `questions`)."),
+            Column("category", pa.string(), categories, "The question's category."),
+            Column("participant_id", pa.string(), anon,
+                   "Anonymous id of the writer: the same person always has the same id in "
+                   "this release, and it cannot be traced back to a Prolific or Argilla account.",
+                   source="participant_key"),
+            Column("text", pa.string(), "non-empty text", "The answer as the participant wrote it."),
+            Column("quality", pa.int64(), f"{q.min} to {q.max}",
+                   f"The writer's rating of the question's quality ({q.min} = poor, "
+                   f"{q.max} = excellent)."),
+            Column("submitted_at", TIMESTAMP, "UTC date and time", "When the answer was submitted."),
+        ),
+    )
+    labels = config.study2.scale_labels
+    ratings = Subset(
+        name="ratings",
+        title="Ratings (study 2)",
+        source_file="ratings.parquet",
+        needed_by="run the collect-ratings flow first",
+        description=(
+            "Every single rating collected in study 2: a rater saw a question and two answers, "
+            f"shown as A and B, and picked one point of the {k}-point scale, which has no "
+            "neutral middle."
+        ),
+        columns=(
+            Column("rating_id", pa.string(), "text id", "Id of the rating."),
+            Column("pair_id", pa.string(), prid, "The pair rated (see the default configuration)."),
+            Column("question_id", pa.string(), qid, "The question (see `questions`)."),
+            Column("response_a_id", pa.string(), rid, "The answer shown as A."),
+            Column("response_b_id", pa.string(), rid, "The answer shown as B."),
+            Column("swapped", pa.bool_(), "true or false",
+                   "True when the answer shown as A is the pair's second answer (by id order); "
+                   "the display order was randomised per pair to cancel position bias."),
+            Column("rater_id", pa.string(), anon,
+                   "Anonymous id of the rater (same scheme as `participant_id`).",
+                   source="rater_key"),
+            Column("rating", pa.int64(), f"1 to {k}",
+                   "The point picked, on the A/B scale as displayed: "
+                   + "; ".join(f"{i} = {_lower_first(label)}" for i, label in enumerate(labels, start=1))
+                   + "."),
+            Column("submitted_at", TIMESTAMP, "UTC date and time", "When the rating was submitted."),
+        ),
+    )
+    questions = Subset(
+        name="questions",
+        title="Questions",
+        source_file="questions.parquet",
+        needed_by="run the generate-questions flow first",
+        description="The questions of the study, one row per question.",
+        columns=(
+            Column("question_id", pa.string(), qid, "Id of the question (a hash of its text)."),
+            Column("question", pa.string(), "non-empty text", "The question shown to participants."),
+            Column("category", pa.string(), categories, "The social-reasoning category."),
+            Column("source", pa.string(), "`bank`, `file:<name>` or `llm:<model>`",
+                   "Where the question came from: the curated bank shipped with crowdpref, a "
+                   "question file, or a language model asked to write more."),
+            Column("metadata", pa.string(), "JSON object as text",
+                   "Any extra fields the question came with (empty object when none)."),
+        ),
+    )
+    score_columns = tuple(
+        Column(label, pa.float64(), "0 to 1",
+               f"The classifier's score for `{label}`" + (
+                   f"; the answer is flagged at {config.screening.thresholds[label]:g} or above."
+                   if label in config.screening.thresholds else "; recorded, never flags."))
+        for label in screening_scores
+    )
+    screening = Subset(
+        name="screening",
+        title="Screening",
+        source_file="screening.parquet",
+        needed_by="run the screen-responses flow first",
+        description=(
+            "The hate-speech screening of every answer, one row per answer: the classifier "
+            "used, whether it flagged the answer, and its scores."
+        ),
+        columns=(
+            Column("response_id", pa.string(), rid, "The answer screened (see `responses`)."),
+            Column("model", pa.string(), "classifier name",
+                   "The classifier that produced the scores (a detoxify model, or the "
+                   "profanity-check fallback)."),
+            Column("flagged", pa.bool_(), "true or false",
+                   "True when at least one score reached its threshold."),
+            Column("flagged_labels", pa.string(), "comma-separated labels, or empty",
+                   "The labels whose score reached the threshold."),
+            *score_columns,
+        ),
+        required=False,
+    )
+    return [preferences, responses, ratings, questions, screening]
+
+
+# --- anonymous participant ids -------------------------------------------------------------
+def _random_id() -> str:
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def published_ids(path: Path, keys: Iterable[str]) -> dict[str, str]:
+    """Participant key -> random 10-character id. Existing entries of the private mapping file
+    ``path`` are reused (ids stay stable across re-publishing); new keys get new ids and the
+    file is rewritten atomically with mode 0600."""
+    mapping: dict[str, str] = {}
+    if path.exists():
+        try:
+            mapping = dict(json.loads(path.read_text(encoding="utf-8"))["ids"])
+        except (ValueError, KeyError, TypeError):
+            raise CrowdprefError(
+                f"{path}: not a published-ids file (expected {{\"ids\": {{key: id}}}}): restore it "
+                "from a backup, or delete it to give every participant a new id"
+            ) from None
+    used = set(mapping.values())
+    changed = not path.exists()
+    for key in sorted({str(k) for k in keys}):
+        if key in mapping:
+            continue
+        new = _random_id()
+        while new in used:
+            new = _random_id()
+        mapping[key] = new
+        used.add(new)
+        changed = True
+    if changed:
+        write_json({"about": "participant/rater key -> published id; private, never publish",
+                    "ids": mapping}, path, private=True)
+    elif path.stat().st_mode & 0o077:
+        os.chmod(path, 0o600)
+    return mapping
+
+
+# --- the secrets scan ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Needle:
+    number: int
+    text: str
+
+    @property
+    def data(self) -> bytes:
+        return self.text.encode("utf-8")
+
+
+def _needles(forbidden: Iterable[str]) -> list[_Needle]:
+    return [_Needle(number, value) for number, value in enumerate(forbidden, start=1)
+            if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_LENGTH]
+
+
+def _describe(needle: _Needle) -> str:
+    return f"forbidden string #{needle.number} ({len(needle.text)} characters)"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else (value if isinstance(value, str) else str(value))
+
+
+_HASH_BITS = 22
+
+
+def _hash(words: np.ndarray) -> np.ndarray:
+    """Multiplicative hash of 32-bit words to :data:`_HASH_BITS` bits."""
+    return (words * np.uint32(2654435761)) >> np.uint32(32 - _HASH_BITS)
+
+
+def _present(data: bytes, needles: list[_Needle]) -> list[_Needle]:
+    """The needles occurring in ``data``, in one vectorised pass: every 4-byte window of the
+    data is looked up among the needles' first 4 bytes, and only those candidate positions are
+    compared in full (thousands of needles over megabytes take well under a second, where one
+    ``find`` per needle would take tens of seconds)."""
+    if len(data) < MIN_SECRET_LENGTH:
+        return []
+    by_prefix: dict[int, list[_Needle]] = {}
+    for needle in needles:
+        by_prefix.setdefault(int.from_bytes(needle.data[:4], "little"), []).append(needle)
+    arr = np.frombuffer(data, dtype=np.uint8).astype(np.uint32)
+    windows = arr[:-3] | (arr[1:-2] << 8) | (arr[2:-1] << 16) | (arr[3:] << 24)
+    keys = np.fromiter(by_prefix, dtype=np.uint32, count=len(by_prefix))
+    table = np.zeros(1 << _HASH_BITS, dtype=bool)  # a hashed bitmap of the prefixes
+    table[_hash(keys)] = True
+    found: dict[int, _Needle] = {}
+    for pos in np.flatnonzero(table[_hash(windows)]).tolist():
+        for needle in by_prefix.get(int(windows[pos]), ()):
+            if needle.number not in found and data.startswith(needle.data, pos):
+                found[needle.number] = needle
+    return sorted(found.values(), key=lambda n: n.number)
+
+
+def _scan_values(values: list[str], needles: list[_Needle], where: str,
+                 rows: Callable[[], list[str]] | None = None) -> list[tuple[_Needle, str]]:
+    """The needles found in ``values`` with the first row holding each. ``values`` may be a
+    column's distinct values; ``rows`` (giving the full column) then locates the row."""
+    if not values:
+        return []
+    blob = "\n".join(values)
+    present = _present(blob.encode("utf-8"), needles)
+    if not present:
+        return []
+    full = rows() if rows is not None else values
+    out = []
+    for needle in present:
+        row = next((i for i, v in enumerate(full) if needle.text in v), 0)
+        out.append((needle, f"{where} row {row}"))
+    return out
+
+
+def scan_for_secrets(folder: Path, forbidden: Iterable[str]) -> list[str]:
+    """Read every file under ``folder`` and report each forbidden string found, as
+    ``"<file>: column 'c' row n: forbidden string #i (n characters)"`` (or ``line n`` for text
+    files) - the string itself is never repeated; ``#i`` is its 1-based position in
+    ``forbidden``. Parquet files are decoded (their pages are compressed) and every value, column
+    name and metadata entry is searched, then the raw bytes; other files as text and as raw
+    bytes. Strings shorter than :data:`MIN_SECRET_LENGTH` characters are ignored."""
+    folder = Path(folder)
+    needles = _needles(forbidden)
+    hits: list[str] = []
+    if not needles:
+        return hits
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        reported: set[int] = set()
+
+        def report(found: list[tuple[_Needle, str]]) -> None:
+            for needle, where in found:
+                if needle.number not in reported:
+                    reported.add(needle.number)
+                    hits.append(f"{where}: {_describe(needle)}")
+
+        if path.suffix == ".parquet":
+            try:
+                table = pq.read_table(path)
+            except Exception:  # noqa: BLE001 - an unreadable file is still scanned as bytes
+                table = None
+            if table is not None:
+                meta = table.schema.metadata or {}
+                header = [*table.column_names,
+                          *(b.decode("utf-8", "replace") for kv in meta.items() for b in kv)]
+                report([(n, w.replace(" row ", " entry ", 1)) for n, w in
+                        _scan_values(header, needles, f"{rel}: column names/metadata")])
+                for name in table.column_names:
+                    column = table.column(name)
+                    try:
+                        distinct = column.unique().to_pylist()  # ids and labels repeat a lot
+                    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                        distinct = column.to_pylist()
+                    report(_scan_values(
+                        [_text(v) for v in distinct], needles, f"{rel}: column '{name}'",
+                        rows=lambda column=column: [_text(v) for v in column.to_pylist()]))
+        raw = path.read_bytes()
+        lines = raw.split(b"\n")
+        for needle in _present(raw, [n for n in needles if n.number not in reported]):
+            line = next((i for i, ln in enumerate(lines, start=1) if needle.data in ln), None)
+            report([(needle, f"{rel}: line {line}" if line and path.suffix != ".parquet"
+                     else f"{rel}: (bytes)")])
+    return hits
+
+
+def forbidden_strings(run_folder: RunFolder | Path, secrets_: Iterable[str | None] = ()) -> list[str]:
+    """What must never be published, gathered from a run folder's private files: every
+    username and password of the credentials rosters (``private/*roster*.json``), the
+    participant-key salt, every string of ``private/*prolific*.json``, plus ``secrets_``
+    (API keys and tokens from settings; None entries are skipped)."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    out: list[str] = [s for s in secrets_ if s]
+    private = run.private_dir
+    if not private.is_dir():
+        return out
+    for roster in sorted(private.glob("*roster*.json")):
+        data = _read_json(roster)
+        if isinstance(data, dict):
+            for username, entry in data.items():
+                out.append(str(username))
+                if isinstance(entry, dict) and entry.get("password"):
+                    out.append(str(entry["password"]))
+    salt = _read_json(private / "participant-key-salt.json")
+    if isinstance(salt, dict) and salt.get("salt"):
+        out.append(str(salt["salt"]))
+    for path in sorted(private.glob("*prolific*.json")):
+        out += [s for s in _strings(_read_json(path)) if len(s) >= 8]
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _strings(data: Any) -> list[str]:
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [s for k, v in data.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(data, list):
+        return [s for item in data for s in _strings(item)]
+    return []
+
+
+# --- statistics the card reports ------------------------------------------------------------
+def read_stats(path: Path) -> dict[str, Any] | None:
+    """A stats JSON file of the run folder, or None when it is missing or unreadable."""
+    data = _read_json(path) if path.exists() else None
+    return data if isinstance(data, dict) else None
+
+
+def collection_stats(run_folder: RunFolder | Path) -> dict[str, dict[str, int]]:
+    """Counts from the collection ledgers (``study1/ledger.json``, ``study2/ledger.json``):
+    accounts, drop-outs (participants whose unsubmitted work was released), re-allocation rounds
+    and replacement participants. Counts only: no username leaves this function."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    out: dict[str, dict[str, int]] = {}
+    for study in ("study1", "study2"):
+        ledger = read_stats(run.file(study) / "ledger.json")
+        if ledger is None or not isinstance(ledger.get("participants"), list):
+            continue
+        people = [p for p in ledger["participants"] if isinstance(p, dict)]
+        out[study] = {
+            "participants": len(people),
+            "dropped_out": sum(p.get("status") == "released" for p in people),
+            "reallocation_rounds": int(ledger.get("reallocation_rounds") or 0),
+            "replacement_participants": sum(
+                str(p.get("origin", "")).startswith("reallocation") for p in people),
+            "released_items": sum(len(p.get("released_items") or []) for p in people),
+        }
+    return out
+
+
+# --- building the release --------------------------------------------------------------------
+def _to_table(frame: pd.DataFrame, subset: Subset, source: Path) -> pa.Table:
+    arrays = []
+    for column in subset.columns:
+        try:
+            array = pa.Array.from_pandas(frame[column.source_name])
+            if pa.types.is_timestamp(column.type):
+                if pa.types.is_timestamp(array.type) and array.type.tz is None:
+                    array = array.cast(pa.timestamp(array.type.unit, tz="UTC"))
+                array = array.cast(column.type, safe=False)
+            elif pa.types.is_null(array.type):
+                array = pa.nulls(len(array), column.type)
+            else:
+                array = array.cast(column.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            detail = str(exc).splitlines()[0][:120]
+            raise CrowdprefError(
+                f"{source}: column '{column.source_name}' cannot be published as "
+                f"{column.dtype} ({detail}): fix the stage that wrote it"
+            ) from None
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=subset.schema)
+
+
+def _read_source(run: RunFolder, subset: Subset) -> pd.DataFrame | None:
+    path = run.file(subset.source_file)
+    if not path.exists():
+        if subset.required:
+            raise CrowdprefError(f"{path}: not found: {subset.needed_by}")
+        return None
+    frame = pd.read_parquet(path)
+    missing = [c.source_name for c in subset.columns if c.source_name not in frame.columns]
+    if missing:
+        raise CrowdprefError(
+            f"{path}: missing column(s) {', '.join(missing)}: rerun the stage that writes it "
+            f"({subset.needed_by.removeprefix('run ').removesuffix(' first')})"
+        )
+    return frame
+
+
+@dataclass
+class _Built:
+    subset: Subset
+    table: pa.Table
+    file_bytes: int = 0
+
+
+@dataclass
+class _Facts:
+    """Numbers of this run, measured on the data (never invented)."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    questions: int = 0
+    categories: int = 0
+    writers: int = 0
+    answers: int = 0
+    answers_per_question: tuple[int, int] = (0, 0)
+    answers_per_writer: tuple[int, int] = (0, 0)
+    rated_pairs: int = 0
+    raters: int = 0
+    ratings: int = 0
+    ratings_per_pair: tuple[int, int] = (0, 0)
+    ratings_per_rater: tuple[int, int] = (0, 0)
+    preference_rows: int = 0
+    mean_agreement: float | None = None
+    mean_margin: float | None = None
+    flagged_chosen: int | None = None
+    flagged_rejected: int | None = None
+    screened: int | None = None
+    flagged: int | None = None
+    screening_models: list[str] = field(default_factory=list)
+    flagged_per_label: dict[str, int] = field(default_factory=dict)
+
+
+def _span(counts: pd.Series) -> tuple[int, int]:
+    return (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+
+
+def _facts(frames: dict[str, pd.DataFrame]) -> _Facts:
+    f = _Facts(rows={name: len(df) for name, df in frames.items()})
+    questions, responses = frames["questions"], frames["responses"]
+    ratings, prefs = frames["ratings"], frames["default"]
+    f.questions = questions["question_id"].nunique()
+    f.categories = questions["category"].nunique()
+    f.writers = responses["participant_key"].nunique()
+    f.answers = len(responses)
+    f.answers_per_question = _span(responses.groupby("question_id").size())
+    f.answers_per_writer = _span(responses.groupby("participant_key").size())
+    f.rated_pairs = ratings["pair_id"].nunique()
+    f.raters = ratings["rater_key"].nunique()
+    f.ratings = len(ratings)
+    f.ratings_per_pair = _span(ratings.groupby("pair_id").size())
+    f.ratings_per_rater = _span(ratings.groupby("rater_key").size())
+    f.preference_rows = len(prefs)
+    if len(prefs):
+        agreement = pd.to_numeric(prefs["agreement"], errors="coerce").dropna()
+        f.mean_agreement = float(agreement.mean()) if len(agreement) else None
+        f.mean_margin = float(pd.to_numeric(prefs["margin"], errors="coerce").mean())
+        if prefs["chosen_flagged"].notna().any():
+            f.flagged_chosen = int(prefs["chosen_flagged"].fillna(False).astype(bool).sum())
+            f.flagged_rejected = int(prefs["rejected_flagged"].fillna(False).astype(bool).sum())
+    screening = frames.get("screening")
+    if screening is not None:
+        f.screened = len(screening)
+        f.flagged = int(screening["flagged"].fillna(False).astype(bool).sum())
+        f.screening_models = sorted({str(m) for m in screening["model"].dropna()})
+        labels = (screening.loc[screening["flagged"].fillna(False).astype(bool), "flagged_labels"]
+                  .fillna("").astype(str).str.split(","))
+        for label in (x.strip() for row in labels for x in row):
+            if label:
+                f.flagged_per_label[label] = f.flagged_per_label.get(label, 0) + 1
+    return f
+
+
+def build_release(
+    run_folder: RunFolder | Path,
+    config: StudyConfig,
+    *,
+    aggregation: Mapping[str, Any] | None = None,
+    screening: Mapping[str, Any] | None = None,
+    collection: Mapping[str, Mapping[str, Any]] | None = None,
+    forbidden: Iterable[str] = (),
+    repo_id: str | None = None,
+) -> Path:
+    """Write ``<run>/release/`` in Hub layout (see the module docstring) and return its path.
+
+    ``aggregation`` (``aggregation.json``), ``screening`` (screening stats) and ``collection``
+    (:func:`collection_stats`) feed the card; a missing one is reported there as "not
+    available". ``forbidden``: strings that must not appear in any published file (usernames,
+    passwords, API keys, Prolific ids); the original participant keys are always added. The
+    release is built in a staging folder and scanned; any hit raises a one-line
+    :class:`CrowdprefError` and leaves the previous ``release/`` untouched. ``repo_id`` is only
+    used in the card's loading examples."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    subsets = release_subsets(config)
+    frames: dict[str, pd.DataFrame] = {}
+    for subset in subsets:
+        frame = _read_source(run, subset) if subset.name != "screening" else None
+        if frame is not None:
+            frames[subset.name] = frame
+    screening_path = run.screening
+    if screening_path.exists():
+        base = set(SCREENING_BASE)
+        raw = pd.read_parquet(screening_path)
+        scores = [c for c in raw.columns if c not in base and pd.api.types.is_numeric_dtype(raw[c])
+                  and not pd.api.types.is_bool_dtype(raw[c])]
+        subsets = release_subsets(config, scores)
+        frame = _read_source(run, subsets[-1])
+        if frame is not None:
+            frames["screening"] = frame
+    subsets = [s for s in subsets if s.name in frames]
+    facts = _facts(frames)
+
+    keys = {str(k) for k in frames["responses"]["participant_key"].dropna()}
+    keys |= {str(k) for k in frames["ratings"]["rater_key"].dropna()}
+    ids = published_ids(run.private_dir / PUBLISHED_IDS_FILE, keys)
+    frames["responses"] = frames["responses"].assign(
+        participant_key=frames["responses"]["participant_key"].map(ids))
+    frames["ratings"] = frames["ratings"].assign(rater_key=frames["ratings"]["rater_key"].map(ids))
+
+    built = [_Built(s, _to_table(frames[s.name], s, run.file(s.source_file))) for s in subsets]
+    target = run.file(RELEASE_DIR)
+    run.path.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".release-staging-", dir=run.path))
+    os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the release itself is meant to be public
+    try:
+        for item in built:
+            path = staging / item.subset.data_path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(item.table, path)
+            item.file_bytes = path.stat().st_size
+        card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
+                            collection=collection, repo_id=repo_id)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        hits = scan_for_secrets(staging, [*forbidden, *sorted(keys)])
+        if hits:
+            more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+            raise CrowdprefError(
+                f"refusing to publish {target}: {hits[0]}{more}: remove it from the run "
+                "folder's data (or the stats passed in) and build again; nothing was written"
+            )
+        old = None
+        if target.exists():
+            old = run.path / f".release-old-{secrets.token_hex(4)}"
+            target.rename(old)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def release_summary(folder: Path) -> list[dict[str, Any]]:
+    """One row per configuration of a built release: name, file, rows, bytes."""
+    rows = []
+    for path in sorted(Path(folder).glob(f"data/*/{SPLIT}-*.parquet")):
+        rows.append({"config": path.parent.name, "file": path.relative_to(folder).as_posix(),
+                     "rows": pq.ParquetFile(path).metadata.num_rows, "bytes": path.stat().st_size})
+    rows.sort(key=lambda r: (r["config"] != "default", r["config"]))
+    return rows
+
+
+# --- the dataset card -------------------------------------------------------------------------
+NA = "not available"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return NA
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return NA
+        return f"{value:.3f}".rstrip("0").rstrip(".") if value % 1 else f"{value:.0f}"
+    if isinstance(value, (list, tuple, set)):
+        return str(len(value))
+    return str(value)
+
+
+def _get(stats: Mapping[str, Any] | None, *names: str) -> Any:
+    if not stats:
+        return None
+    for name in names:
+        if name in stats and stats[name] is not None:
+            return stats[name]
+    return None
+
+
+def _count(value: Any) -> Any:
+    if isinstance(value, (list, tuple, set, dict)):
+        return len(value)
+    return value
+
+
+def _span_text(span: tuple[int, int]) -> str:
+    lo, hi = span
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _size_category(n: int) -> str:
+    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return label
+    return "n>1M"
+
+
+def _yaml_header(config: StudyConfig, built: list[_Built], facts: _Facts) -> str:
+    from huggingface_hub import DatasetCardData
+
+    pb = config.publish
+    tags = list(dict.fromkeys([*REQUIRED_TAGS, *pb.tags]))
+    configs = []
+    infos = []
+    for item in built:
+        entry: dict[str, Any] = {"config_name": item.subset.name,
+                                 "data_files": [{"split": SPLIT, "path": item.subset.data_glob}]}
+        if item.subset.name == "default":
+            entry["default"] = True
+        configs.append(entry)
+        infos.append({
+            "config_name": item.subset.name,
+            "features": [{"name": c.name, "dtype": c.dtype} for c in item.subset.columns],
+            "splits": [{"name": SPLIT, "num_bytes": int(item.table.nbytes),
+                        "num_examples": item.table.num_rows}],
+            "download_size": item.file_bytes,
+            "dataset_size": int(item.table.nbytes),
+        })
+    creators = ["expert-generated"] + (["machine-generated"] if config.questions.llm.enabled else [])
+    data = DatasetCardData(
+        language=["en"],
+        license=pb.license,
+        pretty_name=pb.pretty_name or config.title,
+        task_categories=["text-generation", "text-classification"],
+        tags=tags,
+        annotations_creators=["crowdsourced"],
+        language_creators=["crowdsourced", *creators],
+        multilinguality=["monolingual"],
+        size_categories=[_size_category(facts.preference_rows)],
+        source_datasets=["original"],
+        configs=configs,
+        dataset_info=infos,
+    )
+    return data.to_yaml()
+
+
+def dataset_card(
+    config: StudyConfig,
+    built: list[_Built],
+    facts: _Facts,
+    *,
+    aggregation: Mapping[str, Any] | None,
+    screening: Mapping[str, Any] | None,
+    collection: Mapping[str, Mapping[str, Any]] | None,
+    repo_id: str | None,
+) -> str:
+    """The README.md: YAML header + the card text (written for this project, in its own words)."""
+    pb = config.publish
+    s1, s2 = config.study1, config.study2
+    title = pb.pretty_name or config.title
+    where = repo_id or pb.repo_id or "path/to/release"
+    names = [item.subset.name for item in built]
+    out: list[str] = ["---", _yaml_header(config, built, facts).rstrip(), "---", "", f"# {title}", ""]
+
+    if pb.content_warning:
+        out += ["> **Content warning.** Participants wrote these answers freely and some may be "
+                "rude, offensive or upsetting. Answers flagged by the hate-speech screening were "
+                "kept on purpose (see the `*_flagged` columns and the `screening` configuration) "
+                "so that models can learn what not to say.", ""]
+
+    out += ["## Summary", ""]
+    summary = (
+        f"Human preference data on social reasoning, collected with people in two studies. In the "
+        f"first, participants wrote their own answers to {facts.questions} questions on social "
+        f"reasoning ({facts.categories} categories). In the second, other participants "
+        f"compared two answers to the same question and said which one they preferred and how "
+        f"strongly. Averaging those judgements gives {facts.preference_rows} `prompt` / `chosen` / "
+        f"`rejected` rows, ready for reward modelling and preference optimisation (DPO and "
+        f"similar). The raw answers, every single rating and the questions are released too."
+    )
+    out += [summary, ""]
+    if config.description:
+        out += [config.description.strip(), ""]
+
+    # method
+    out += ["## How the data was made", "",
+            "The figures below are those of this release, measured on the published data unless "
+            "said otherwise.", ""]
+    c1 = (collection or {}).get("study1") or {}
+    c2 = (collection or {}).get("study2") or {}
+    out += [
+        "| | Value |", "|---|---|",
+        f"| Questions | {facts.questions} |",
+        f"| Categories | {facts.categories} |",
+        f"| Study 1 participants (wrote at least one answer) | {facts.writers} |",
+        f"| Written answers | {facts.answers} |",
+        f"| Study 1: answers per question, R (planned / observed) | {s1.responses_per_question} / "
+        f"{_span_text(facts.answers_per_question)} |",
+        f"| Study 1: questions per participant, Q (planned / observed) | "
+        f"{s1.questions_per_participant} / {_span_text(facts.answers_per_writer)} |",
+        f"| Study 1 drop-outs (work handed to others) | {_fmt(_get(c1, 'dropped_out'))} |",
+        f"| Study 1 re-allocation rounds / replacement participants | "
+        f"{_fmt(_get(c1, 'reallocation_rounds'))} / {_fmt(_get(c1, 'replacement_participants'))} |",
+        f"| Study 2 participants (gave at least one rating) | {facts.raters} |",
+        f"| Rated pairs | {facts.rated_pairs} |",
+        f"| Ratings | {facts.ratings} |",
+        f"| Study 2: ratings per pair, R (planned / observed) | {s2.ratings_per_pair} / "
+        f"{_span_text(facts.ratings_per_pair)} |",
+        f"| Study 2: pairs per participant, Q (planned / observed) | {s2.pairs_per_participant} / "
+        f"{_span_text(facts.ratings_per_rater)} |",
+        f"| Study 2 drop-outs (work handed to others) | {_fmt(_get(c2, 'dropped_out'))} |",
+        f"| Study 2 re-allocation rounds / replacement participants | "
+        f"{_fmt(_get(c2, 'reallocation_rounds'))} / {_fmt(_get(c2, 'replacement_participants'))} |",
+        f"| Preference rows (default configuration) | {facts.preference_rows} |",
+        "",
+    ]
+    if not collection:
+        out += ["Drop-out and re-allocation figures are not available for this release.", ""]
+    q = s1.quality_scale
+    pairs_rule = ("every pair of a question's answers" if s2.pairs == "all"
+                  else f"at most {s2.pairs} pairs of answers per question (a seeded sample)")
+    labels = s2.scale_labels
+    out += [
+        "### Questions", "",
+        "Questions were taken from a hand-written bank, question files and, where enabled, a "
+        "language model asked for more; near-duplicates and questions that were too short or too "
+        "long were removed. The `source` column of the `questions` configuration says where each "
+        "came from.", "",
+        "### Study 1: written answers", "",
+        f"Each participant received a batch of up to {s1.questions_per_participant} different "
+        f"questions and, for each, wrote an answer in their own words and rated the question's "
+        f"quality from {q.min} to {q.max}. Every question was given to "
+        f"{s1.responses_per_question} different people. Questions were handed out so that those "
+        "with the most copies still unassigned went first, which keeps coverage even. "
+        "Participants were asked to be respectful, honest and authentic, to show empathy and "
+        "stay inclusive, to keep a neutral tone, and to explain their reasoning. When someone "
+        "stopped working, the questions they had not answered went back to a pool and were given "
+        "to a new participant.", "",
+        "### Study 2: pairwise ratings", "",
+        f"Pairs were formed from {pairs_rule}. Each rater saw a question with two answers, shown "
+        f"as A and B in a randomised order, and picked one of {s2.scale_points} points: "
+        + ", ".join(f"{i} {_lower_first(label)}" for i, label in enumerate(labels, start=1))
+        + ". There is no neutral point. "
+        + f"Each pair was rated by {s2.ratings_per_pair} different people"
+        + (" (none of whom had written answers in study 1)" if s2.exclude_study1_participants else "")
+        + f" and each rater received up to {s2.pairs_per_participant} pairs. "
+        "Raters judged which answer was more respectful, honest, empathetic, inclusive, "
+        "neutral in its language and better reasoned, weighing one weakness against other "
+        "strengths.", "",
+        "### From ratings to preferences", "",
+        f"The ratings of a pair are turned to the same orientation and averaged. A mean below the "
+        f"midpoint ({s2.midpoint:g}) prefers one answer, above it the other; that answer becomes "
+        "`chosen` and the other `rejected`. Pairs whose mean sits exactly on the midpoint (ties) "
+        "are left out of the default configuration; their ratings remain in `ratings`. "
+        + ("Pairs with fewer ratings than planned are kept and counted below." if
+           config.aggregation.incomplete_pairs == "report_and_keep"
+           else "Pairs with fewer ratings than planned were dropped."), "",
+    ]
+
+    # agreement
+    out += ["## Agreement", ""]
+    alpha = _get(aggregation, "alpha", "krippendorff_alpha")
+    mean_agreement = _get(aggregation, "mean_agreement")
+    agreement_note = ""
+    if mean_agreement is None and facts.mean_agreement is not None:
+        mean_agreement, agreement_note = facts.mean_agreement, " (computed from the `agreement` column)"
+    bias = _get(aggregation, "position_bias")
+    rows = [
+        ("Krippendorff's alpha (ordinal, over all ratings)", alpha),
+        (f"Mean agreement (share of raters on the majority side){agreement_note}", mean_agreement),
+        ("Mean margin", facts.mean_margin),
+        ("Mean rating spread", _get(aggregation, "mean_spread")),
+        ("Pairs formed", _get(aggregation, "pairs")),
+        ("Pairs with at least one rating", _get(aggregation, "rated_pairs")),
+        ("Pairs without any rating", _count(_get(aggregation, "unrated_pairs"))),
+        ("Ties (mean exactly on the midpoint; left out)", _count(_get(aggregation, "ties"))),
+        ("Incomplete pairs (fewer ratings than planned)",
+         _count(_get(aggregation, "incomplete_pairs"))),
+        ("Incomplete pairs dropped", _get(aggregation, "incomplete_dropped")),
+        ("Pairs left out because screening dropped an answer", _get(aggregation, "excluded_pairs")),
+        ("Pairs with more ratings than planned (kept)", _get(aggregation, "over_rated")),
+        ("Repeated ratings of a pair by the same rater", _get(aggregation, "duplicate_rater_ratings")),
+        ("Position bias: mean shift of the ratings as displayed, in scale points "
+         "(negative favours A)", _get(bias, "raw_shift") if isinstance(bias, Mapping) else None),
+    ]
+    out += ["| Measure | Value |", "|---|---|"]
+    out += [f"| {label} | {_fmt(value)} |" for label, value in rows]
+    out.append("")
+    if aggregation is None:
+        out += ["The aggregation statistics are not available for this release; the figures that "
+                "come from them say so.", ""]
+    per_category = _get(aggregation, "per_category")
+    if isinstance(per_category, list) and per_category and all(isinstance(r, Mapping)
+                                                                 for r in per_category):
+        cols = [c for c in per_category[0] if all(
+            isinstance(r.get(c), (int, float, str, type(None))) for r in per_category)]
+        out += ["Per category:", "", "| " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+                "|" + "---|" * len(cols)]
+        out += ["| " + " | ".join(_cell(_fmt(r.get(c))) for c in cols) + " |" for r in per_category]
+        out.append("")
+    truth = _get(aggregation, "truth")
+    if isinstance(truth, Mapping) and truth.get("share") is not None:
+        share = truth.get("share")
+        share_text = f"{share:.1%}" if isinstance(share, (int, float)) else _fmt(share)
+        out += [f"The participants of this run were simulated: the aggregated preference matched "
+                f"the simulation's hidden preference in {share_text} of the "
+                f"{_fmt(truth.get('compared'))} pairs compared.", ""]
+    out += ["Alpha near 1 means raters agree almost perfectly; near 0, no better than chance. "
+            "Preferences about social behaviour are partly a matter of taste, so moderate values "
+            "are expected; `margin` and `agreement` let users keep only the clearer pairs.", ""]
+
+    # screening
+    out += ["## Screening", ""]
+    enabled = _get(screening, "enabled")
+    if (facts.screened is None and screening is None) or enabled is False:
+        out += [f"Screening results are {NA}: "
+                + ("screening was switched off for this study."
+                   if not config.screening.enabled or enabled is False
+                   else "no screening output was found."), ""]
+    else:
+        models = _get(screening, "model") or ", ".join(facts.screening_models) or None
+        fallback = bool(_get(screening, "fallback_used")) or any(
+            "profanity" in m for m in facts.screening_models) or "profanity" in str(models or "")
+        screened = _get(screening, "n_responses", "screened", "n_screened")
+        screened = screened if screened is not None else facts.screened
+        flagged = _count(_get(screening, "n_flagged", "flagged"))
+        flagged = flagged if flagged is not None else facts.flagged
+        policy = _get(screening, "policy") or config.screening.policy
+        description = _get(screening, "description")
+        out += [
+            "Every written answer was passed through a hate-speech classifier. "
+            + ("Flagged answers were kept and marked, not removed." if policy == "flag"
+               else "Flagged answers were removed before pairing."), "",
+        ]
+        for warning in _get(screening, "warnings") or []:
+            out += [f"> **Warning:** {warning}", ""]
+        out += [
+            "| | Value |", "|---|---|",
+            f"| Classifier | {_fmt(models)}{' (fallback)' if fallback else ''} |",
+            f"| Answers screened | {_fmt(screened)} |",
+            f"| Answers flagged | {_fmt(flagged)} |",
+            f"| Preference rows whose chosen / rejected answer is flagged | "
+            f"{_fmt(facts.flagged_chosen)} / {_fmt(facts.flagged_rejected)} |",
+            f"| Policy | {policy} |",
+            "",
+        ]
+        if isinstance(description, str) and description.strip():
+            out += [_cell(description.strip()), ""]
+        per_label = _get(screening, "flagged_per_label") or facts.flagged_per_label
+        if isinstance(per_label, Mapping) and per_label:
+            out += ["Flags per label: " + ", ".join(f"{k} {_fmt(v)}" for k, v in per_label.items())
+                    + ".", ""]
+        thresholds = _get(screening, "thresholds")
+        if not isinstance(thresholds, Mapping):
+            thresholds = None if fallback else config.screening.thresholds
+        if thresholds:
+            out += ["A label flags an answer at or above its threshold: "
+                    + ", ".join(f"{k} {_fmt(float(v))}" for k, v in thresholds.items()) + ".", ""]
+        limitation = _get(screening, "limitations")
+        if isinstance(limitation, str) and limitation.strip():
+            out += [f"**Limitations.** {_cell(limitation.strip())}", ""]
+        elif fallback:
+            out += ["**Limitations.** The main classifier (detoxify) could not be loaded, so the "
+                    "answers were screened with the fallback. " + FALLBACK_LIMITATION, ""]
+        else:
+            out += ["**Limitations.** Not available (the screening stage left no statistics).", ""]
+        out += ["An automatic classifier makes mistakes both ways: treat the flags as a hint, "
+                "not a verdict.", ""]
+
+    # configurations and columns
+    out += ["## Configurations and columns", "",
+            f"Each configuration has one `{SPLIT}` split stored as one Parquet file.", "",
+            "| Configuration | File | Rows |", "|---|---|---|"]
+    out += [f"| `{item.subset.name}` | `{item.subset.data_path}` | {item.table.num_rows} |"
+            for item in built]
+    out.append("")
+    for item in built:
+        subset = item.subset
+        out += [f"### `{subset.name}`: {subset.title}", "", subset.description, "",
+                "| Column | Type | Allowed values | Meaning |", "|---|---|---|---|"]
+        out += [f"| `{c.name}` | {c.dtype} | {_cell(c.allowed)} | {_cell(c.meaning)} |"
+                for c in subset.columns]
+        out.append("")
+
+    # privacy
+    out += [
+        "## Privacy", "",
+        f"Participants are identified only by random {ID_LENGTH}-character ids "
+        "(`participant_id`, `rater_id`), drawn at random for this dataset and unrelated to any "
+        "Prolific id, Argilla username or internal key; the table linking them stays with the "
+        "study team. The release contains no usernames, passwords or API keys: every file is "
+        "scanned for them before it is published. Answer texts are published as written; they "
+        "were not edited for personal details.", "",
+    ]
+
+    # loading
+    out += [
+        "## How to load it", "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'prefs = load_dataset("{where}", split="{SPLIT}")  # default configuration',
+        *[f'{n} = load_dataset("{where}", "{n}", split="{SPLIT}")' for n in names if n != "default"],
+        "```", "",
+        "With TRL (reward modelling or DPO), keep the standard preference columns; the "
+        "reward trainer also uses `margin`:", "",
+        "```python",
+        "from datasets import load_dataset",
+        "from trl import RewardConfig, RewardTrainer",
+        "",
+        f'train = load_dataset("{where}", split="{SPLIT}")',
+        'train = train.select_columns(["prompt", "chosen", "rejected", "margin"])',
+        "trainer = RewardTrainer(model=model, args=RewardConfig(output_dir=\"rm\"),",
+        "                        train_dataset=train, processing_class=tokenizer)",
+        "```", "",
+        "To keep only clear preferences, filter first, e.g. "
+        "`train.filter(lambda row: row[\"agreement\"] == 1.0)`.", "",
+    ]
+
+    # licence and citation
+    out += ["## Licence", "", f"Released under the `{pb.license}` licence.", ""]
+    out += ["## Citation", ""]
+    if pb.citation:
+        out += ["```", pb.citation.strip(), "```", ""]
+    else:
+        out += ["No citation has been given for this dataset yet.", ""]
+    return "\n".join(out)
+
+
+# --- pushing to the Hub -----------------------------------------------------------------------
+class PushError(CrowdprefError):
+    """The Hub refused or could not be reached. ``retryable`` is False for problems a retry
+    cannot fix (credentials, permissions, offline mode)."""
+
+    def __init__(self, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """Where the release is: always the local folder; the Hub URL when it was pushed."""
+
+    folder: Path
+    pushed: bool
+    repo_id: str | None = None
+    url: str | None = None
+    commit_url: str | None = None
+    private: bool | None = None
+    message: str = ""
+
+
+def validate_repo_id(repo_id: str) -> str:
+    """``owner/name`` as the Hub accepts it; a one-line :class:`ConfigError` otherwise."""
+    parts = repo_id.split("/") if isinstance(repo_id, str) else []
+    ok = (len(parts) == 2 and all(REPO_PART_RE.fullmatch(p) for p in parts)
+          and len(parts[1]) <= 96 and "--" not in repo_id and ".." not in repo_id)
+    if not ok:
+        raise ConfigError(
+            f"Hub repo id {repo_id!r} is malformed: it must be 'owner/name' (letters, digits, "
+            "'-', '_', '.'; no '--' or '..'): set CROWDPREF_HF_REPO_ID or publish.repo_id to "
+            "e.g. my-org/social-reasoning-rlhf"
+        )
+    return repo_id
+
+
+def hub_dataset_url(repo_id: str, endpoint: str | None = None) -> str:
+    return f"{(endpoint or DEFAULT_ENDPOINT).rstrip('/')}/datasets/{repo_id}"
+
+
+def _offline_now() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return bool(constants.HF_HUB_OFFLINE) or env.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _clean(text: str, token: str) -> str:
+    text = " ".join(str(text).split())
+    if token:
+        text = text.replace(token, "***")
+    return re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)[:160]
+
+
+def push_release(
+    folder: Path,
+    repo_id: str | None,
+    token: str | None,
+    private: bool = True,
+    endpoint: str | None = None,
+) -> PushResult:
+    """Upload a built release to the Hub as a dataset repo: ``create_repo(exist_ok=True)`` then
+    ``upload_folder`` (files of the same name are overwritten, so pushing again is safe).
+
+    Without ``repo_id`` or ``token`` nothing is pushed and the result says where the folder is.
+    Every failure is a one-line :class:`PushError` naming the repo, the endpoint and the setting
+    to fix; it never contains the token."""
+    folder = Path(folder)
+    if not (folder / "README.md").is_file():
+        raise CrowdprefError(f"{folder}: not a built release (no README.md): build it first")
+    if not repo_id or not token:
+        missing = " and ".join(n for n, v in (("CROWDPREF_HF_REPO_ID (or publish.repo_id)", repo_id),
+                                              ("HF_TOKEN (or CROWDPREF_HF_TOKEN)", token)) if not v)
+        return PushResult(folder=folder, pushed=False, repo_id=repo_id or None,
+                          message=f"not pushed ({missing} not set): the release is in {folder}")
+    validate_repo_id(repo_id)
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, HfUriError, OfflineModeIsEnabled
+
+    shown_endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+    where = f"{repo_id} at {shown_endpoint}"
+    if _offline_now():
+        raise PushError(f"cannot push {where}: offline mode is on (HF_HUB_OFFLINE is set): unset "
+                        f"HF_HUB_OFFLINE to push, or unset CROWDPREF_HF_REPO_ID to keep the release "
+                        f"in {folder}")
+    api = HfApi(endpoint=shown_endpoint, token=token)
+    try:
+        try:
+            repo_url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        except HfUriError:
+            # huggingface_hub 2.4: after a 401/403 on create, create_repo(exist_ok=True) finds the
+            # repo (repo_info succeeded) but cannot build its URL for a non-huggingface.co
+            # endpoint. The repo exists; the upload below reports what the token may do.
+            repo_url = None
+        info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="dataset",
+                                 commit_message="Publish dataset release (crowdpref)")
+    except OfflineModeIsEnabled:
+        raise PushError(f"cannot push {where}: offline mode is on (HF_HUB_OFFLINE is set): unset "
+                        "HF_HUB_OFFLINE to push, or unset CROWDPREF_HF_REPO_ID") from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        detail = _clean(getattr(exc, "server_message", None) or str(exc).splitlines()[0], token)
+        if status == 401:
+            msg = (f"the Hub refused the token for {where} (401 unauthorized): set HF_TOKEN "
+                   "(or CROWDPREF_HF_TOKEN) to a valid write token")
+            raise PushError(msg) from None
+        if status == 403:
+            msg = (f"the token may not write to {where} (403 forbidden: {detail}): use a token "
+                   "with write access (HF_TOKEN / CROWDPREF_HF_TOKEN) or a repo you own "
+                   "(CROWDPREF_HF_REPO_ID)")
+            raise PushError(msg) from None
+        if status == 404:
+            msg = (f"{where}: not found (404): check CROWDPREF_HF_REPO_ID and "
+                   "CROWDPREF_HF_ENDPOINT, and that the token (HF_TOKEN) can see the owner")
+            raise PushError(msg) from None
+        retry = status is None or status >= 500 or status == 429
+        raise PushError(f"pushing {where} failed (HTTP {status}: {detail}): "
+                        + ("try again later" if retry else "check CROWDPREF_HF_REPO_ID / HF_TOKEN"),
+                        retryable=retry) from None
+    except (OSError, ConnectionError) as exc:  # httpx transport errors, refused connections
+        raise PushError(f"cannot reach the Hub for {where} ({type(exc).__name__}: "
+                        f"{_clean(str(exc), token)}): check the network and "
+                        "CROWDPREF_HF_ENDPOINT", retryable=True) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. httpx errors that are not OSError
+        if type(exc).__module__.startswith(("httpx", "httpcore")):
+            raise PushError(f"cannot reach the Hub for {where} ({type(exc).__name__}: "
+                            f"{_clean(str(exc), token)}): check the network and "
+                            "CROWDPREF_HF_ENDPOINT", retryable=True) from None
+        raise
+    url = str(repo_url) if repo_url else hub_dataset_url(repo_id, shown_endpoint)
+    return PushResult(folder=folder, pushed=True, repo_id=repo_id, url=url,
+                      commit_url=getattr(info, "commit_url", None), private=private,
+                      message=f"pushed {folder} to {url}")

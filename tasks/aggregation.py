@@ -1,0 +1,156 @@
+"""Prefect tasks over :mod:`crowdpref.aggregation`: read the study files, aggregate the ratings,
+write ``preferences.parquet`` and ``aggregation.json``, and show the statistics as artifacts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NONE
+
+from crowdpref.aggregation import AggregationResult, aggregate, check_truth, truth_by_text
+from crowdpref.config import StudyConfig
+from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
+from tasks.collection import artifact_key
+
+REPORT_ROWS = 200
+TRUTH_RESPONSES = "crowd-truth-responses.parquet"
+TRUTH_STUDY1 = "crowd-truth-study1.parquet"
+
+
+@dataclass
+class AggregationInputs:
+    questions: pd.DataFrame
+    responses: pd.DataFrame
+    pairs: pd.DataFrame
+    ratings: pd.DataFrame
+    screening: pd.DataFrame | None
+    truth: pd.DataFrame | None  # response_id, hidden_quality (simulated crowd only)
+    truth_source: str | None
+
+
+@task(name="read-aggregation-inputs", cache_policy=NONE, retries=2, retry_delay_seconds=1)
+def read_inputs(run: RunFolder) -> AggregationInputs:
+    """questions, responses, pairs and ratings (a missing one is a one-line error naming the
+    stage to run first), plus screening.parquet and the simulated crowd's truth when present."""
+    questions = read_parquet(run.questions, "run the generate-questions flow first")
+    responses = read_parquet(run.responses, "run the collect-responses flow first (study 1)")
+    pairs = read_parquet(run.pairs, "run the collect-ratings flow first (study 2 builds the pairs)")
+    ratings = read_parquet(run.ratings, "run the collect-ratings flow first (study 2)")
+    screening = pd.read_parquet(run.screening) if run.screening.exists() else None
+    truth, source = None, None
+    by_response = run.private_dir / TRUTH_RESPONSES
+    by_user = run.private_dir / TRUTH_STUDY1
+    if by_response.exists():
+        truth, source = pd.read_parquet(by_response), TRUTH_RESPONSES
+    elif by_user.exists():
+        truth, source = truth_by_text(pd.read_parquet(by_user), responses), f"{TRUTH_STUDY1} (by text)"
+    return AggregationInputs(questions, responses, pairs, ratings, screening, truth, source)
+
+
+@task(name="aggregate-ratings", cache_policy=NONE)
+def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationResult:
+    """Un-swap, average per pair, decide chosen/rejected; statistics; check against the truth
+    of a simulated crowd when there is one. Deterministic, so not retried."""
+    logger = get_run_logger()
+    excluded: set[str] = set()
+    if inputs.screening is not None and cfg.screening.policy == "drop":
+        flagged = inputs.screening["flagged"].eq(True)
+        excluded = set(inputs.screening.loc[flagged, "response_id"])
+    result = aggregate(
+        inputs.ratings, inputs.pairs, inputs.responses, inputs.questions,
+        scale_points=cfg.study2.scale_points,
+        ratings_per_pair=cfg.study2.ratings_per_pair,
+        config=cfg.aggregation,
+        screening=inputs.screening,
+        excluded_response_ids=excluded,
+    )
+    if inputs.truth is not None:
+        result.stats.truth = check_truth(result.preferences, inputs.truth)
+        logger.info("agreement with the hidden truth (%s): %.3f over %d rows", inputs.truth_source,
+                    result.stats.truth.share, result.stats.truth.compared)
+    if inputs.screening is None:
+        logger.warning("no screening.parquet: chosen_flagged/rejected_flagged are all False "
+                       "(run screen-responses first to mark flagged answers)")
+    for line in result.anomalies:
+        logger.warning(line)
+    return result
+
+
+@task(name="write-preferences", cache_policy=NONE, retries=2, retry_delay_seconds=1)
+def write_outputs(result: AggregationResult, run: RunFolder) -> Path:
+    """``aggregation.json`` first, then ``preferences.parquet`` (the file that marks the stage
+    done), both atomically: safe to retry."""
+    write_json(result.stats.to_dict(), run.file("aggregation.json"))
+    return write_parquet(result.preferences, run.preferences)
+
+
+@task(name="aggregation-artifacts", cache_policy=NONE)
+def publish_aggregation_artifacts(study: str, result: AggregationResult) -> None:
+    """Statistics (markdown), per-category counts (table), ties and incomplete pairs (table),
+    and the Bradley-Terry best/worst answers when fitted."""
+    create_markdown_artifact(
+        key=artifact_key(study, "aggregation-stats"),
+        markdown=stats_markdown(result),
+        description=f"{result.stats.kept} preference rows from {result.stats.pairs} pairs.",
+    )
+    create_table_artifact(
+        key=artifact_key(study, "aggregation-per-category"),
+        table=[{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
+               for row in result.stats.per_category] or [{"category": "(none)"}],
+        description="Per category: pairs, rated, kept, ties, incomplete, excluded, mean agreement.",
+    )
+    report = result.pair_stats[(result.pair_stats["status"] != "kept") | result.pair_stats["incomplete"]]
+    shown = report.head(REPORT_ROWS)
+    rows = [{"pair_id": r.pair_id, "question_id": r.question_id, "status": r.status,
+             "incomplete": bool(r.incomplete), "n_ratings": int(r.n_ratings),
+             "mean": None if pd.isna(r.mean) else round(float(r.mean), 3)}
+            for r in shown.itertuples()]
+    create_table_artifact(
+        key=artifact_key(study, "aggregation-ties-incomplete"),
+        table=rows or [{"pair_id": "(none)", "status": "every pair complete and decided"}],
+        description=f"Ties, incomplete, unrated and excluded pairs (first {REPORT_ROWS} of "
+                    f"{len(report)}).",
+    )
+    if result.bradley_terry_extremes is not None:
+        create_table_artifact(
+            key=artifact_key(study, "aggregation-bradley-terry"),
+            table=result.bradley_terry_extremes.head(REPORT_ROWS).round(3).to_dict(orient="records"),
+            description="Bradley-Terry: best and worst answer per question.",
+        )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.{digits}f}"
+
+
+def stats_markdown(result: AggregationResult) -> str:
+    s = result.stats
+    pb = s.position_bias
+    lines = [
+        "# Aggregation", "",
+        f"- pairs: {s.pairs} ({s.rated_pairs} rated, {s.unrated_pairs} unrated, "
+        f"{s.excluded_pairs} excluded by screening)",
+        f"- ratings used: {s.ratings} on a {s.scale_points}-point scale (midpoint {s.midpoint:g})",
+        f"- preference rows: **{s.kept}**; ties left out: {s.ties}; incomplete: {s.incomplete_pairs} "
+        f"({s.incomplete_policy}, {s.incomplete_dropped} dropped)",
+        f"- Krippendorff's alpha (ordinal): **{_fmt(s.alpha)}**",
+        f"- mean agreement (share on the majority side): {_fmt(s.mean_agreement)}; "
+        f"mean margin: {_fmt(s.mean_margin)}; mean spread: {_fmt(s.mean_spread)}",
+        f"- flagged answers among preference rows: {s.chosen_flagged} chosen, "
+        f"{s.rejected_flagged} rejected",
+        f"- position bias: raw mean {_fmt(pb.raw_mean)} (shift {_fmt(pb.raw_shift)}, "
+        f"{_fmt(100 * pb.raw_share_a, 1)}% on the A side) vs un-swapped mean "
+        f"{_fmt(pb.unswapped_mean)} (shift {_fmt(pb.unswapped_shift)})",
+    ]
+    if s.bradley_terry_questions is not None:
+        lines.append(f"- Bradley-Terry fitted for {s.bradley_terry_questions} questions")
+    if s.truth is not None:
+        lines.append(f"- agreement with the simulated crowd's hidden quality: "
+                     f"**{_fmt(s.truth.share)}** over {s.truth.compared} rows "
+                     f"({s.truth.truth_ties} truth ties, {s.truth.unknown} unknown)")
+    lines += ["", "## Reported", ""] + ([f"- {a}" for a in result.anomalies] or ["nothing"])
+    return "\n".join(lines)

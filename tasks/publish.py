@@ -1,0 +1,135 @@
+"""Prefect tasks over :mod:`crowdpref.publish`: build the release folder, scan it again right
+before it leaves the machine, push it to the Hugging Face Hub, and show the result as artifacts.
+
+Secrets never travel as task parameters: tasks receive the :class:`Settings` (``SecretStr``
+fields) and read the token inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NONE
+
+from crowdpref.config import StudyConfig
+from crowdpref.errors import CrowdprefError
+from crowdpref.publish import (
+    PushError,
+    PushResult,
+    build_release,
+    collection_stats,
+    forbidden_strings,
+    push_release,
+    read_stats,
+    release_summary,
+    scan_for_secrets,
+)
+from crowdpref.runfolder import RunFolder
+from crowdpref.settings import Settings
+
+AGGREGATION_STATS = "aggregation.json"
+SCREENING_STATS = ("screening.json", "screening-stats.json", "screening-report.json")
+"""Where the screening stage may leave its statistics (first one found is used)."""
+
+
+def settings_secrets(settings: Settings) -> list[str]:
+    """Every credential the settings know of: API keys/tokens and the embedded Argilla owner's
+    key and password."""
+    values = [s.get_secret_value() for s in (settings.argilla_api_key, settings.hf_token,
+                                             settings.openai_api_key, settings.prolific_token)
+              if s is not None]
+    owner = read_stats(settings.owner_credentials_file)
+    if owner:
+        values += [str(owner[k]) for k in ("api_key", "password") if owner.get(k)]
+    return values
+
+
+def release_forbidden(run: RunFolder, settings: Settings) -> list[str]:
+    """Usernames, passwords, salts and Prolific ids from the run's private files + the settings'
+    credentials (the original participant keys are added by the build itself)."""
+    return forbidden_strings(run, settings_secrets(settings))
+
+
+# Deterministic and local: a retry would only repeat the failure. The run folder's release/
+# is replaced atomically, so a rerun simply rebuilds it.
+@task(name="build-release", cache_policy=NONE)
+def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
+                          repo_id: str | None) -> Path:
+    """Anonymise, write ``<run>/release/`` in Hub layout with its card, and scan it (the build
+    refuses if a forbidden string is found)."""
+    logger = get_run_logger()
+    aggregation = read_stats(run.file(AGGREGATION_STATS))
+    screening = next((s for s in (read_stats(run.file(n)) for n in SCREENING_STATS) if s), None)
+    collection = collection_stats(run)
+    for name, value in (("aggregation", aggregation), ("screening", screening),
+                        ("collection", collection)):
+        if not value:
+            logger.warning(f"no {name} statistics in {run.path}: the card says 'not available'")
+    folder = build_release(run, cfg, aggregation=aggregation, screening=screening,
+                           collection=collection or None,
+                           forbidden=release_forbidden(run, settings), repo_id=repo_id)
+    logger.info(f"release built in {folder}")
+    return folder
+
+
+@task(name="scan-release", cache_policy=NONE)
+def scan_release(folder: Path, run: RunFolder, settings: Settings) -> int:
+    """Scan the release once more, right before it is pushed (it may have been edited since
+    the build). Returns the number of forbidden strings checked."""
+    forbidden = release_forbidden(run, settings)
+    keys_file = run.private_dir / "published-ids.json"
+    ids = read_stats(keys_file) or {}
+    forbidden += list((ids.get("ids") or {}).keys())  # the original participant keys
+    hits = scan_for_secrets(folder, forbidden)
+    if hits:
+        raise CrowdprefError(f"refusing to push {folder}: {hits[0]}"
+                             + (f" (and {len(hits) - 1} more)" if len(hits) > 1 else "")
+                             + ": rebuild the release (publish-dataset) after fixing the data")
+    return len(forbidden)
+
+
+def _retry_push(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry only what a retry can fix (network, Hub 5xx/429), not credentials or offline mode."""
+    exc = getattr(state, "data", None)
+    if not isinstance(exc, BaseException):
+        try:
+            exc = state.result(raise_on_failure=False)
+        except Exception:  # noqa: BLE001
+            return False
+    return isinstance(exc, PushError) and exc.retryable
+
+
+# upload_folder overwrites files of the same name and skips unchanged ones, so a retry or a
+# second push has the same effect as one (it costs an upload, hence at most two retries).
+@task(name="push-release", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 20],
+      retry_condition_fn=_retry_push)
+def push_dataset_release(folder: Path, repo_id: str | None, settings: Settings,
+                         private: bool) -> PushResult:
+    """Create the dataset repo (if needed) and upload the release folder."""
+    token = settings.hf_token.get_secret_value() if settings.hf_token is not None else None
+    result = push_release(folder, repo_id, token, private=private, endpoint=settings.hf_endpoint)
+    get_run_logger().info(result.message)
+    return result
+
+
+@task(name="release-artifacts", cache_policy=NONE)
+def release_artifacts(study: str, result: PushResult) -> None:
+    """A link to the Hub repo (or the local folder), the card, and a table of configurations
+    with their row counts (keys ``<study>-release...``)."""
+    folder = result.folder
+    if result.pushed and result.url:
+        create_link_artifact(key=f"{study}-release", link=result.url,
+                             link_text=f"{result.repo_id} on the Hub"
+                             + (" (private)" if result.private else ""),
+                             description=result.message)
+    else:
+        create_link_artifact(key=f"{study}-release", link=folder.resolve().as_uri(),
+                             link_text=f"release folder {folder}", description=result.message)
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    body = card.split("\n---\n", 1)[1] if card.startswith("---\n") and "\n---\n" in card else card
+    create_markdown_artifact(key=f"{study}-dataset-card", markdown=body,
+                             description="The dataset card (README.md) without its YAML header.")
+    create_table_artifact(key=f"{study}-release-configs", table=release_summary(folder),
+                          description="Configurations of the release: file and rows.")

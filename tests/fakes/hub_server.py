@@ -1,0 +1,284 @@
+"""A fake Hugging Face Hub, so tests can drive the REAL ``huggingface_hub.HfApi`` over HTTP.
+
+    with FakeHubServer() as hub:
+        api = HfApi(endpoint=hub.url, token=hub.write_token)
+        api.create_repo("me/data", repo_type="dataset", private=True, exist_ok=True)
+        api.upload_folder(repo_id="me/data", folder_path=folder, repo_type="dataset")
+        hub.repos["datasets/me/data"].files  # {"README.md": b"...", ...}
+
+It implements just what ``create_repo`` + ``upload_folder`` of huggingface_hub 2.x call (read
+from ``hf_api.py`` / ``_commit_api.py`` / ``_upload_pipeline.py``):
+
+``POST /api/repos/create``                       ``{name, organization, type, visibility}``;
+                                                 409 when it exists (``exist_ok`` accepts that)
+``GET  /api/{type}s/{owner}/{name}[/revision/r]`` repo info (used after a 403 on create)
+``POST /api/validate-yaml``                      README metadata check (YAML must parse)
+``POST /api/{type}s/{repo}/preupload/{rev}``     answers every file ``uploadMode: regular``
+                                                 (with the git oid of the stored copy, so
+                                                 unchanged files are skipped like on the Hub)
+``POST /api/{type}s/{repo}/commit/{rev}``        NDJSON: a ``header`` line, then ``file``
+                                                 lines with base64 content (``lfsFile`` lines
+                                                 are refused: nothing here stores LFS objects)
+``GET  /api/whoami-v2``                          the token's user
+
+Tokens: ``write_token`` may do everything, ``read_token`` may read but gets 403 on writes,
+anything else gets 401 (whose body echoes the token, as careless servers do, so tests can check
+that it is never repeated). ``fail_next`` injects error statuses into the next POSTs.
+``requests`` logs ``(method, path)`` of every call; ``repos`` holds what arrived (``private``
+flag, files and their bytes, commits).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import yaml
+
+WRITE_TOKEN = "hf_fakeWriteToken0123456789abcdef"
+READ_TOKEN = "hf_fakeReadToken0123456789abcdef"
+USER = "crowdpref-tester"
+
+
+def git_blob_oid(content: bytes) -> str:
+    """The git object id of a blob (what the Hub reports for regular files)."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+@dataclass
+class FakeRepo:
+    repo_type: str
+    repo_id: str
+    private: bool
+    files: dict[str, bytes] = field(default_factory=dict)
+    commits: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def sha(self) -> str:
+        return self.commits[-1]["oid"] if self.commits else "0" * 40
+
+
+class FakeHubServer:
+    def __init__(self, users: dict[str, tuple[str, str]] | None = None):
+        #: token -> (username, role "write" | "read")
+        self.users = users or {WRITE_TOKEN: (USER, "write"), READ_TOKEN: (USER, "read")}
+        self.write_token = WRITE_TOKEN
+        self.read_token = READ_TOKEN
+        self.repos: dict[str, FakeRepo] = {}  # "<type>s/<owner>/<name>" -> repo
+        self.requests: list[tuple[str, str]] = []
+        #: status codes to answer the next POSTs with (one per request), e.g. [503]
+        self.fail_next: list[int] = []
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "server not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeHubServer:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeHubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # queries for tests -------------------------------------------------------------------
+    def dataset(self, repo_id: str) -> FakeRepo:
+        return self.repos[f"datasets/{repo_id}"]
+
+
+def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
+    repo_path = re.compile(
+        r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)(?:/(preupload|commit|revision)/([^/]+))?$")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        # helpers ----------------------------------------------------------------------
+        def _body(self) -> bytes:
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _user(self, write: bool) -> tuple[str, str] | None:
+            """The caller's (user, role), or None after answering 401/403."""
+            auth = self.headers.get("Authorization", "")
+            token = auth.removeprefix("Bearer ").strip()
+            user = hub.users.get(token)
+            if user is None:
+                self._send(401, {"error": f"Invalid credentials in Authorization header: {token!r}"})
+                return None
+            if write and user[1] != "write":
+                self._send(403, {"error": "You don't have the rights to write to this repo "
+                                          "(read-only token)"})
+                return None
+            return user
+
+        def _repo_or_404(self, key: str, user: tuple[str, str]) -> FakeRepo | None:
+            repo = hub.repos.get(key)  # one user: private repos are visible to every valid token
+            if repo is None:
+                self._send(404, {"error": "Repository not found"},
+                           {"X-Error-Code": "RepoNotFound"})
+                return None
+            return repo
+
+        # routes ------------------------------------------------------------------------
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?")[0]
+            hub.requests.append(("GET", path))
+            if path == "/api/whoami-v2":
+                user = self._user(write=False)
+                if user:
+                    self._send(200, {"type": "user", "name": user[0],
+                                     "auth": {"accessToken": {"role": user[1]}}})
+                return
+            match = repo_path.match(path)
+            if match and match.group(4) in (None, "revision"):
+                user = self._user(write=False)
+                if user is None:
+                    return
+                kind, owner, name = match.group(1), match.group(2), match.group(3)
+                repo = self._repo_or_404(f"{kind}/{owner}/{name}", user)
+                if repo is None:
+                    return
+                self._send(200, {
+                    "id": repo.repo_id, "_id": uuid.uuid5(uuid.NAMESPACE_URL, repo.repo_id).hex,
+                    "private": repo.private, "sha": repo.sha, "author": owner,
+                    "siblings": [{"rfilename": f} for f in sorted(repo.files)],
+                    "tags": [], "downloads": 0, "likes": 0,
+                })
+                return
+            self._send(404, {"error": f"not implemented in the fake hub: GET {path}"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            path = self.path.split("?")[0]
+            hub.requests.append(("POST", path))
+            body = self._body()
+            with hub.lock:
+                failure = hub.fail_next.pop(0) if hub.fail_next else None
+            if failure is not None:
+                self._send(failure, {"error": f"injected failure {failure}"})
+                return
+            if path == "/api/validate-yaml":
+                self._validate_yaml(body)
+                return
+            if path == "/api/repos/create":
+                self._create(body)
+                return
+            match = repo_path.match(path)
+            if match and match.group(4) in ("preupload", "commit"):
+                user = self._user(write=True)
+                if user is None:
+                    return
+                kind, owner, name, action = match.group(1), match.group(2), match.group(3), match.group(4)
+                repo = self._repo_or_404(f"{kind}/{owner}/{name}", user)
+                if repo is None:
+                    return
+                if action == "preupload":
+                    files = json.loads(body)["files"]
+                    self._send(200, {"files": [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                         "oid": git_blob_oid(repo.files[f["path"]]) if f["path"] in repo.files else None}
+                        for f in files]})
+                else:
+                    self._commit(repo, body)
+                return
+            self._send(404, {"error": f"not implemented in the fake hub: POST {path}"})
+
+        def _validate_yaml(self, body: bytes) -> None:
+            content = json.loads(body).get("content", "")
+            match = re.match(r"^---\n(.*?)\n---\n", content, re.S)
+            try:
+                meta = yaml.safe_load(match.group(1)) if match else None
+            except yaml.YAMLError as exc:
+                self._send(400, {"errors": [{"message": f"invalid YAML: {exc}"}], "warnings": []})
+                return
+            warnings = ([] if isinstance(meta, dict) and meta
+                        else [{"message": "empty or missing yaml metadata"}])
+            self._send(200, {"errors": [], "warnings": warnings})
+
+        def _create(self, body: bytes) -> None:
+            user = self._user(write=True)
+            if user is None:
+                return
+            payload = json.loads(body)
+            kind = payload.get("type") or "model"
+            owner = payload.get("organization") or user[0]
+            repo_id = f"{owner}/{payload['name']}"
+            key = f"{kind}s/{repo_id}"
+            url = f"{hub.url}/{'' if kind == 'model' else kind + 's/'}{repo_id}"
+            with hub.lock:
+                if key in hub.repos:
+                    self._send(409, {"error": "You already created this repo", "url": url})
+                    return
+                hub.repos[key] = FakeRepo(kind, repo_id, private=payload.get("visibility") == "private")
+            self._send(200, {"url": url, "name": repo_id, "id": uuid.uuid4().hex})
+
+        def _commit(self, repo: FakeRepo, body: bytes) -> None:
+            lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+            if not lines or lines[0].get("key") != "header":
+                self._send(400, {"error": "first NDJSON line must be the header"})
+                return
+            added: dict[str, bytes] = {}
+            deleted: list[str] = []
+            for line in lines[1:]:
+                key, value = line.get("key"), line.get("value", {})
+                if key == "file":
+                    if value.get("encoding") != "base64":
+                        self._send(400, {"error": "file content must be base64"})
+                        return
+                    added[value["path"]] = base64.b64decode(value["content"])
+                elif key in ("deletedFile", "deletedFolder"):
+                    deleted.append(value["path"])
+                else:
+                    self._send(400, {"error": f"the fake hub does not store {key!r} operations"})
+                    return
+            oid = hashlib.sha1(body).hexdigest()
+            with hub.lock:
+                for path in deleted:
+                    inside = path.rstrip("/") + "/"
+                    for existing in [p for p in repo.files if p == path or p.startswith(inside)]:
+                        del repo.files[existing]
+                repo.files.update(added)
+                repo.commits.append({"oid": oid, "summary": lines[0]["value"].get("summary"),
+                                     "files": sorted(added), "deleted": deleted})
+            prefix = "" if repo.repo_type == "model" else f"{repo.repo_type}s/"
+            self._send(200, {"commitUrl": f"{hub.url}/{prefix}{repo.repo_id}/commit/{oid}",
+                             "commitOid": oid, "success": True})
+
+    return Handler

@@ -1,0 +1,510 @@
+"""The dataset release (crowdpref.publish): Hub layout that ``datasets.load_dataset`` reads back,
+a card documenting every column, anonymous stable ids, the secrets scan, and the push through
+the REAL ``huggingface_hub.HfApi`` to a local fake Hub.
+
+``write_study_run`` builds a small, consistent run folder (questions, responses, ratings,
+preferences computed from the ratings with the contract's formula, screening, stats, ledgers
+and private files holding planted usernames/passwords); the flow test reuses it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import pandas as pd
+import pytest
+
+from crowdpref import contracts
+from crowdpref.config import StudyConfig, parse_study
+from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.ids import stable_id
+from crowdpref.publish import (
+    ID_ALPHABET,
+    ID_LENGTH,
+    PUBLISHED_IDS_FILE,
+    PushError,
+    build_release,
+    collection_stats,
+    forbidden_strings,
+    push_release,
+    release_subsets,
+    release_summary,
+    scan_for_secrets,
+    validate_repo_id,
+)
+from crowdpref.runfolder import RunFolder, write_json, write_parquet
+from tests.fakes.hub_server import FakeHubServer
+
+UTC = "UTC"
+
+
+@dataclass
+class PlantedRun:
+    run: RunFolder
+    config: StudyConfig
+    usernames: list[str] = field(default_factory=list)
+    passwords: list[str] = field(default_factory=list)
+    participant_keys: list[str] = field(default_factory=list)
+    api_keys: list[str] = field(default_factory=list)
+
+    @property
+    def forbidden(self) -> list[str]:
+        return forbidden_strings(self.run, self.api_keys)
+
+    @property
+    def everything_secret(self) -> list[str]:
+        return [*self.usernames, *self.passwords, *self.participant_keys, *self.api_keys]
+
+
+def small_config(name: str = "pub-test", **publish: object) -> StudyConfig:
+    return parse_study({
+        "name": name,
+        "title": "Publish test study",
+        "questions": {"categories": ["empathy", "humour"], "per_category": 1},
+        "study1": {"responses_per_question": 3, "questions_per_participant": 2},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 3, "scale_points": 8},
+        "publish": {"license": "mit", "citation": "@misc{pubtest, title={Publish test}}", **publish},
+    })
+
+
+def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = True,
+                    stats: bool = True) -> PlantedRun:
+    """2 questions (one per category), 3 writers x 2 answers, 3 pairs per question, 3 ratings
+    per pair by 6 raters; one answer flagged; ratings chosen so no pair ties."""
+    run = RunFolder(run_path)
+    planted = PlantedRun(run, config, api_keys=[
+        "hf_" + secrets.token_hex(16), "argilla.apikey." + secrets.token_hex(12),
+        "sk-" + secrets.token_hex(20), "prolific-" + secrets.token_hex(16)])
+    cats = [c.slug for c in config.questions.categories][:2]
+    texts = ["How could you comfort a friend who failed an exam they studied hard for?",
+             "When is it kind to laugh at your own mistake in front of colleagues?"]
+    questions = pd.DataFrame({
+        "question_id": [stable_id("q_", t) for t in texts], "question": texts,
+        "category": cats, "source": ["bank", "llm:fake-model"],
+        "metadata": ["{}", json.dumps({"note": "widened"})]})
+    write_parquet(questions[contracts.QUESTIONS], run.questions)
+
+    s1 = config.study1.username_prefix
+    s2 = config.study2.username_prefix
+    writers = [f"{s1}-{i:04d}" for i in range(1, 4)]
+    raters = [f"{s2}-{i:04d}" for i in range(1, 7)]
+    salt = secrets.token_hex(16)
+    keys = {u: stable_id("p_", salt, u, length=12) for u in writers + raters}
+    planted.usernames = writers + raters
+    planted.participant_keys = list(keys.values())
+    rosters = {}
+    for study, users in (("study1", writers), ("study2", raters)):
+        rosters[study] = {u: {"password": secrets.token_urlsafe(20),
+                              "argilla_url": "http://127.0.0.1:6900"} for u in users}
+        planted.passwords += [e["password"] for e in rosters[study].values()]
+        write_json(rosters[study], run.private_dir / f"{study}-roster.json", private=True)
+    write_json({"salt": salt}, run.private_dir / "participant-key-salt.json", private=True)
+    prolific_ids = [secrets.token_hex(12) for _ in writers]
+    write_json({u: pid for u, pid in zip(writers, prolific_ids)},
+               run.private_dir / "prolific-participants.json", private=True)
+    planted.usernames += prolific_ids  # Prolific ids: never published either
+
+    t0 = pd.Timestamp("2026-01-05 10:00", tz=UTC)
+    rows = []
+    for qi, q in questions.iterrows():
+        for wi, user in enumerate(writers):
+            text = f"Answer {wi + 1} to question {qi + 1}: listen first, then say what you noticed."
+            if qi == 1 and wi == 2:
+                text = "Honestly, only an idiot would laugh at themselves; grow up."
+            rows.append({"response_id": stable_id("r_", q.question_id, user),
+                         "question_id": q.question_id, "category": q.category,
+                         "participant_key": keys[user], "text": text, "quality": 3 + wi % 3,
+                         "submitted_at": t0 + pd.Timedelta(minutes=10 * qi + wi)})
+    responses = pd.DataFrame(rows)[contracts.RESPONSES]
+    write_parquet(responses, run.responses)
+
+    k = config.study2.scale_points
+    mid = (k + 1) / 2
+    pairs, ratings, prefs = [], [], []
+    rater_cycle = itertools.cycle(raters)
+    score_sets = [(1, 2, 6), (7, 8, 8), (2, 3, 1), (8, 5, 6), (1, 1, 2), (4, 6, 2)]
+    by_q = responses.sort_values("response_id").groupby("question_id", sort=True)
+    pair_no = 0
+    flagged_ids = {responses.loc[(responses["text"].str.contains("idiot")), "response_id"].iloc[0]}
+    for question_id, group in by_q:
+        for first, second in itertools.combinations(group["response_id"].tolist(), 2):
+            pair_id = stable_id("pr_", first, second)
+            swapped = pair_no % 2 == 1
+            a, b = (second, first) if swapped else (first, second)
+            pairs.append({"pair_id": pair_id, "question_id": question_id,
+                          "category": group["category"].iloc[0], "first_response_id": first,
+                          "second_response_id": second, "response_a_id": a, "response_b_id": b,
+                          "swapped": swapped})
+            given = score_sets[pair_no % len(score_sets)]
+            fixed = []
+            for j, r in enumerate(given):
+                rater = next(rater_cycle)
+                ratings.append({"rating_id": stable_id("rt_", pair_id, rater), "pair_id": pair_id,
+                                "question_id": question_id, "response_a_id": a,
+                                "response_b_id": b, "swapped": swapped,
+                                "rater_key": keys[rater], "rating": r,
+                                "submitted_at": t0 + pd.Timedelta(hours=1, minutes=pair_no * 3 + j)})
+                fixed.append(k + 1 - r if swapped else r)
+            mean = sum(fixed) / len(fixed)
+            assert mean != mid
+            chosen, rejected = (first, second) if mean < mid else (second, first)
+            chosen_mean = mean if mean < mid else k + 1 - mean
+            side = [x < mid for x in fixed]
+            text = responses.set_index("response_id")["text"]
+            prefs.append({
+                "pair_id": pair_id, "question_id": question_id,
+                "category": group["category"].iloc[0],
+                "prompt": questions.set_index("question_id").loc[question_id, "question"],
+                "chosen": text[chosen], "rejected": text[rejected],
+                "chosen_response_id": chosen, "rejected_response_id": rejected,
+                "mean_rating": chosen_mean, "margin": abs(mean - mid) / (mid - 1),
+                "n_ratings": len(fixed),
+                "agreement": max(sum(side), len(side) - sum(side)) / len(side),
+                "rating_spread": float(pd.Series(fixed).std(ddof=0)),
+                "chosen_flagged": chosen in flagged_ids, "rejected_flagged": rejected in flagged_ids})
+            pair_no += 1
+    write_parquet(pd.DataFrame(pairs)[contracts.PAIRS], run.pairs)
+    write_parquet(pd.DataFrame(ratings)[contracts.RATINGS], run.ratings)
+    write_parquet(pd.DataFrame(prefs)[contracts.PREFERENCES], run.preferences)
+
+    if screening:
+        scr = pd.DataFrame({
+            "response_id": responses["response_id"], "model": "original",
+            "flagged": responses["response_id"].isin(flagged_ids),
+            "flagged_labels": ["toxicity,insult" if r in flagged_ids else ""
+                               for r in responses["response_id"]],
+            "toxicity": [0.91 if r in flagged_ids else 0.01 for r in responses["response_id"]],
+            "insult": [0.77 if r in flagged_ids else 0.02 for r in responses["response_id"]]})
+        write_parquet(scr, run.screening)
+        write_json({"enabled": True, "model": "detoxify:original", "description": "BERT, Jigsaw",
+                    "device": "cpu", "labels": ["toxicity", "insult"],
+                    "thresholds": {"toxicity": 0.5, "insult": 0.5}, "policy": "flag",
+                    "n_responses": len(scr), "n_flagged": 1,
+                    "flagged_per_label": {"toxicity": 1, "insult": 1}, "fallback_used": False,
+                    "warnings": [], "limitations": "Trained on talk-page comments; misses sarcasm."},
+                   run.file("screening.json"))  # as crowdpref.screening writes it
+    if stats:
+        write_json({"scale_points": 8, "pairs": len(pairs), "rated_pairs": len(pairs),
+                    "unrated_pairs": 0, "excluded_pairs": 0, "incomplete_pairs": 0,
+                    "incomplete_dropped": 0, "ties": 0, "kept": len(prefs), "alpha": 0.4321,
+                    "mean_agreement": 0.83, "mean_spread": 1.1,
+                    "position_bias": {"raw_shift": -0.12, "raw_share_a": 0.55},
+                    "per_category": [{"category": c, "pairs": 3, "kept": 3, "mean_agreement": 0.8}
+                                     for c in cats]},
+                   run.file("aggregation.json"))  # keys as crowdpref.aggregation writes them
+        for study, users, items in (("study1", writers, questions["question_id"].tolist()),
+                                    ("study2", raters, [p["pair_id"] for p in pairs])):
+            participants = [{"username": u, "items": items[:2], "origin": "allocation",
+                             "status": "complete", "released_items": []} for u in users]
+            participants[0].update(status="released", released_items=items[:1])
+            participants.append({"username": f"{users[0]}-x", "items": items[:1],
+                                 "origin": "reallocation-1", "status": "complete",
+                                 "released_items": []})
+            write_json({"key": study, "copies": 3, "per_participant": 2, "seed": 0,
+                        "items": items, "participants": participants, "pool": [],
+                        "reallocation_rounds": 1}, run.file(study) / "ledger.json")
+    return planted
+
+
+@pytest.fixture()
+def planted(tmp_path: Path) -> PlantedRun:
+    return write_study_run(tmp_path / "runs" / "pub-test", small_config())
+
+
+def build(planted: PlantedRun, **kwargs: object) -> Path:
+    run = planted.run
+    return build_release(
+        run, planted.config,
+        aggregation=json.loads(run.file("aggregation.json").read_text()),
+        screening=json.loads(run.file("screening.json").read_text()),
+        collection=collection_stats(run), forbidden=planted.forbidden, **kwargs)
+
+
+def load(folder: Path, name: str | None, tmp_path: Path) -> datasets.Dataset:
+    return datasets.load_dataset(str(folder), name, split="train",
+                                 cache_dir=str(tmp_path / "hf-cache"))
+
+
+# --- layout and loading ------------------------------------------------------------------------
+def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -> None:
+    folder = build(planted)
+    assert folder == planted.run.path / "release"
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert files == ["README.md", *(f"data/{n}/train-00000-of-00001.parquet"
+                                    for n in ("default", "questions", "ratings", "responses", "screening"))]
+    prefs = load(folder, None, tmp_path)
+    assert prefs.column_names[:4] == ["prompt", "chosen", "rejected", "margin"]
+    source = pd.read_parquet(planted.run.preferences)
+    assert len(prefs) == len(source) == 6
+    assert sorted(prefs["chosen"]) == sorted(source["chosen"])
+    assert all(0 < m <= 1 for m in prefs["margin"])
+    subsets = {s.name: s for s in release_subsets(planted.config, ["toxicity", "insult"])}
+    for name in ("responses", "ratings", "questions", "screening"):
+        ds = load(folder, name, tmp_path)
+        assert ds.column_names == [c.name for c in subsets[name].columns]
+        assert len(ds) == len(pd.read_parquet(planted.run.file(subsets[name].source_file)))
+        assert {c: f.dtype for c, f in ds.features.items()} == {
+            c.name: c.dtype for c in subsets[name].columns}
+    default_file = "data/default/train-00000-of-00001.parquet"
+    assert release_summary(folder)[0] == {"config": "default", "file": default_file, "rows": 6,
+                                         "bytes": (folder / default_file).stat().st_size}
+
+
+def test_card_yaml_and_every_column_documented(planted: PlantedRun) -> None:
+    import yaml
+
+    card = (build(planted) / "README.md").read_text()
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert header["license"] == "mit" and header["language"] == ["en"]
+    assert {"human-feedback", "rlhf"} <= set(header["tags"])
+    assert header["pretty_name"] == "Publish test study" and header["task_categories"]
+    configs = {c["config_name"]: c for c in header["configs"]}
+    assert configs["default"]["default"] is True
+    assert set(configs) == {"default", "responses", "ratings", "questions", "screening"}
+    for info in header["dataset_info"]:
+        split = info["splits"][0]
+        assert split["name"] == "train" and split["num_bytes"] > 0 and split["num_examples"] > 0
+    body = card.split("---\n", 2)[2]
+    for subset in release_subsets(planted.config, ["toxicity", "insult"]):
+        assert f"### `{subset.name}`" in body
+        for column in subset.columns:
+            assert f"| `{column.name}` | {column.dtype} |" in body, (subset.name, column.name)
+    # this run's numbers, the stats, loading, licence, citation, warning
+    for text in ("| Questions | 2 |", "| Written answers | 6 |", "| Ratings | 18 |",
+                 "| Rated pairs | 6 |", "planned / observed) | 3 / 3 |",
+                 "| Study 1 drop-outs (work handed to others) | 1 |",
+                 "| 0.432 |", "| 0.83 |", "left out) | 0 |", "(negative favours A) | -0.12 |",
+                 "| empathy | 3 | 3 | 0.8 |", "| Answers flagged | 1 |",
+                 "| Classifier | detoxify:original |", "misses sarcasm",
+                 'load_dataset("path/to/release"', "RewardTrainer", "Content warning",
+                 "`mit`", "@misc{pubtest"):
+        assert text in body, text
+
+
+def test_missing_stats_are_stated_not_invented(tmp_path: Path) -> None:
+    planted = write_study_run(tmp_path / "run", small_config(content_warning=False),
+                              screening=False, stats=False)
+    folder = build_release(planted.run, planted.config, forbidden=planted.forbidden,
+                           repo_id="me/social-rlhf")
+    body = (folder / "README.md").read_text()
+    assert "Krippendorff's alpha (ordinal, over all ratings) | not available |" in body
+    assert "Study 2 drop-outs (work handed to others) | not available |" in body
+    assert "Screening results are not available" in body
+    assert "Content warning" not in body
+    assert 'load_dataset("me/social-rlhf"' in body
+    assert not (folder / "data" / "screening").exists()
+
+
+def test_fallback_screening_limitation_is_stated(planted: PlantedRun) -> None:
+    scr = pd.read_parquet(planted.run.screening).assign(model="profanity-check")
+    write_parquet(scr, planted.run.screening)
+    body = (build_release(planted.run, planted.config) / "README.md").read_text()
+    assert "misses hateful or demeaning text" in body
+
+
+def test_missing_preferences_is_a_one_line_error(planted: PlantedRun) -> None:
+    planted.run.preferences.unlink()
+    with pytest.raises(CrowdprefError, match="aggregate-ratings") as info:
+        build_release(planted.run, planted.config)
+    assert "\n" not in str(info.value)
+
+
+def test_subsets_cover_the_contracts(planted: PlantedRun) -> None:
+    subsets = {s.name: s for s in release_subsets(planted.config)}
+    for name, contract in (("default", contracts.PREFERENCES), ("responses", contracts.RESPONSES),
+                           ("ratings", contracts.RATINGS), ("questions", contracts.QUESTIONS),
+                           ("screening", contracts.SCREENING_BASE)):
+        sources = {c.source_name for c in subsets[name].columns}
+        assert sources <= set(contract), (name, sources - set(contract))
+    assert {"participant_key", "rater_key"}.isdisjoint(
+        c.name for s in subsets.values() for c in s.columns)
+
+
+# --- privacy ------------------------------------------------------------------------------------
+def test_no_secret_anywhere_in_the_release(planted: PlantedRun) -> None:
+    folder = build(planted)
+    assert len(planted.everything_secret) > 20
+    assert scan_for_secrets(folder, planted.everything_secret) == []
+    blob = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+    for value in planted.everything_secret:
+        assert value.encode() not in blob
+    assert not any("private" in p.parts or p.suffix == ".json" for p in folder.rglob("*"))
+
+
+def test_ids_are_random_10_chars_and_stable(planted: PlantedRun, tmp_path: Path) -> None:
+    folder = build(planted)
+    responses = pd.read_parquet(folder / "data/responses/train-00000-of-00001.parquet")
+    ratings = pd.read_parquet(folder / "data/ratings/train-00000-of-00001.parquet")
+    ids = set(responses["participant_id"]) | set(ratings["rater_id"])
+    assert len(ids) == 9
+    assert all(len(i) == ID_LENGTH and set(i) <= set(ID_ALPHABET) for i in ids)
+    mapping_file = planted.run.private_dir / PUBLISHED_IDS_FILE
+    assert stat.S_IMODE(mapping_file.stat().st_mode) == 0o600
+    mapping = json.loads(mapping_file.read_text())["ids"]
+    assert set(mapping) == set(planted.participant_keys) and set(mapping.values()) == ids
+    source = pd.read_parquet(planted.run.responses)
+    assert list(responses["participant_id"]) == [mapping[k] for k in source["participant_key"]]
+
+    again = build(planted)
+    assert pd.read_parquet(again / "data/responses/train-00000-of-00001.parquet").equals(responses)
+    assert (again / "README.md").read_bytes() == (folder / "README.md").read_bytes()
+
+    other = write_study_run(tmp_path / "other", small_config())  # a fresh run: fresh ids
+    fresh = build_release(other.run, other.config)
+    fresh_ids = set(pd.read_parquet(fresh / "data/ratings/train-00000-of-00001.parquet")["rater_id"])
+    assert fresh_ids.isdisjoint(ids)
+
+
+def test_refuses_when_a_forbidden_string_is_in_a_published_column(planted: PlantedRun) -> None:
+    good = build(planted)
+    before = {p: p.read_bytes() for p in good.rglob("*") if p.is_file()}
+    password = planted.passwords[4]
+    responses = pd.read_parquet(planted.run.responses)
+    responses.loc[2, "text"] = f"my login is {planted.usernames[0]} / {password}, have fun"
+    write_parquet(responses, planted.run.responses)
+    with pytest.raises(CrowdprefError, match="refusing to publish") as info:
+        build(planted)
+    message = str(info.value)
+    assert "\n" not in message and password not in message and planted.usernames[0] not in message
+    assert "data/responses/train-00000-of-00001.parquet: column 'text' row 2" in message
+    assert {p: p.read_bytes() for p in good.rglob("*") if p.is_file()} == before  # untouched
+    assert not list(planted.run.path.glob(".release-*"))
+
+
+def test_refuses_an_original_participant_key_even_without_forbidden_list(planted: PlantedRun) -> None:
+    questions = pd.read_parquet(planted.run.questions)
+    questions.loc[0, "metadata"] = json.dumps({"writer": planted.participant_keys[0]})
+    write_parquet(questions, planted.run.questions)
+    with pytest.raises(CrowdprefError, match="column 'metadata' row 0"):
+        build_release(planted.run, planted.config)
+
+
+def test_scan_reports_files_and_never_the_secret(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("line one\nthe key is hf_abcdefgh123 here\n")
+    (tmp_path / "sub").mkdir()
+    pd.DataFrame({"x": ["fine", "still fine", "pw=S3cretPassw0rd!"]}).to_parquet(
+        tmp_path / "sub" / "t.parquet", compression="snappy")
+    hits = scan_for_secrets(tmp_path, ["hf_abcdefgh123", "S3cretPassw0rd!", "", "ab", "absent-value"])
+    assert hits == ["a.txt: line 2: forbidden string #1 (14 characters)",
+                    "sub/t.parquet: column 'x' row 2: forbidden string #2 (15 characters)"]
+
+
+def test_forbidden_strings_gathers_private_files(planted: PlantedRun) -> None:
+    forbidden = set(planted.forbidden)
+    assert set(planted.usernames) <= forbidden and set(planted.passwords) <= forbidden
+    assert set(planted.api_keys) <= forbidden
+
+
+# --- pushing --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("repo_id", ["no-slash", "a/b/c", "owner/-bad", "owner/na--me",
+                                     "owner/" + "x" * 97, "own er/name"])
+def test_malformed_repo_id_is_a_one_line_error(planted: PlantedRun, repo_id: str) -> None:
+    folder = build_release(planted.run, planted.config)
+    with pytest.raises(ConfigError, match="CROWDPREF_HF_REPO_ID") as info:
+        push_release(folder, repo_id, "hf_token_value_123")
+    assert "\n" not in str(info.value) and "hf_token_value_123" not in str(info.value)
+    assert validate_repo_id("my-org/social_reasoning.rlhf") == "my-org/social_reasoning.rlhf"
+
+
+def test_no_repo_or_token_means_no_push(planted: PlantedRun) -> None:
+    folder = build_release(planted.run, planted.config)
+    for repo_id, token in ((None, "hf_x1234567"), ("me/data", None), (None, None)):
+        result = push_release(folder, repo_id, token, endpoint="http://127.0.0.1:9")
+        assert not result.pushed and str(folder) in result.message
+
+
+@pytest.fixture()
+def hub() -> FakeHubServer:
+    with FakeHubServer() as server:
+        yield server
+
+
+def test_push_to_the_fake_hub(planted: PlantedRun, hub: FakeHubServer) -> None:
+    folder = build(planted, repo_id="me/social-rlhf")
+    result = push_release(folder, "me/social-rlhf", hub.write_token, private=True, endpoint=hub.url)
+    assert result.pushed and result.url == f"{hub.url}/datasets/me/social-rlhf"
+    repo = hub.dataset("me/social-rlhf")
+    assert repo.private is True
+    local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert repo.files == local
+    # pushing again is harmless: nothing changed, nothing committed
+    again = push_release(folder, "me/social-rlhf", hub.write_token, private=True, endpoint=hub.url)
+    assert again.pushed and len(repo.commits) == 1
+
+    push_release(folder, "me/public-rlhf", hub.write_token, private=False, endpoint=hub.url)
+    assert hub.dataset("me/public-rlhf").private is False
+
+
+def test_wrong_token_is_a_one_line_error_without_the_token(planted: PlantedRun, hub: FakeHubServer) -> None:
+    folder = build_release(planted.run, planted.config)
+    wrong = "hf_wrongTokenValue987654321"
+    with pytest.raises(PushError) as info:
+        push_release(folder, "me/social-rlhf", wrong, endpoint=hub.url)
+    message = str(info.value)
+    assert "\n" not in message and wrong not in message
+    assert "401" in message and "HF_TOKEN" in message and "me/social-rlhf" in message
+    assert hub.url in message and not info.value.retryable
+    assert info.value.__cause__ is None and "datasets/me" not in str(hub.repos)
+
+
+def test_read_only_token_is_refused(planted: PlantedRun, hub: FakeHubServer) -> None:
+    folder = build_release(planted.run, planted.config)
+    push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    with pytest.raises(PushError, match="403") as info:
+        push_release(folder, "me/social-rlhf", hub.read_token, endpoint=hub.url)
+    assert hub.read_token not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreachable_endpoint_is_retryable(planted: PlantedRun) -> None:
+    folder = build_release(planted.run, planted.config)
+    with pytest.raises(PushError, match="cannot reach the Hub") as info:
+        push_release(folder, "me/social-rlhf", "hf_tok_abcdef123", endpoint="http://127.0.0.1:9")
+    assert info.value.retryable and "hf_tok_abcdef123" not in str(info.value)
+
+
+def test_hf_hub_offline_env_is_a_one_line_error(planted: PlantedRun, hub: FakeHubServer,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = build_release(planted.run, planted.config)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PushError, match="HF_HUB_OFFLINE") as info:
+        push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    assert "\n" not in str(info.value) and hub.write_token not in str(info.value)
+    assert hub.requests == []
+
+
+def test_offline_mode_raised_by_huggingface_hub_itself(planted: PlantedRun, hub: FakeHubServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE read at import time: the library's own OfflineModeIsEnabled is mapped too."""
+    from huggingface_hub import constants
+
+    import crowdpref.publish as publish
+
+    folder = build_release(planted.run, planted.config)
+    monkeypatch.setattr(publish, "_offline_now", lambda: False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(PushError, match="offline mode") as info:
+        push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    assert "\n" not in str(info.value) and not info.value.retryable
+    assert hub.requests == []
+
+
+def test_scan_finds_exactly_what_a_naive_search_finds(tmp_path: Path) -> None:
+    """The vectorised prefilter agrees with ``needle in text`` for overlapping needles, shared
+    prefixes, non-ASCII text, needles at both ends, and thousands of absent ones."""
+    rng = secrets.SystemRandom()
+    planted = ["demo-s1-0001", "demo-s1-00012", "abcdXYZ", "cdXYZ12", "pässwörd-ünï", "EDGE"]
+    absent = [secrets.token_urlsafe(rng.randint(3, 30)) for _ in range(2000)]
+    filler = " ".join(secrets.token_urlsafe(40) for _ in range(3000))
+    text = ("demo-s1-00012 " + filler[:50000] + " abcdXYZ12 " + filler[50000:]
+            + " pässwörd-ünï in prose EDGE")
+    (tmp_path / "card.md").write_text(text, encoding="utf-8")
+    forbidden = planted + absent
+    expected = {i for i, s in enumerate(forbidden, start=1) if len(s) >= 4 and s in text}
+    hits = scan_for_secrets(tmp_path, forbidden)
+    got = {int(h.split("#")[1].split(" ")[0]) for h in hits}
+    assert got == expected and {1, 2, 3, 4, 5, 6} <= got
