@@ -44,6 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.config import REPO_PART_RE, StudyConfig
 from crowdpref.contracts import SCREENING_BASE
 from crowdpref.errors import ConfigError, CrowdprefError
@@ -486,7 +487,7 @@ def forbidden_strings(run_folder: RunFolder | Path, secrets_: Iterable[str | Non
                 out.append(str(username))
                 if isinstance(entry, dict) and entry.get("password"):
                     out.append(str(entry["password"]))
-    salt = _read_json(private / "participant-key-salt.json")
+    salt = _read_json(private / SALT_FILE)
     if isinstance(salt, dict) and salt.get("salt"):
         out.append(str(salt["salt"]))
     for path in sorted(private.glob("*prolific*.json")):

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ from crowdpref.argilla_client import SubmittedAnswer
 from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Participant
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
-from crowdpref.ids import stable_id
+from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.runfolder import write_json
 
 GUIDELINES = """\
@@ -124,18 +122,8 @@ class Study1Spec:
         )
 
 
-def participant_keys(private_dir: Path, usernames: Sequence[str]) -> dict[str, str]:
-    """Pseudonymous, stable participant keys: a hash of the username with a per-study secret
-    salt kept in ``private/`` (so keys cannot be reversed by hashing candidate usernames)."""
-    salt_file = private_dir / "participant-key-salt.json"
-    if not salt_file.exists():
-        write_json({"salt": secrets.token_hex(16)}, salt_file, private=True)
-    salt = json.loads(salt_file.read_text())["salt"]
-    return {username: stable_id("p_", salt, username, length=12) for username in usernames}
-
-
 def responses_frame(
-    spec: Study1Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], keys: dict[str, str]
+    spec: Study1Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], ids: Pseudonyms
 ) -> pd.DataFrame:
     """``responses.parquet``: one row per submitted answer that counts."""
     rows: list[dict[str, Any]] = []
@@ -143,13 +131,15 @@ def responses_frame(
         question_id = answer.record_external_id
         text = answer.values.get("response")
         if not isinstance(text, str) or not text.strip():
-            raise CrowdprefError(f"an answer of {keys[participant.username]} to {question_id} has no text")
+            raise CrowdprefError(
+                f"an answer of {ids.participant_key(participant.username)} to {question_id} has no text"
+            )
         rows.append(
             {
-                "response_id": stable_id("r_", question_id, participant.username),
+                "response_id": ids.response_id(question_id, participant.username),
                 "question_id": question_id,
                 "category": spec._by_id.loc[question_id, "category"],
-                "participant_key": keys[participant.username],
+                "participant_key": ids.participant_key(participant.username),
                 "text": text.strip(),
                 "quality": int(answer.values["quality"]),
                 "submitted_at": pd.Timestamp(participant.submitted[question_id], unit="s", tz="UTC"),
@@ -182,10 +172,10 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
     answers = collection.collected_answers(ledger)
     report = collection.validation_report(ledger, answers)
     attention = collection.attention_answers(ledger)
-    keys = participant_keys(run_folder / "private", [p.username for p in ledger.participants])
+    ids = Pseudonyms(run_folder / "private")
     expected = collection.spec.config.study1.attention_check  # type: ignore[attr-defined]
     if expected is not None and expected.expected is not None:
-        passed = {keys[u]: expected.expected.lower() in str(v.get("response", "")).lower() for u, v in attention.items()}
+        passed = {ids.participant_key(u): expected.expected.lower() in str(v.get("response", "")).lower() for u, v in attention.items()}
         report["attention_check"] = {"answered": len(passed), "passed": sum(passed.values()),
                                      "failed_participant_keys": sorted(k for k, ok in passed.items() if not ok)}
     write_json(report, collection.folder / "validation.json")
@@ -194,13 +184,13 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
             f"study 1 export refused: {len(report['anomalies'])} anomalies (see "
             f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
         )
-    frame = responses_frame(collection.spec, answers, keys)  # type: ignore[arg-type]
-    _key_truth_by_response(run_folder / "private")
+    frame = responses_frame(collection.spec, answers, ids)  # type: ignore[arg-type]
+    _key_truth_by_response(run_folder / "private", ids)
     write_parquet(frame, run_folder / "responses.parquet")
     return frame, report
 
 
-def _key_truth_by_response(private_dir: Path) -> None:
+def _key_truth_by_response(private_dir: Path, ids: Pseudonyms) -> None:
     """The simulated crowd's truth (by username and question) keyed by response_id, for
     study 2's simulated raters and aggregation's check against the truth. Stays private."""
     from crowdpref.runfolder import write_parquet
@@ -209,5 +199,5 @@ def _key_truth_by_response(private_dir: Path) -> None:
     if not source.exists():
         return
     truth = pd.read_parquet(source)
-    truth["response_id"] = [stable_id("r_", item, user) for item, user in zip(truth["item_id"], truth["username"])]
+    truth["response_id"] = [ids.response_id(item, user) for item, user in zip(truth["item_id"], truth["username"])]
     write_parquet(truth[["response_id", "kind", "hidden_quality"]], private_dir / "crowd-truth-responses.parquet")

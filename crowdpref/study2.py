@@ -18,9 +18,8 @@ from crowdpref.collection import Collection, Participant
 from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.ids import stable_id
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
-from crowdpref.study1 import participant_keys
+from crowdpref.pseudonyms import Pseudonyms
 
 GUIDELINES = """\
 ## Thank you for taking part
@@ -167,7 +166,7 @@ def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collec
 
 
 def ratings_frame(
-    spec: Study2Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], keys: dict[str, str]
+    spec: Study2Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], ids: Pseudonyms
 ) -> tuple[pd.DataFrame, list[str]]:
     """``ratings.parquet`` rows, and the rejected ones (a rating outside 1..K is rejected and
     reported, never clamped)."""
@@ -177,17 +176,19 @@ def ratings_frame(
         pair_id = answer.record_external_id
         value = answer.values.get("preference")
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= k:
-            rejected.append(f"rating {value!r} of {keys[participant.username]} on {pair_id} is outside 1..{k}")
+            rejected.append(
+                f"rating {value!r} of {ids.participant_key(participant.username)} on {pair_id} is outside 1..{k}"
+            )
             continue
         pair = spec._pairs.loc[pair_id]
         rows.append({
-            "rating_id": stable_id("rt_", pair_id, participant.username),
+            "rating_id": ids.rating_id(pair_id, participant.username),
             "pair_id": pair_id,
             "question_id": pair["question_id"],
             "response_a_id": pair["response_a_id"],
             "response_b_id": pair["response_b_id"],
             "swapped": bool(pair["swapped"]),
-            "rater_key": keys[participant.username],
+            "rater_key": ids.participant_key(participant.username),
             "rating": value,
             "submitted_at": pd.Timestamp(participant.submitted[pair_id], unit="s", tz="UTC"),
         })
@@ -206,8 +207,7 @@ def export_ratings(collection: Collection, run_folder: Path, study1_usernames: S
     report["study1_participants_who_rated"] = len(overlap)
     if overlap:
         report["anomalies"].append(f"{len(overlap)} study-1 participants are study-2 raters")
-    keys = participant_keys(run_folder / "private", sorted(raters))
-    frame, rejected = ratings_frame(collection.spec, answers, keys)  # type: ignore[arg-type]
+    frame, rejected = ratings_frame(collection.spec, answers, Pseudonyms(run_folder / "private"))  # type: ignore[arg-type]
     report["rejected_ratings"] = rejected
     report["anomalies"] += rejected
     report["valid"] = not report["anomalies"]

@@ -14,6 +14,7 @@ from crowdpref.config import parse_study
 from crowdpref.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
+from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.runfolder import RunFolder
 from crowdpref.study2 import Study2Spec, export_ratings, ratings_frame, study1_complete, study2_collection
 from tests.integration.test_study1_collection import Clock, _server_counts
@@ -103,7 +104,7 @@ def test_study2_end_to_end_with_dropout(argilla_server, tmp_path, unique):
     assert after["users"] == 6 + len(newcomers) and after["datasets"] == after["users"]
 
 
-def test_ratings_outside_the_scale_are_rejected_not_clamped():
+def test_ratings_outside_the_scale_are_rejected_not_clamped(tmp_path):
     config = _config("bad")
     questions, responses, _ = _study1_export(1, 2)
     pairs = make_pairs(responses, "all", 1).pairs
@@ -111,8 +112,10 @@ def test_ratings_outside_the_scale_are_rejected_not_clamped():
                       pairs, responses, questions)
     participant = Participant("rater", [pairs["pair_id"][0]], submitted={pairs["pair_id"][0]: 1.8e9})
     answer = SubmittedAnswer(pairs["pair_id"][0], "u", "submitted", {"preference": 9}, None)
-    frame, rejected = ratings_frame(spec, [(participant, answer)], {"rater": "p_x"})
-    assert frame.empty and rejected == [f"rating 9 of p_x on {pairs['pair_id'][0]} is outside 1..8"]
+    ids = Pseudonyms(tmp_path)
+    frame, rejected = ratings_frame(spec, [(participant, answer)], ids)
+    key = ids.participant_key("rater")
+    assert frame.empty and rejected == [f"rating 9 of {key} on {pairs['pair_id'][0]} is outside 1..8"]
 
 
 def test_study1_missing_or_invalid_is_a_clear_error(tmp_path):
