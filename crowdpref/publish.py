@@ -44,10 +44,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.config import REPO_PART_RE, StudyConfig
 from crowdpref.contracts import SCREENING_BASE
 from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import RunFolder, write_json
 
 __all__ = [
