@@ -352,6 +352,17 @@ class Collection:
         ledger.save(self.ledger_path)
         return created
 
+    def next_release_in(self, ledger: Ledger) -> float | None:
+        """Seconds until the earliest provisioned participant with work outstanding counts as
+        inactive (0 if one already does); None when nobody is waiting to be released."""
+        now = self.clock()
+        due = [
+            (p.last_activity or now) + self.spec.inactive_after_s - now
+            for p in ledger.participants
+            if p.status == PROVISIONED and p.outstanding
+        ]
+        return max(0.0, min(due)) if due else None
+
     def request_drop(self, ledger: Ledger, username: str) -> None:
         participant = ledger.participant(username)
         if participant.status in (COMPLETE, RELEASED):

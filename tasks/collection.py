@@ -4,6 +4,8 @@ path, not live clients, so their inputs are plain values Prefect can hash and pe
 
 from __future__ import annotations
 
+import time
+
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact
 
@@ -55,6 +57,19 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
         ),
     )
     return progress
+
+
+@task(name="wait-for-drop-out-release")
+def wait_for_release(study: str, key: StudyKey, max_wait_s: float, visit: int) -> bool:
+    """Sleep until the next quiet participant's inactivity window ends, when that is due within
+    ``max_wait_s``; False (no sleep) otherwise. ``visit`` numbers the waits of one run, so each
+    is its own step and a retried run replays it from cache instead of sleeping again."""
+    collection = open_collection(study, key)
+    wait = collection.next_release_in(collection.ledger())
+    if wait is None or wait > max_wait_s:
+        return False
+    time.sleep(wait + 1.0)
+    return True
 
 
 def report_markdown(title: str, report: dict) -> str:

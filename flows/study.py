@@ -1,0 +1,90 @@
+"""The whole study, stage by stage - the method, as a flow."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from crowdpref.config import load_study
+from flows.aggregate_ratings import aggregate_ratings
+from flows.collect_ratings import collect_ratings
+from flows.collect_responses import collect_responses
+from flows.generate_questions import generate_questions
+from flows.publish_dataset import publish_dataset
+from flows.screen_responses import screen_responses
+from flows.simulate_crowd import simulate_crowd
+from tasks.collection import artifact_key, wait_for_release
+
+COLLECTIONS = (("study1", collect_responses), ("study2", collect_ratings))
+
+
+@flow(name="study", log_prints=True, persist_result=True)
+def study(
+    study: str = "studies/demo.yaml",
+    simulate: bool = False,
+    max_wait_s: float = 0.0,
+    max_visits: int = 8,
+) -> dict[str, Any]:
+    """Run a study end to end: generate questions -> study 1 (written answers) -> study 2
+    (pairwise ratings) -> hate-speech screening -> aggregation -> publishing.
+
+    Re-entrant: a stage whose output is already in the run folder is skipped (it says so). While
+    a collection still waits for people, the run records the progress and ends cleanly as
+    "waiting"; the next run - by hand or on the 15-minute schedule - advances it. A failed run
+    can be retried: finished stages come back from cache and only the failed work runs again.
+
+    Args:
+        study: the study config (YAML), e.g. studies/demo.yaml.
+        simulate: let the simulated crowd play the participants (demo, tests).
+        max_wait_s: with simulate, how long a run may wait for quiet participants to count as
+            dropped out (their work is then re-allocated); 0 = never wait.
+        max_visits: with simulate, how many crowd visits per collection in one run.
+    """
+    config = load_study(study)
+    stages: list[dict[str, Any]] = []
+
+    def timed(name: str, run: Any) -> Any:
+        started = time.perf_counter()
+        result = run()
+        status = result if isinstance(result, str) else "done"
+        stages.append({"stage": name, "status": status, "seconds": round(time.perf_counter() - started, 1)})
+        return result
+
+    timed("generate-questions", lambda: generate_questions(study))
+    for key, collect in COLLECTIONS:
+        status = timed(f"collect ({key})", lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits))
+        if status != "complete":
+            return _finish(config.name, "waiting", stages)
+    timed("screen-responses", lambda: screen_responses(study))
+    timed("aggregate-ratings", lambda: aggregate_ratings(study))
+    timed("publish-dataset", lambda: publish_dataset(study))
+    return _finish(config.name, "complete", stages)
+
+
+def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: float, max_visits: int) -> str:
+    """One collection: provision and read back; with a simulated crowd, let it visit (and wait
+    for drop-outs to be released when that is due soon) until complete or out of visits."""
+    status = collect(study)
+    for visit in range(max_visits):
+        if status == "complete" or not simulate:
+            break
+        if simulate_crowd(study, stage=key) == 0:
+            # nobody had anything left to do: only quiet participants hold work
+            if not wait_for_release(study, key, max_wait_s, visit):
+                break
+        status = collect(study)
+    return status
+
+
+def _finish(study_name: str, status: str, stages: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = "\n".join(f"| {s['stage']} | {s['status']} | {s['seconds']} |" for s in stages)
+    create_markdown_artifact(
+        key=artifact_key(study_name, "study-run"),
+        markdown=f"# {study_name}: {status}\n\n| stage | status | seconds |\n|---|---|---|\n{rows}\n",
+        description="Stages of this run of the study flow and how long each took",
+    )
+    print(f"study {study_name}: {status}; " + ", ".join(f"{s['stage']} {s['seconds']} s" for s in stages))
+    return {"study": study_name, "status": status, "stages": stages}

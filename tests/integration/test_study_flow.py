@@ -1,0 +1,124 @@
+"""The study flow on the real embedded Argilla with a simulated crowd: every stage from questions
+to a published folder. A failure injected in a middle stage (aggregation) fails the first
+attempt; the SAME flow run is retried and finished stages come back from cache: no collection
+step runs again and nothing is created twice in Argilla. Without a crowd, the flow ends as
+"waiting" instead of failing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import datasets
+import pandas as pd
+import pytest
+import yaml
+
+import crowdpref.aggregation
+from crowdpref.collection import Collection
+from tests.integration.test_study1_collection import _server_counts
+
+pytestmark = pytest.mark.integration
+
+
+def _study(tmp_path: Path, name: str, **crowd: object) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name,
+        "seed": 3,
+        "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
+        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 0.05},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 0.05},
+        "screening": {"fallback": "profanity-check"},
+        "crowd": {"dropout_rate": 0.15, "low_effort_rate": 0.1, "offensive_rate": 0.1, **crowd},
+    }))
+    return str(path)
+
+
+def test_study_end_to_end_and_retry_from_cache(prefect_harness, study_env, argilla_server, tmp_path, unique, monkeypatch):
+    from prefect.client.orchestration import get_client
+
+    from flows.study import study as study_flow
+
+    name = f"e{unique}"
+    study = _study(tmp_path, name)
+    run_dir = study_env / "studies" / name
+
+    stage_bodies = []  # every execution of an earlier stage flow's body (each calls load_study first)
+    for module in ("flows.generate_questions", "flows.collect_responses", "flows.collect_ratings",
+                   "flows.screen_responses"):
+        real_load = __import__(module, fromlist=["load_study"]).load_study
+        monkeypatch.setattr(f"{module}.load_study",
+                            lambda path, _real=real_load, _m=module: stage_bodies.append(_m) or _real(path))
+    provision_calls = []
+    real_provision = Collection.provision
+    monkeypatch.setattr(Collection, "provision",
+                        lambda self, ledger, **kw: provision_calls.append(1) or real_provision(self, ledger, **kw))
+    real_aggregate = crowdpref.aggregation.aggregate
+    attempts = []
+    provisions_when_failing = []
+    bodies_when_failing = []
+
+    def fail_first_time(*args, **kwargs):
+        attempts.append(1)
+        if len(attempts) == 1:
+            provisions_when_failing.append(len(provision_calls))
+            bodies_when_failing.append(len(stage_bodies))
+            raise RuntimeError("injected failure in aggregation")
+        return real_aggregate(*args, **kwargs)
+
+    monkeypatch.setattr(crowdpref.aggregation, "aggregate", fail_first_time)
+    monkeypatch.setattr("tasks.aggregation.aggregate", fail_first_time, raising=False)
+
+    state = study_flow.with_options(retries=1, retry_delay_seconds=0)(
+        study, simulate=True, max_wait_s=30, return_state=True)
+    assert state.is_completed(), state
+    result = state.result()
+    assert result["status"] == "complete", result
+    assert len(attempts) == 2  # failed once, then succeeded on the retry
+
+    # the retry did not redo the collections: provisioning ran only during the first attempt
+    async def runs_of(flow_run_id):
+        async with get_client() as client:
+            run = await client.read_flow_run(flow_run_id)
+            return run
+    flow_run = asyncio.run(runs_of(state.state_details.flow_run_id))
+    assert flow_run.run_count == 2
+    calls_after_retry = len(provision_calls)
+    assert provisions_when_failing[0] > 0 and calls_after_retry == provisions_when_failing[0]
+    # no earlier stage flow even started again: the retry loaded their finished runs from cache
+    assert bodies_when_failing[0] > 0 and len(stage_bodies) == bodies_when_failing[0], stage_bodies
+    counts = _server_counts(argilla_server.api_url, argilla_server.owner_api_key, name)
+
+    # ... and a further run of the flow skips every stage (outputs exist) without creating anything
+    again = study_flow(study, simulate=True, max_wait_s=30)
+    assert again["status"] == "complete"
+    assert _server_counts(argilla_server.api_url, argilla_server.owner_api_key, name) == counts
+    assert len(provision_calls) == calls_after_retry
+
+    # the outputs: exact counts, re-allocation visible, a loadable release
+    responses = pd.read_parquet(run_dir / "responses.parquet")
+    assert responses.groupby("question_id").size().tolist() == [4] * 6
+    ratings = pd.read_parquet(run_dir / "ratings.parquet")
+    assert ratings.groupby("pair_id").size().tolist() == [3] * 36
+    ledger1 = json.loads((run_dir / "study1" / "ledger.json").read_text())
+    released = [p for p in ledger1["participants"] if p["status"] == "released"]
+    assert released, "the seeded crowd has drop-outs in study 1"
+    assert any(p["origin"].startswith("reallocation") for p in ledger1["participants"])
+    preferences = pd.read_parquet(run_dir / "preferences.parquet")
+    assert len(preferences) > 0 and set(preferences["chosen_response_id"]) <= set(responses["response_id"])
+    release = datasets.load_dataset(str(run_dir / "release"))
+    assert {"prompt", "chosen", "rejected", "margin"} <= set(release["train"].column_names)
+
+
+def test_study_without_crowd_ends_waiting(prefect_harness, study_env, argilla_server, tmp_path, unique):
+    from flows.study import study as study_flow
+
+    name = f"w{unique}"
+    study = _study(tmp_path, name)
+    result = study_flow(study)
+    assert result["status"] == "waiting"
+    assert [s["stage"] for s in result["stages"]] == ["generate-questions", "collect (study1)"]
+    assert result["stages"][1]["status"] == "waiting"
+    assert not (study_env / "studies" / name / "responses.parquet").exists()
