@@ -7,6 +7,7 @@ exit non-zero (2 for config problems); they never show a traceback.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -140,10 +141,14 @@ def smoke() -> None:
 
 
 FLOWS = {
+    "study": ("flows.study", "study"),
     "generate-questions": ("flows.generate_questions", "generate_questions"),
     "collect-responses": ("flows.collect_responses", "collect_responses"),
     "collect-ratings": ("flows.collect_ratings", "collect_ratings"),
     "simulate-crowd": ("flows.simulate_crowd", "simulate_crowd"),
+    "screen-responses": ("flows.screen_responses", "screen_responses"),
+    "aggregate-ratings": ("flows.aggregate_ratings", "aggregate_ratings"),
+    "publish-dataset": ("flows.publish_dataset", "publish_dataset"),
 }
 
 
@@ -166,6 +171,53 @@ def run_flow(
     module, attribute = FLOWS[flow_name]
     result = getattr(importlib.import_module(module), attribute)(study=str(study))
     console.print(f"{flow_name}: {result}")
+
+
+@app.command()
+@friendly_errors
+def demo(
+    study: Path = typer.Argument(Path("studies/demo.yaml"), help="The study config to run."),
+    max_wait_s: float = typer.Option(120.0, help="How long to wait for quiet participants to be released."),
+) -> None:
+    """Run the whole study with the simulated crowd and print where to look.
+
+    Uses the running services (`crowdpref up`); stages already done are skipped."""
+    import time
+
+    from crowdpref.config import load_study
+    from crowdpref.runfolder import RunFolder
+
+    config = load_study(study)
+    settings = _settings()
+    _use_prefect(settings)
+    from flows.study import study as study_flow
+
+    started = time.perf_counter()
+    state = study_flow(str(study), simulate=True, max_wait_s=max_wait_s, return_state=True)
+    run_url = f"{settings.prefect_ui_url}/runs/flow-run/{state.state_details.flow_run_id}"
+    result = state.result(raise_on_failure=False)
+    if not state.is_completed() or not isinstance(result, dict):
+        raise CrowdprefError(f"the study flow ended {state.name}: {state.message} (see {run_url})")
+    table = Table(title=f"{config.name}: {result['status']} in {time.perf_counter() - started:.0f} s")
+    for column in ("stage", "status", "seconds"):
+        table.add_column(column)
+    for stage in result["stages"]:
+        table.add_row(stage["stage"], stage["status"], f"{stage['seconds']:.1f}")
+    console.print(table)
+    run = RunFolder.for_study(settings.runs_dir, config.name)
+    console.print(f"Prefect UI, this run:   {run_url}", highlight=False)
+    roster = run.private_dir / "study1-roster.json"
+    if roster.exists():
+        first = sorted(json.loads(roster.read_text()))[0]
+        console.print(
+            f"Argilla UI:             {settings.argilla_api_url}  - log in as [bold]{first}[/] (a simulated "
+            f"participant); the password is in {roster} (readable by you only)",
+            highlight=False,
+        )
+    release = run.file("release")
+    if release.exists():
+        console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",
+                      highlight=False)
 
 
 @app.command()
