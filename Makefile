@@ -18,12 +18,12 @@ down:
 status:
 	$(CROWDPREF) status
 
-# Until the study flow lands (issue: orchestration), the demo starts the embedded services and
-# runs a smoke check; it says so when it ends.
+# The whole study on the embedded stack with simulated participants: questions, study 1 with
+# drop-outs and re-allocation, study 2, screening, aggregation, a published dataset folder.
+# Prints the Prefect run link, an Argilla login to try, the dataset folder and per-stage times.
 demo: setup
 	$(CROWDPREF) up
-	$(CROWDPREF) smoke
-	@echo "NOTE: the full study demo (questions -> studies 1 and 2 -> screening -> aggregation -> publish) is not built yet; this demo starts the services and runs a smoke check."
+	$(CROWDPREF) demo studies/demo.yaml
 
 # Runs the whole suite. Services the tests need are started by session fixtures and stopped at
 # the end; the trap also stops anything left by an interrupted run.

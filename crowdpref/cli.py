@@ -205,7 +205,7 @@ def demo(
         table.add_row(stage["stage"], stage["status"], f"{stage['seconds']:.1f}")
     console.print(table)
     run = RunFolder.for_study(settings.runs_dir, config.name)
-    console.print(f"Prefect UI, this run:   {run_url}", highlight=False)
+    console.print(f"Prefect UI, this run:   {run_url}", highlight=False, soft_wrap=True)
     roster = run.private_dir / "study1-roster.json"
     if roster.exists():
         first = sorted(json.loads(roster.read_text()))[0]
@@ -213,11 +213,12 @@ def demo(
             f"Argilla UI:             {settings.argilla_api_url}  - log in as [bold]{first}[/] (a simulated "
             f"participant); the password is in {roster} (readable by you only)",
             highlight=False,
+            soft_wrap=True,
         )
     release = run.file("release")
     if release.exists():
         console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
 
 
 @app.command()
