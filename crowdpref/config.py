@@ -514,6 +514,9 @@ class ScreeningConfig(_Section):
     """``flag``: keep flagged answers, marked (the published study); ``drop``: remove them."""
     fallback: Literal["profanity-check"] | None = None
     """Screen with alt-profanity-check when detoxify cannot be loaded; None: fail instead."""
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """bfloat16 runs the model under autocast: several times faster on CPUs with AMX/AVX-512
+    and on GPUs, but scores move by ~3e-3, so an answer right at a threshold can flip."""
 
     @field_validator("checkpoint", mode="before")
     @classmethod

@@ -26,9 +26,7 @@ SCREENING_SUMMARY = "screening.json"
 def load_screening_model(cfg: ScreeningConfig) -> Screener:
     """detoxify (or, only if the study configures it, the profanity-check fallback - warned)."""
     logger = get_run_logger()
-    # float32 unless the study config grows a `precision` field (bfloat16: opt-in, see
-    # crowdpref.screening.DetoxifyScorer)
-    screener = load_screener(cfg, precision=getattr(cfg, "precision", "float32"))
+    screener = load_screener(cfg, precision=cfg.precision)
     for warning in screener.warnings:
         logger.warning(warning)
     logger.info(f"screening model: {screener.model} on {screener.device}: {screener.description}")
