@@ -111,6 +111,26 @@ def test_study_end_to_end_and_retry_from_cache(prefect_harness, study_env, argil
     release = datasets.load_dataset(str(run_dir / "release"))
     assert {"prompt", "chosen", "rejected", "margin"} <= set(release["train"].column_names)
 
+    # every artifact of the run, read back from the API: progress everywhere, secrets nowhere
+    async def artifacts() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts()
+
+    found = [a for a in asyncio.run(artifacts()) if a.key and a.key.startswith(f"{name}-")]
+    keys = {a.key for a in found}
+    for expected in ("questions-per-category", "study1-provisioning", "study1-progress", "study1-participants",
+                     "study1-validation", "study2-pairs-per-question", "study2-ratings-per-rater",
+                     "screening-flagged", "aggregation-stats", "release", "dataset-card", "study-run"):
+        assert f"{name}-{expected}" in keys, expected
+    text = json.dumps([a.model_dump(mode="json") for a in found])
+    secrets = [argilla_server.owner_api_key]
+    for roster in (run_dir / "private").glob("*roster.json"):
+        secrets += [entry["password"] for entry in json.loads(roster.read_text()).values()]
+    secrets.append(json.loads((run_dir / "private" / "participant-key-salt.json").read_text())["salt"])
+    assert len(secrets) > 10
+    leaked = [s for s in secrets if s in text]
+    assert not leaked, f"{len(leaked)} secrets in artifacts"
+
 
 def test_study_without_crowd_ends_waiting(prefect_harness, study_env, argilla_server, tmp_path, unique):
     from flows.study import study as study_flow
