@@ -514,6 +514,13 @@ class ScreeningConfig(_Section):
     """``flag``: keep flagged answers, marked (the published study); ``drop``: remove them."""
     fallback: Literal["profanity-check"] | None = None
     """Screen with alt-profanity-check when detoxify cannot be loaded; None: fail instead."""
+    runner: Literal["local", "dask"] = "local"
+    """``dask``: score chunks of the answers in parallel on a Dask cluster (prefect-dask's
+    DaskTaskRunner); ``local``: in the flow's own process."""
+    dask_workers: Int = Field(2, ge=1)
+    """Worker processes of the local Dask cluster started for screening (ignored with an address)."""
+    dask_address: Str | None = None
+    """Scheduler address of an existing Dask cluster (e.g. tcp://scheduler:8786); None: start a local one."""
     precision: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 runs the model under autocast: several times faster on CPUs with AMX/AVX-512
     and on GPUs, but scores move by ~3e-3, so an answer right at a threshold can flip."""

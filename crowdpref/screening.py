@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -620,6 +620,29 @@ class ScreeningResult:
         lines += [f"| {k} | {self.thresholds[k]:g} | {v} |" for k, v in self.counts.items()]
         lines += ["", f"**Limitations.** {self.limitations}", ""]
         return "\n".join(lines)
+
+
+def split_for_workers(responses: pd.DataFrame, n_chunks: int) -> list[pd.DataFrame]:
+    """Chunks of similar total length for parallel screening: answers sorted by length and
+    dealt round-robin, so every chunk gets long and short ones (and each chunk still sorts its
+    own batches by length)."""
+    order = responses["text"].fillna("").str.len().sort_values(kind="stable").index
+    n_chunks = max(1, min(n_chunks, len(responses)))
+    return [responses.loc[order[i::n_chunks]].sort_index() for i in range(n_chunks)]
+
+
+def combine_results(parts: Sequence[ScreeningResult], order: Sequence[str]) -> ScreeningResult:
+    """One result from chunk results (same model and config), rows in ``order`` (response ids)."""
+    if not parts:
+        raise ValueError("no screening results to combine")
+    first = parts[0]
+    models = {p.model for p in parts}
+    if len(models) != 1:
+        raise CrowdprefError(f"screening chunks used different models ({', '.join(sorted(models))}): rerun screening")
+    frame = pd.concat([p.frame for p in parts]).set_index("response_id").loc[list(order)].reset_index()
+    counts = {label: sum(p.counts.get(label, 0) for p in parts) for label in first.counts}
+    warnings = tuple(dict.fromkeys(w for p in parts for w in p.warnings))
+    return replace(first, frame=frame, counts=counts, warnings=warnings, seconds=max(p.seconds for p in parts))
 
 
 def _check_texts(responses: pd.DataFrame) -> list[str]:
