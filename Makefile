@@ -23,6 +23,7 @@ status:
 # Prints the Prefect run link, an Argilla login to try, the dataset folder and per-stage times.
 demo: setup
 	$(CROWDPREF) up
+	$(CROWDPREF) deploy
 	$(CROWDPREF) demo studies/demo.yaml
 
 # Runs the whole suite. Services the tests need are started by session fixtures and stopped at

@@ -36,7 +36,6 @@ Python guarantees across versions for the same seed): a seeded shuffle here is a
 from __future__ import annotations
 
 import bisect
-import math
 import random
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence

@@ -79,6 +79,28 @@ def up(
 
 @app.command()
 @friendly_errors
+def deploy(
+    worker: bool = typer.Option(True, help="Also start a process worker on the 'crowdpref' pool."),
+) -> None:
+    """Register every deployment of prefect.yaml with the Prefect server (and start a worker).
+
+    Afterwards flows can be started from the Prefect UI; schedules are registered inactive -
+    resume them in the UI. `crowdpref down` stops the worker."""
+    from deployments.deploy import deploy_all, start_worker
+
+    settings = _settings()
+    with console.status("registering deployments..."):
+        names = deploy_all(settings)
+    console.print(f"registered {len(names)} deployments: {', '.join(sorted(names))}", highlight=False)
+    if worker:
+        with console.status("starting a worker on pool 'crowdpref'..."):
+            running = start_worker(settings)
+        console.print(f"worker running (pid {running.pid}); deployments: {settings.prefect_ui_url}/deployments",
+                      highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
 def down() -> None:
     """Stop every embedded service crowdpref started (by recorded PID, whole process groups)."""
     from services import stack

@@ -149,7 +149,6 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
     mid = config.study2.midpoint
     q = config.study1.quality_scale
     categories = ", ".join(c.slug for c in config.questions.categories)
-    pid = "`p_` + hex digits"
     qid = '`q_` + 16 hex digits'
     rid = '`r_` + 16 hex digits'
     prid = '`pr_` + 16 hex digits'

@@ -7,7 +7,7 @@ from prefect import flow
 from crowdpref.config import load_study
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
-from tasks.collection import monitor_collection, provision_participants
+from tasks.collection import advance_collection
 from tasks.study2 import build_pairs, export_ratings
 
 
@@ -21,17 +21,6 @@ def collect_ratings(study: str = "studies/demo.yaml") -> str:
     run it again to advance."""
     config = load_study(study)
     run = RunFolder.for_study(load_settings().runs_dir, config.name)
-    if run.ratings.exists():
-        print(f"{run.ratings} exists: study 2 is complete, nothing to do")
-        return "complete"
-    if not run.pairs.exists():
+    if not run.ratings.exists() and not run.pairs.exists():
         build_pairs(study)
-    provision_participants(study, "study2")
-    progress = monitor_collection(study, "study2")
-    print(f"study 2: {progress.submitted}/{progress.needed} ratings submitted, {progress.outstanding} outstanding, "
-          f"{len(progress.released_now)} raters released, {len(progress.created_now)} new accounts")
-    if not progress.complete:
-        return "waiting"
-    path = export_ratings(study)
-    print(f"study 2 complete: {path}")
-    return "complete"
+    return advance_collection(study, "study2", run.ratings, export_ratings, noun="ratings")

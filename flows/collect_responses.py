@@ -7,7 +7,7 @@ from prefect import flow
 from crowdpref.config import load_study
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
-from tasks.collection import monitor_collection, provision_participants
+from tasks.collection import advance_collection
 from tasks.study1 import export_responses
 
 
@@ -21,15 +21,4 @@ def collect_responses(study: str = "studies/demo.yaml") -> str:
     Run it again (by hand or on a schedule) to advance the collection."""
     config = load_study(study)
     run = RunFolder.for_study(load_settings().runs_dir, config.name)
-    if run.responses.exists():
-        print(f"{run.responses} exists: study 1 is complete, nothing to do")
-        return "complete"
-    provision_participants(study, "study1")
-    progress = monitor_collection(study, "study1")
-    print(f"study 1: {progress.submitted}/{progress.needed} answers submitted, {progress.outstanding} outstanding, "
-          f"{len(progress.released_now)} participants released, {len(progress.created_now)} new accounts")
-    if not progress.complete:
-        return "waiting"
-    path = export_responses(study)
-    print(f"study 1 complete: {path}")
-    return "complete"
+    return advance_collection(study, "study1", run.responses, export_responses, noun="answers")

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from crowdpref.errors import ServiceError
@@ -35,7 +35,7 @@ class ServiceSpec:
     port_setting: str | None = None  # the env var that moves it, named in errors
     cwd: Path | None = None
     start_timeout_s: float = 60.0
-    extra: dict = field(default_factory=dict)
+    term_signals: int = 1  # SIGTERMs it needs to exit (a Prefect worker needs two)
 
 
 @dataclass
@@ -146,6 +146,7 @@ class ProcessManager:
             "port": spec.port,
             "started_at": time.time(),
             "argv0": spec.argv[0],
+            "term_signals": spec.term_signals,
         }
         tmp = self.record_path(spec.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
@@ -175,12 +176,21 @@ class ProcessManager:
             self._forget(name)
             return False
         pgid = os.getpgid(current.pid)
-        self._signal_group(pgid, signal.SIGTERM)
+        for attempt in range(self._term_signals(name)):
+            if attempt:
+                time.sleep(1.0)
+            self._signal_group(pgid, signal.SIGTERM)
         if not self._wait_group_gone(pgid, current.pid, timeout_s):
             self._signal_group(pgid, signal.SIGKILL)
             self._wait_group_gone(pgid, current.pid, 5.0)
         self._forget(name)
         return True
+
+    def _term_signals(self, name: str) -> int:
+        try:
+            return int(json.loads(self.record_path(name).read_text()).get("term_signals", 1))
+        except (FileNotFoundError, json.JSONDecodeError, ValueError):
+            return 1
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:

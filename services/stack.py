@@ -13,8 +13,11 @@ from services.prefect import service as prefect
 from services.process import ProcessManager
 
 COMPONENTS = ("argilla", "prefect")
+# what runs flows: a worker on the `crowdpref` pool (crowdpref deploy) or a serve process
+# (deployments/serve.py); started by deployments/deploy.py, stopped and reported here
+WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this start order
-SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME)
+SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, SERVE, WORKER)
 
 
 @dataclass
@@ -31,6 +34,8 @@ def _urls(settings: Settings) -> dict[str, str]:
         argilla.SERVER: settings.argilla_api_url,
         argilla.WORKER: f"rq worker on redis://{settings.host}:{settings.redis_port}",
         prefect.NAME: settings.prefect_ui_url,
+        SERVE: "deployments served from one process",
+        WORKER: "process worker on pool 'crowdpref'",
     }
 
 
@@ -40,7 +45,15 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         argilla.SERVER: lambda: argilla.server_healthy(settings),
         argilla.WORKER: lambda: argilla.worker_healthy(settings),
         prefect.NAME: lambda: prefect.healthy(settings),
+        SERVE: lambda: _deploy().serve_healthy(settings),
+        WORKER: lambda: _deploy().worker_healthy(settings),
     }
+
+
+def _deploy():  # deployments/ imports Prefect-side helpers; load it only when asked
+    from deployments import deploy
+
+    return deploy
 
 
 def up(
@@ -76,11 +89,14 @@ def down(settings: Settings) -> list[str]:
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
+    """Every core service, plus the flow runners (worker / serve) when one was started."""
     manager = ProcessManager(settings.state_dir)
     urls, health = _urls(settings), _health(settings)
     rows = []
     for name in SERVICE_NAMES:
         running = manager.running(name)
+        if name in (SERVE, WORKER) and running is None:
+            continue
         rows.append(
             ServiceStatus(
                 name=name,

@@ -5,6 +5,8 @@ path, not live clients, so their inputs are plain values Prefect can hash and pe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact
@@ -70,6 +72,22 @@ def wait_for_release(study: str, key: StudyKey, max_wait_s: float, visit: int) -
         return False
     time.sleep(wait + 1.0)
     return True
+
+
+def advance_collection(study: str, key: StudyKey, output: Path, export: Callable[[str], str], noun: str) -> str:
+    """The collection sequence both study flows run: skip when ``output`` exists; provision;
+    monitor; export when complete. Returns "complete" or "waiting" (never waits for people)."""
+    if output.exists():
+        print(f"{output} exists: {key} is complete, nothing to do")
+        return "complete"
+    provision_participants(study, key)
+    progress = monitor_collection(study, key)
+    print(f"{key}: {progress.submitted}/{progress.needed} {noun} submitted, {progress.outstanding} outstanding, "
+          f"{len(progress.released_now)} participants released, {len(progress.created_now)} new accounts")
+    if not progress.complete:
+        return "waiting"
+    print(f"{key} complete: {export(study)}")
+    return "complete"
 
 
 def report_markdown(title: str, report: dict) -> str:

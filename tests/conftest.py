@@ -121,10 +121,32 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
+# Connection settings a developer may have in their shell; flow tests must not pick them up.
+CONNECTION_ENV = (
+    "CROWDPREF_SETTINGS", "CROWDPREF_ARGILLA_URL", "ARGILLA_API_URL", "CROWDPREF_ARGILLA_API_KEY",
+    "ARGILLA_API_KEY", "CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL", "CROWDPREF_OPENAI_API_KEY",
+    "OPENAI_API_KEY", "CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL", "CROWDPREF_HF_TOKEN", "HF_TOKEN",
+    "CROWDPREF_HF_REPO_ID", "CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT", "HF_HUB_OFFLINE",
+    "CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN",
+)
+
+
 @pytest.fixture()
-def study_env(argilla_server: ArgillaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Flows in this test use a fresh state folder and the session's embedded Argilla."""
-    monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "state"))
+def crowdpref_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None) -> Path:
+    """For flow tests under the Prefect harness: a private CROWDPREF_HOME (returned), the
+    working folder moved to tmp (no local settings file leaks in), and the developer's
+    connection settings cleared."""
+    for name in CONNECTION_ENV:
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    monkeypatch.setenv("CROWDPREF_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+@pytest.fixture()
+def study_env(crowdpref_home: Path, argilla_server: ArgillaServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``crowdpref_home`` pointed at the session's embedded Argilla."""
     monkeypatch.setenv("CROWDPREF_ARGILLA_URL", argilla_server.api_url)
     monkeypatch.setenv("CROWDPREF_ARGILLA_API_KEY", argilla_server.owner_api_key)
-    return tmp_path / "state"
+    return crowdpref_home

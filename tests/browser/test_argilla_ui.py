@@ -13,7 +13,6 @@ import secrets
 from pathlib import Path
 
 import argilla as rg
-import pytest
 
 from tests.browser.conftest import BROWSER_MARKS
 from tests.integration.test_argilla_roundtrip import _study1_settings

@@ -19,18 +19,6 @@ from crowdpref.errors import CrowdprefError
 from flows.aggregate_ratings import aggregate_ratings
 from tests.fakes.study_fixtures import make_study
 
-ENV_TO_CLEAR = ("CROWDPREF_SETTINGS",)
-
-
-@pytest.fixture()
-def crowdpref_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None) -> Path:
-    for name in ENV_TO_CLEAR:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    monkeypatch.setenv("CROWDPREF_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    return home
-
 
 def write_study(tmp_path: Path, name: str, **aggregation: object) -> str:
     path = tmp_path / f"{name}.yaml"

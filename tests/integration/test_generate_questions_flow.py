@@ -18,20 +18,6 @@ from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_STUDY = REPO / "studies" / "demo.yaml"
-ENV_TO_CLEAR = ("CROWDPREF_SETTINGS", "CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL",
-                "CROWDPREF_OPENAI_API_KEY", "OPENAI_API_KEY", "CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL")
-
-
-@pytest.fixture()
-def crowdpref_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None) -> Path:
-    """A private CROWDPREF_HOME; the working folder moves too, so no local settings file leaks in."""
-    for name in ENV_TO_CLEAR:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    monkeypatch.setenv("CROWDPREF_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    return home
-
 
 def test_flow_writes_the_demo_questions_then_skips_a_rerun(crowdpref_home: Path) -> None:
     path = generate_questions(study=str(DEMO_STUDY))

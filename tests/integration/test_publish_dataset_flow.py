@@ -20,21 +20,11 @@ from tests.unit.test_publish import PlantedRun, write_study_run
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_STUDY = REPO / "studies" / "demo.yaml"
-ENV_TO_CLEAR = ("CROWDPREF_SETTINGS", "CROWDPREF_HF_TOKEN", "HF_TOKEN", "CROWDPREF_HF_REPO_ID",
-                "CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT", "HF_HUB_OFFLINE",
-                "CROWDPREF_ARGILLA_API_KEY", "ARGILLA_API_KEY", "CROWDPREF_OPENAI_API_KEY",
-                "OPENAI_API_KEY", "CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN")
-
 
 @pytest.fixture()
-def demo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None) -> PlantedRun:
+def demo_run(crowdpref_home: Path, monkeypatch: pytest.MonkeyPatch) -> PlantedRun:
     """A private CROWDPREF_HOME holding the demo study's run folder (fixture data)."""
-    for name in ENV_TO_CLEAR:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    monkeypatch.setenv("CROWDPREF_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    planted = write_study_run(home / "studies" / "demo", load_study(DEMO_STUDY))
+    planted = write_study_run(crowdpref_home / "studies" / "demo", load_study(DEMO_STUDY))
     # credentials in the settings: the flow must forbid them too
     monkeypatch.setenv("CROWDPREF_ARGILLA_API_KEY", planted.api_keys[1])
     monkeypatch.setenv("CROWDPREF_OPENAI_API_KEY", planted.api_keys[2])

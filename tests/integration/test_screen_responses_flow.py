@@ -30,16 +30,6 @@ from tests.fakes.tiny_detoxify import (
 TEXTS = [*BENIGN_TEXTS, *INSULT_TEXTS, *THREAT_TEXTS]
 
 
-@pytest.fixture()
-def crowdpref_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_harness: None) -> Path:
-    """A private CROWDPREF_HOME; the working folder moves too, so no local settings file leaks in."""
-    monkeypatch.delenv("CROWDPREF_SETTINGS", raising=False)
-    home = tmp_path / "home"
-    monkeypatch.setenv("CROWDPREF_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    return home
-
-
 def write_study(folder: Path, name: str, screening: dict) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({

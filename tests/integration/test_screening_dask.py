@@ -10,7 +10,7 @@ import pytest
 
 from flows.screen_responses import screen_responses
 from tests.fakes.tiny_detoxify import TinyDetoxify, tiny_detoxify  # noqa: F401 - the session fixture
-from tests.integration.test_screen_responses_flow import TEXTS, crowdpref_home, write_responses, write_study  # noqa: F401
+from tests.integration.test_screen_responses_flow import TEXTS, write_responses, write_study
 
 pytestmark = pytest.mark.integration
 

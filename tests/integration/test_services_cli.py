@@ -76,6 +76,15 @@ def test_up_status_down_round_trip(cli_env):
         assert any((state / "prefect" / "results").iterdir()), "task results are not persisted in the state folder"
         for secret in (creds["password"], creds["api_key"]):
             assert secret not in smoke.stdout + smoke.stderr
+
+        # deployments registered, and a worker that down must stop too (it needs two SIGTERMs)
+        deployed = run_cli(cli_env, "deploy")
+        assert deployed.returncode == 0, deployed.stderr + deployed.stdout
+        assert "study/study" in deployed.stdout
+        status = run_cli(cli_env, "status")
+        assert status.returncode == 0 and "prefect-worker" in status.stdout, status.stdout
+        records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
+        assert "prefect-worker" in records
     finally:
         stopped = run_cli(cli_env, "down")
     assert stopped.returncode == 0, stopped.stderr

@@ -6,7 +6,6 @@ artifacts."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pandas as pd
 import pytest

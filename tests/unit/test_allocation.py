@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import crowdpref.allocation as allocation_module
