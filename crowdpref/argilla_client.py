@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import argilla as rg
@@ -80,6 +80,7 @@ class ArgillaOwner:
         self._http = httpx.Client(
             base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s
         )
+        self._user_ids: dict[str, str] = {}
 
     # --- accounts and workspaces -------------------------------------------------------------
     def ensure_workspace(self, name: str) -> rg.Workspace:
@@ -113,6 +114,16 @@ class ArgillaOwner:
         response = self._http.get(f"/api/v1/users/{user.id}/workspaces")
         _raise_for_status(response, self.api_url, f"workspaces of user '{user.username}'")
         return [rg.Workspace(name=item["name"], id=item["id"]) for item in response.json()["items"]]
+
+    def user_id(self, username: str) -> str:
+        """The account's id (cached): answers count only when they are this user's."""
+        if username not in self._user_ids:
+            with _quiet_lookup():
+                user = self.client.users(username)
+            if user is None:
+                raise ArgillaError(f"Argilla user '{username}' at {self.api_url} is missing: rerun provisioning")
+            self._user_ids[username] = str(user.id)
+        return self._user_ids[username]
 
     def delete_user(self, username: str) -> bool:
         with _quiet_lookup():
@@ -292,7 +303,12 @@ def _raise_for_status(response: httpx.Response, api_url: str, what: str) -> None
 
 
 def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    """Server timestamps are UTC, sent without a zone: make them aware, so ``.timestamp()`` does
+    not read them as local time (which would shift inactivity by the machine's UTC offset)."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 __all__ = [

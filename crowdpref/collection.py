@@ -314,7 +314,11 @@ class Collection:
         return answers
 
     def _submitted_answers(self, username: str) -> list[SubmittedAnswer]:
-        return [a for a in self.owner.answers(self._dataset_of(username)) if a.status == "submitted"]
+        """The participant's own submitted answers (someone else answering in their workspace,
+        e.g. the owner trying the UI, never counts)."""
+        user_id = self.owner.user_id(username)
+        return [a for a in self.owner.answers(self._dataset_of(username))
+                if a.status == "submitted" and a.user_id == user_id]
 
     def _release(self, ledger: Ledger, participant: Participant, reason: str, now: float) -> None:
         """Remove the participant's unsubmitted records from their dataset (so a late answer

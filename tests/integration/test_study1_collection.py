@@ -111,6 +111,16 @@ def test_study1_collection_with_dropout_and_reallocation(argilla_server, tmp_pat
     passwords = {u: e["password"] for u, e in json.loads(roster_file.read_text()).items()}
     assert len(passwords) == 4 and all(len(p) >= 26 for p in passwords.values())
 
+    # the owner trying the UI in participant 1's workspace does not count as their answer
+    first = ledger.participants[0]
+    record_id = owner.record_ids(owner.find_dataset(collection.dataset_name, first.username))[first.items[0]]
+    tried = httpx.post(f"{argilla_server.api_url}/api/v1/records/{record_id}/responses",
+                       headers={"X-Argilla-Api-Key": argilla_server.owner_api_key},
+                       json={"status": "submitted", "values": {"response": {"value": "owner test"}, "quality": {"value": 3}}})
+    assert tried.status_code == 201, tried.text
+    collection.monitor(collection.ledger())
+    assert collection.ledger().participant(first.username).submitted == {}
+
     # the crowd answers; participant 2 drops out after at most 2 of their 3 questions
     dropout = ledger.participants[1].username
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts={dropout})
