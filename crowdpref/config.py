@@ -768,14 +768,16 @@ class StudyConfig(_Section):
         _check_batches(self.study1.batches(n), self.study1.remainder, "study1.remainder",
                        f"answers ({n} questions x {self.study1.responses_per_question})")
         plan = self.plan(n)
+        self._check_pairs(plan.n_pairs, f"{n} questions x {plan.pairs_per_question}")
+
+    def _check_pairs(self, n_pairs: int, origin: str) -> None:
         p = self.study2.pairs_per_participant
-        if p > plan.n_pairs:
+        if p > n_pairs:
             raise _problem("study2.pairs_per_participant",
-                           f"{p} distinct pairs per participant, but only {plan.n_pairs} pairs "
-                           f"({n} questions x {plan.pairs_per_question})",
-                           f"use at most {plan.n_pairs}, or add questions")
-        _check_batches(plan.study2, self.study2.remainder, "study2.remainder",
-                       f"ratings ({plan.n_pairs} pairs x {self.study2.ratings_per_pair})")
+                           f"{p} distinct pairs per participant, but only {n_pairs} pairs ({origin})",
+                           f"use at most {n_pairs}, or add questions")
+        _check_batches(self.study2.batches(n_pairs), self.study2.remainder, "study2.remainder",
+                       f"ratings ({n_pairs} pairs x {self.study2.ratings_per_pair})")
 
     # --- derived numbers ---------------------------------------------------------------------
     @property
@@ -804,11 +806,21 @@ class StudyConfig(_Section):
                                "add questions (bank, files or LLM) or relax the filters")
             self._check_counts(n_questions, "loaded")
         except PydanticCustomError as exc:
-            ctx = exc.context or {}
-            raise ConfigError(
-                f"{self._source or 'study config'}: {ctx['field']}: {ctx['problem']}: {ctx['fix']}"
-            ) from None
+            raise self._config_error(exc) from None
         return self.plan(n_questions)
+
+    def check_pair_count(self, n_pairs: int) -> Batches:
+        """The same study-2 checks for the pairs actually built (pairs.parquet may hold fewer
+        than the plan: questions with too few usable answers, screened-out answers)."""
+        try:
+            self._check_pairs(n_pairs, "in pairs.parquet")
+        except PydanticCustomError as exc:
+            raise self._config_error(exc) from None
+        return self.study2.batches(n_pairs)
+
+    def _config_error(self, exc: PydanticCustomError) -> ConfigError:
+        ctx = exc.context or {}
+        return ConfigError(f"{self._source or 'study config'}: {ctx['field']}: {ctx['problem']}: {ctx['fix']}")
 
     def summary_rows(self, n_questions: int | None = None) -> list[tuple[str, str]]:
         """(label, value) rows describing the study, for the CLI. ``n_questions`` defaults to

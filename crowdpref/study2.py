@@ -17,7 +17,7 @@ from crowdpref.argilla_client import SubmittedAnswer
 from crowdpref.collection import Collection, Participant
 from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
-from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.errors import CrowdprefError
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
 from crowdpref.pseudonyms import Pseudonyms
 
@@ -67,22 +67,9 @@ class Study2Spec:
 
     def __post_init__(self) -> None:
         s2 = self.config.study2
-        n_pairs = len(self.pairs)
-        source = self.config.source or self.config.name
-        if n_pairs == 0:
+        if self.pairs.empty:
             raise CrowdprefError("pairs.parquet is empty: no question has 2 or more usable answers")
-        if s2.pairs_per_participant > n_pairs:
-            raise ConfigError(
-                f"{source}: study2.pairs_per_participant: {s2.pairs_per_participant} distinct pairs per participant, "
-                f"but only {n_pairs} pairs: use at most {n_pairs}"
-            )
-        self.batches: Batches = s2.batches(n_pairs)
-        if s2.remainder == "error" and self.batches.remainder:
-            raise ConfigError(
-                f"{source}: study2.remainder: {self.batches.items} ratings do not split into batches of "
-                f"{s2.pairs_per_participant} ({self.batches.remainder} left over): change the numbers or set "
-                "remainder: smaller_last"
-            )
+        self.batches: Batches = self.config.check_pair_count(len(self.pairs))
         self.study_name = self.config.name
         self.username_prefix = str(s2.username_prefix)
         self.copies = s2.ratings_per_pair

@@ -75,3 +75,17 @@ def test_ratings_follow_hidden_quality():
     better_a = [crowd.rating("r", f"p{i}", 0.9, 0.2, 8) for i in range(300)]
     assert statistics.mean(better_b) > 6.5 and statistics.mean(better_a) < 2.5
     assert set(better_a + better_b) <= set(range(1, 9))
+
+
+def test_pair_count_checks_are_the_configs_one_line_errors():
+    from crowdpref.config import parse_study
+    from crowdpref.errors import ConfigError
+
+    config = parse_study({"name": "t", "study1": {"questions_per_participant": 2},
+                          "study2": {"pairs_per_participant": 5, "remainder": "error"}}, source="t.yaml")
+    with pytest.raises(ConfigError, match=r"^t.yaml: study2.pairs_per_participant: 5 distinct pairs per participant, "
+                                          r"but only 3 pairs \(in pairs.parquet\)"):
+        config.check_pair_count(3)
+    with pytest.raises(ConfigError, match=r"^t.yaml: study2.remainder: 21 ratings \(7 pairs x 3\) do not split"):
+        config.check_pair_count(7)
+    assert config.check_pair_count(5).participants == 3
