@@ -42,6 +42,7 @@ from crowdpref.roster import Roster
 from crowdpref.runfolder import write_json
 
 ATTENTION_CHECK_ID = "attention-check"
+LEDGER_FILE = "ledger.json"  # in <run>/<study key>/
 
 
 class CollectionSpec(Protocol):
@@ -222,7 +223,7 @@ class Collection:
 
     @property
     def ledger_path(self) -> Path:
-        return self.folder / "ledger.json"
+        return self.folder / LEDGER_FILE
 
     @property
     def dataset_name(self) -> str:

@@ -14,7 +14,7 @@ import argilla as rg
 import pandas as pd
 
 from crowdpref.argilla_client import SubmittedAnswer
-from crowdpref.collection import Collection, Participant
+from crowdpref.collection import LEDGER_FILE, Collection, Ledger, Participant
 from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
 from crowdpref.errors import CrowdprefError
@@ -138,6 +138,13 @@ def study1_complete(run: RunFolder) -> pd.DataFrame:
     if report_file.exists() and not json.loads(report_file.read_text()).get("valid", False):
         raise CrowdprefError(f"{report_file}: study 1 did not validate: finish study 1 before pairing")
     return responses
+
+
+def study1_usernames(run: RunFolder) -> list[str]:
+    """Every study-1 participant account in the study-1 ledger (read as a file: no Argilla
+    call, and nothing is created when it is absent - then none are known)."""
+    path = run.file(f"study1/{LEDGER_FILE}")
+    return [p.username for p in Ledger.load(path).participants] if path.exists() else []
 
 
 def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collection:

@@ -14,7 +14,7 @@ from crowdpref.runfolder import RunFolder, read_parquet, write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
-from crowdpref.study2 import study1_complete
+from crowdpref.study2 import study1_complete, study1_usernames
 from tasks.collection import artifact_key, publish_validation
 from tasks.retries import NETWORK
 
@@ -63,8 +63,7 @@ def export_ratings(study: str) -> str:
     """ratings.parquet and the validation report, once every pair has its R ratings."""
     config, run = _run(study)
     collection = open_collection(study, "study2")
-    study1 = open_collection(study, "study1").ledger()
-    frame, report = export_ratings_to(collection, run.path, [p.username for p in study1.participants])
+    frame, report = export_ratings_to(collection, run.path, study1_usernames(run))
     publish_validation(config.name, "study2", report)
     create_table_artifact(
         key=artifact_key(config.name, "study2-ratings-per-rater"),
