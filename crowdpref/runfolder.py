@@ -91,11 +91,17 @@ def read_parquet(path: Path, needed_by: str) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def write_json(data: Any, path: Path, private: bool = False) -> Path:
-    """Write JSON atomically; ``private`` files are created 0600 in a 0700 folder."""
+def write_text(text: str, path: Path, private: bool = False) -> Path:
+    """Write text atomically; ``private`` files are created 0600 in a 0700 folder (secrets,
+    credentials, key mappings: never readable by other users, not even for a moment)."""
     with _atomic_target(path) as tmp:
         if private:
             os.chmod(path.parent, 0o700)
             os.chmod(tmp, 0o600)
-        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return path
+
+
+def write_json(data: Any, path: Path, private: bool = False) -> Path:
+    """Write JSON atomically (see :func:`write_text` for ``private``)."""
+    return write_text(json.dumps(data, indent=2, default=str), path, private=private)

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from crowdpref.errors import ServiceError
+from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok, redis_command
 
@@ -51,23 +52,11 @@ def env(settings: Settings) -> dict[str, str]:
     }
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Create ``path`` readable by the user only (0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    tmp.replace(path)
-
-
 def _auth_secret(settings: Settings) -> str:
     """Token-signing key kept across restarts, so browser sessions survive `down`/`up`."""
     path = settings.secrets_dir / "argilla-auth-secret"
     if not path.exists():
-        _write_private(path, secrets.token_hex(32))
+        write_text(secrets.token_hex(32), path, private=True)
     return path.read_text().strip()
 
 
@@ -80,7 +69,7 @@ def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
             "password": secrets.token_urlsafe(20),
             "api_key": "crowdpref.apikey." + secrets.token_urlsafe(24),
         }
-        _write_private(path, json.dumps(creds, indent=2))
+        write_json(creds, path, private=True)
     return json.loads(path.read_text())
 
 
