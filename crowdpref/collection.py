@@ -376,28 +376,19 @@ class Collection:
         ledger.save(self.ledger_path)
 
     # export --------------------------------------------------------------------------------
-    def collected_answers(self, ledger: Ledger) -> list[tuple[Participant, SubmittedAnswer]]:
-        """Every submitted answer that counts, with its participant (attention checks apart)."""
-        out = []
-        for participant in ledger.participants:
-            if participant.status == ALLOCATED:
-                continue
-            counted = set(participant.submitted)
-            for answer in self._submitted_answers(participant.username):
-                if answer.record_external_id in counted:
-                    out.append((participant, answer))
-        return out
+    def submitted_answers(self, ledger: Ledger) -> list[tuple[Participant, SubmittedAnswer]]:
+        """Every provisioned participant's own submitted answers (attention check included),
+        one read per participant."""
+        return [(p, answer) for p in ledger.participants if p.status != ALLOCATED
+                for answer in self._submitted_answers(p.username)]
 
-    def attention_answers(self, ledger: Ledger) -> dict[str, dict[str, Any]]:
-        """username -> their answer to the attention check (if any)."""
-        out = {}
-        for participant in ledger.participants:
-            if participant.status == ALLOCATED:
-                continue
-            for answer in self._submitted_answers(participant.username):
-                if answer.record_external_id == ATTENTION_CHECK_ID:
-                    out[participant.username] = answer.values
-        return out
+    def collected_answers(
+        self, ledger: Ledger, submitted: Sequence[tuple[Participant, SubmittedAnswer]] | None = None
+    ) -> list[tuple[Participant, SubmittedAnswer]]:
+        """The answers that count - those the ledger recorded (never the attention check) - from
+        ``submitted`` (default: read now)."""
+        submitted = self.submitted_answers(ledger) if submitted is None else submitted
+        return [(p, answer) for p, answer in submitted if answer.record_external_id in p.submitted]
 
     def validation_report(self, ledger: Ledger, answers: Sequence[tuple[Participant, SubmittedAnswer]]) -> dict[str, Any]:
         """Every item has its R answers; every workspace held exactly its allocation; anomalies."""

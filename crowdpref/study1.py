@@ -16,7 +16,7 @@ from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Participant
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
 from crowdpref.pseudonyms import Pseudonyms
-from crowdpref.runfolder import write_json
+from crowdpref.runfolder import write_json, write_parquet
 
 GUIDELINES = """\
 ## Thank you for taking part
@@ -166,16 +166,15 @@ def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collec
 
 def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """responses.parquet + the validation report (also saved as study1/validation.json)."""
-    from crowdpref.runfolder import write_parquet
-
     ledger = collection.ledger()
-    answers = collection.collected_answers(ledger)
+    submitted = collection.submitted_answers(ledger)
+    answers = collection.collected_answers(ledger, submitted)
     report = collection.validation_report(ledger, answers)
-    attention = collection.attention_answers(ledger)
     ids = Pseudonyms(run_folder / "private")
     expected = collection.spec.config.study1.attention_check  # type: ignore[attr-defined]
     if expected is not None and expected.expected is not None:
-        passed = {ids.participant_key(u): expected.expected.lower() in str(v.get("response", "")).lower() for u, v in attention.items()}
+        passed = {ids.participant_key(p.username): expected.expected.lower() in str(a.values.get("response", "")).lower()
+                  for p, a in submitted if a.record_external_id == ATTENTION_CHECK_ID}
         report["attention_check"] = {"answered": len(passed), "passed": sum(passed.values()),
                                      "failed_participant_keys": sorted(k for k, ok in passed.items() if not ok)}
     write_json(report, collection.folder / "validation.json")
@@ -193,8 +192,6 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
 def _key_truth_by_response(private_dir: Path, ids: Pseudonyms) -> None:
     """The simulated crowd's truth (by username and question) keyed by response_id, for
     study 2's simulated raters and aggregation's check against the truth. Stays private."""
-    from crowdpref.runfolder import write_parquet
-
     source = private_dir / "crowd-truth-study1.parquet"
     if not source.exists():
         return

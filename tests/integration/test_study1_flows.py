@@ -25,7 +25,9 @@ def _write_study(tmp_path: Path, name: str) -> Path:
     path.write_text(yaml.safe_dump({
         "name": name,
         "seed": 5,
-        "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600},
+        "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600,
+                   "attention_check": {"position": 2, "text": "Please answer with the word blue, then rate 3.",
+                                       "expected": "blue"}},
         "study2": {"pairs_per_participant": 6},
         "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0},
     }))
@@ -49,7 +51,7 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     assert len(usernames) == 4 and all(p["status"] == "provisioned" for p in ledger["participants"])
 
     quitter = usernames[2]
-    assert simulate_crowd(study, dropouts=[quitter]) < 12
+    assert simulate_crowd(study, dropouts=[quitter]) < 16  # 4 participants x (3 questions + the check)
     assert collect_responses(study) == "waiting"
 
     dropped = CliRunner().invoke(app, ["drop", quitter, "--study", study])
@@ -64,6 +66,12 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     responses = pd.read_parquet(run_dir / "responses.parquet")
     assert responses.groupby("question_id").size().tolist() == [2] * 6
     assert collect_responses(study) == "complete"  # a rerun does nothing
+    validation = json.loads((run_dir / "study1" / "validation.json").read_text())
+    assert validation["valid"], validation["anomalies"]
+    # the quitter was released before answering the check (its record left their dataset);
+    # every other participant answered it as asked
+    assert validation["attention_check"]["answered"] == validation["attention_check"]["passed"] >= 3
+    assert validation["attention_check"]["failed_participant_keys"] == []
 
     roster = json.loads((run_dir / "private" / "study1-roster.json").read_text())
     passwords = [entry["password"] for entry in roster.values()]
