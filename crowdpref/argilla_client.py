@@ -108,6 +108,7 @@ class ArgillaOwner:
                 )
         if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
             workspace.add_user(user)
+        self._user_ids[username] = str(user.id)
         return user
 
     def _user_workspaces(self, user: rg.User) -> list[Any]:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import argilla as rg
 import httpx
 
+from crowdpref.argilla_client import ArgillaOwner
+
 SMOKE_WORKSPACE = "crowdpref-smoke"
 
 
@@ -21,22 +23,24 @@ class SmokeResult:
 
 
 def check_argilla(api_url: str, api_key: str, timeout_s: float = 30.0) -> SmokeResult:
+    """Through :class:`~crowdpref.argilla_client.ArgillaOwner`, the client every stage uses
+    (so an unreachable server or a wrong key is its one-line error)."""
     started = time.perf_counter()
-    client = rg.Argilla(api_url=api_url, api_key=api_key, timeout=int(timeout_s))
-    workspace = client.workspaces(SMOKE_WORKSPACE) or rg.Workspace(name=SMOKE_WORKSPACE, client=client).create()
-    name = f"smoke-{int(time.time())}"
+    owner = ArgillaOwner(api_url, api_key, timeout_s=timeout_s)
+    workspace = owner.ensure_workspace(SMOKE_WORKSPACE)
     settings = rg.Settings(
         fields=[rg.TextField(name="question")],
         questions=[rg.TextQuestion(name="response", required=True)],
     )
-    dataset = rg.Dataset(name=name, workspace=workspace, settings=settings, client=client).create()
+    dataset = owner.ensure_dataset(f"smoke-{int(time.time())}", workspace, settings)
     try:
         record = rg.Record(id="smoke-1", fields={"question": "Is the server answering?"})
-        dataset.records.log([record])
-        dataset.records.log([record])
-        count = len(list(dataset.records))
+        owner.log_records(dataset, [record])
+        owner.log_records(dataset, [record])
+        count = len(owner.record_ids(dataset))
     finally:
         dataset.delete()
+        owner.close()
     return SmokeResult(
         argilla_version=httpx.get(f"{api_url}/api/v1/version", timeout=timeout_s).json().get("version", "?"),
         records_after_two_logs=count,
