@@ -14,7 +14,7 @@ server, the setting and the fix. Passwords and API keys never appear in messages
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -73,14 +73,25 @@ class ArgillaOwner:
     """Owner-side operations. All ``ensure_*`` methods are idempotent: a rerun finds what an
     earlier (possibly crashed) run created and completes it, creating nothing twice."""
 
-    def __init__(self, api_url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2):
+    def __init__(self, api_url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2,
+                 after_change: Callable[[str], None] | None = None):
+        """``after_change`` is called with "METHOD path" after every call that changes the server
+        (SDK calls included): the fault-injection tests crash there, between two calls."""
         self.api_url = api_url.rstrip("/")
         check_server(self.api_url, api_key)
-        self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries)
+        hooks = {"response": [self._after_response]}
+        self.after_change = after_change
+        self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries,
+                                 event_hooks=hooks)
         self._http = httpx.Client(
-            base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s
+            base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s, event_hooks=hooks
         )
         self._user_ids: dict[str, str] = {}
+
+    def _after_response(self, response: httpx.Response) -> None:
+        if self.after_change is not None and response.request.method != "GET" and response.status_code < 400 \
+                and not response.request.url.path.endswith("/search"):
+            self.after_change(f"{response.request.method} {response.request.url.path}")
 
     # --- accounts and workspaces -------------------------------------------------------------
     def ensure_workspace(self, name: str) -> rg.Workspace:
@@ -136,18 +147,35 @@ class ArgillaOwner:
 
     # --- datasets and records ----------------------------------------------------------------
     def ensure_dataset(self, name: str, workspace: rg.Workspace, settings: rg.Settings) -> rg.Dataset:
+        """The dataset with these settings. Creating one takes several calls (dataset, fields,
+        questions, metadata, publish); a process killed in between leaves a draft or a dataset
+        with part of its settings. Such a dataset holds no records yet, so it is deleted and
+        created again; one that holds records and differs is someone else's and is refused."""
         with _quiet_lookup():
             existing = self.client.datasets(name, workspace=workspace)
         if existing is not None:
-            expected = {q.name for q in settings.questions}
-            found = {q.name for q in existing.settings.questions}
-            if expected != found:
+            expected = ({q.name for q in settings.questions}, {f.name for f in settings.fields})
+            found = ({q.name for q in existing.settings.questions}, {f.name for f in existing.settings.fields})
+            published = self._dataset_status(str(existing.id)) == "ready"
+            if published and expected == found:
+                return existing
+            if published and self.record_ids(existing):
                 raise ArgillaError(
-                    f"Argilla dataset '{workspace.name}/{name}' exists with questions {sorted(found)} "
-                    f"instead of {sorted(expected)}: delete it or use another study name"
+                    f"Argilla dataset '{workspace.name}/{name}' exists with questions {sorted(found[0])} "
+                    f"instead of {sorted(expected[0])}: delete it or use another study name"
                 )
-            return existing
+            self.delete_dataset(str(existing.id))  # half-created by a killed run: start it again
         return rg.Dataset(name=name, workspace=workspace, settings=settings, client=self.client).create()
+
+    def _dataset_status(self, dataset_id: str) -> str:
+        response = self._http.get(f"/api/v1/datasets/{dataset_id}")
+        _raise_for_status(response, self.api_url, f"dataset {dataset_id}")
+        return str(response.json().get("status"))
+
+    def delete_dataset(self, dataset_id: str) -> None:
+        response = self._http.delete(f"/api/v1/datasets/{dataset_id}")
+        if response.status_code != 404:
+            _raise_for_status(response, self.api_url, f"deleting dataset {dataset_id}")
 
     def find_dataset(self, name: str, workspace: str) -> rg.Dataset | None:
         try:

@@ -7,7 +7,6 @@ exit non-zero (2 for config problems); they never show a traceback.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -228,15 +227,20 @@ def demo(
     console.print(table)
     run = RunFolder.for_study(settings.runs_dir, config.name)
     console.print(f"Prefect UI, this run:   {run_url}", highlight=False, soft_wrap=True)
-    roster = run.private_dir / "study1-roster.json"
-    if roster.exists():
-        first = sorted(json.loads(roster.read_text()))[0]
+    from crowdpref.store import open_store
+
+    store = open_store(settings)
+    study1 = store.find_collection(config.name, "study1")
+    participants = store.participants(study1.id) if study1 is not None else []
+    if participants:
         console.print(
-            f"Argilla UI:             {settings.argilla_api_url}  - log in as [bold]{first}[/] (a simulated "
-            f"participant); the password is in {roster} (readable by you only)",
+            f"Argilla UI:             {settings.argilla_api_url}  - log in as [bold]{participants[0].username}[/] "
+            f"(a simulated participant); `crowdpref password {participants[0].username} --study {study}` "
+            "prints the password",
             highlight=False,
             soft_wrap=True,
         )
+    store.close()
     release = run.file("release")
     if release.exists():
         console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",
@@ -258,16 +262,37 @@ def drop(
 ) -> None:
     """Mark a participant as dropped (the next collect run re-allocates their items).
 
-    Their submitted answers stay; their unanswered items leave their dataset and go to new
-    participant accounts."""
+    Their submitted answers stay; their unanswered items leave their dataset and return to the
+    pool, where the next participant's claim takes them."""
     from crowdpref.config import load_study
     from crowdpref.studies import open_collection
 
     config = load_study(study)
     key = "study2" if username.startswith(f"{config.study2.username_prefix}-") else "study1"
     collection = open_collection(study, key)  # type: ignore[arg-type]
-    collection.request_drop(collection.ledger(), username)
-    console.print(f"{username}: marked dropped; run collect-responses to release and re-allocate their items")
+    collection.request_drop(username)
+    console.print(f"{username}: marked dropped; the next collect run releases their unanswered items to the pool")
+
+
+@app.command()
+@friendly_errors
+def password(
+    username: str = typer.Argument(..., help="A participant's Argilla username."),
+    study: Path = typer.Option(..., "--study", help="The study config the participant belongs to."),
+) -> None:
+    """Print one participant account's password (from the study store; for the study owner)."""
+    from crowdpref.config import load_study
+    from crowdpref.store import open_store
+
+    config = load_study(study)
+    store = open_store(_settings())
+    for key in ("study1", "study2"):
+        info = store.find_collection(config.name, key)
+        account = next((a for a in store.accounts(info.id) if a.username == username), None) if info else None
+        if account is not None:
+            print(account.password)
+            return
+    raise CrowdprefError(f"no account '{username}' in study '{config.name}': check the username (crowdpref demo prints one)")
 
 
 def _use_prefect(settings: Settings) -> None:

@@ -4,45 +4,53 @@ Study 1 collects R written answers per question, study 2 R ratings per answer pa
 each participant Q distinct items in their own workspace and dataset (the method's way: exact
 allocation needs per-participant datasets, Argilla has no per-user quota). What differs between
 the studies - dataset settings, the record for an item, how an answer becomes a row - is a
-:class:`CollectionSpec`; everything else lives here:
+:class:`CollectionSpec`; everything else lives here, on top of the study store
+(:mod:`crowdpref.store`, who holds what and every event):
 
-- the **ledger** (``<run>/<key>/ledger.json``): who holds which items, what they submitted,
-  who was released, and the pool of released slots. It is the single source of truth for
-  allocation and is saved after every change, so a crash loses at most one step;
-- **provisioning**: account, workspace, dataset and records per participant, idempotent and
-  self-repairing (a rerun completes a participant whose provisioning crashed half-way);
-- **monitoring**: reads back submitted answers, marks participants complete, releases those
-  inactive for too long (or dropped by the operator): their unsubmitted records leave their
-  dataset (late answers cannot count twice) and go back to the pool, and new participant
-  accounts receive them - so every item ends with exactly R answers, none more;
+- **a warm account pool**: K accounts (annotator user, workspace, dataset with the study's
+  settings, no records) kept ready, so an arriving participant waits for one bulk call;
+- **claims**: nobody holds work before they arrive. :meth:`Collection.claim` takes the items
+  with the most copies missing (one store transaction), binds a ready account (or creates one
+  on the spot when the pool is empty), and logs the participant's records in one bulk call;
+- **monitoring**: reads answers back, marks participants complete, releases those inactive
+  (counted from their claim and their last activity - a saved draft counts - never from
+  provisioning) or dropped by the operator: their unsubmitted records leave their dataset (a
+  late answer cannot count twice) and the slots return to the pool for the next claim;
+- **repair**: every step records its intent in the store before it touches Argilla and its
+  result after, and every Argilla step is idempotent. So a process killed anywhere leaves a
+  state the next :meth:`Collection.monitor` (or a repeated claim) completes, never refuses;
 - **export** of the collected answers and a validation report.
-
-The invariant, checked by :meth:`Ledger.copies_per_item`: for every item, (copies held by
-participants who were not released) + (copies submitted by released participants) + (copies
-in the pool) == R.
 """
 
 from __future__ import annotations
 
-import json
-import time
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import argilla as rg
 
-from crowdpref.allocation import allocate, reallocate
 from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
 from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
-from crowdpref.roster import Roster
-from crowdpref.runfolder import write_json
+from crowdpref.store import (
+    ACTIVE,
+    COMPLETE,
+    CREATING,
+    RELEASED,
+    RELEASING,
+    Account,
+    Claimed,
+    ClaimResult,
+    CollectionInfo,
+    ParticipantState,
+    Store,
+)
 
 ATTENTION_CHECK_ID = "attention-check"
-LEDGER_FILE = "ledger.json"  # in <run>/<study key>/
 
 
 class CollectionSpec(Protocol):
@@ -56,367 +64,295 @@ class CollectionSpec(Protocol):
     seed: int
     remainder: str  # "smaller_last" | "error"
     inactive_after_s: float
+    pool_size: int  # K warm accounts
+    counterbalance: bool  # study 2: display order chosen per rating
+    exclude_from: str | None  # participants of this collection key are refused (study 1 -> 2)
     batches: Batches  # how the items split into participant batches (remainder included)
 
     def item_ids(self) -> list[str]: ...
 
     def dataset_settings(self) -> rg.Settings: ...
 
-    def record(self, item_id: str) -> rg.Record: ...
+    def record(self, item_id: str, swapped: bool | None = None) -> rg.Record: ...
 
     def attention_record(self) -> rg.Record | None: ...
-
-
-# --- the ledger ----------------------------------------------------------------------------
-ALLOCATED, PROVISIONED, COMPLETE, RELEASED = "allocated", "provisioned", "complete", "released"
-
-
-@dataclass
-class Participant:
-    username: str
-    items: list[str]
-    origin: str = "allocation"  # or "reallocation-<round>"
-    status: str = ALLOCATED
-    provisioned_at: float | None = None
-    submitted: dict[str, float] = field(default_factory=dict)  # item id -> submitted at (epoch s)
-    released_at: float | None = None
-    released_items: list[str] = field(default_factory=list)
-    release_reason: str | None = None
-    drop_requested: bool = False
-
-    @property
-    def outstanding(self) -> list[str]:
-        return [item for item in self.items if item not in self.submitted]
-
-    @property
-    def last_activity(self) -> float | None:
-        times = [*self.submitted.values(), self.provisioned_at or 0.0]
-        return max(times) if any(times) else None
-
-
-@dataclass
-class Ledger:
-    key: str
-    copies: int
-    per_participant: int
-    seed: int
-    items: list[str]
-    participants: list[Participant] = field(default_factory=list)
-    pool: list[str] = field(default_factory=list)
-    reallocation_rounds: int = 0
-
-    # persistence -----------------------------------------------------------------------
-    def save(self, path: Path) -> None:
-        write_json(asdict(self), path)
-
-    @classmethod
-    def load(cls, path: Path) -> Ledger:
-        data = json.loads(path.read_text())
-        data["participants"] = [Participant(**p) for p in data["participants"]]
-        return cls(**data)
-
-    # queries ---------------------------------------------------------------------------
-    def participant(self, username: str) -> Participant:
-        for participant in self.participants:
-            if participant.username == username:
-                return participant
-        raise CrowdprefError(f"no participant '{username}' in the {self.key} ledger")
-
-    def active(self) -> list[Participant]:
-        return [p for p in self.participants if p.status in (ALLOCATED, PROVISIONED)]
-
-    def submitted_per_item(self) -> Counter[str]:
-        return Counter(item for p in self.participants for item in p.submitted)
-
-    def copies_per_item(self) -> Counter[str]:
-        """Copies accounted for per item; must equal ``copies`` for every item."""
-        counts: Counter[str] = Counter(self.pool)
-        for p in self.participants:
-            counts.update(list(p.submitted) if p.status == RELEASED else p.items)  # keys, not timestamps
-        return counts
-
-    def check(self) -> list[str]:
-        """Ledger anomalies (empty when consistent)."""
-        problems = []
-        counts = self.copies_per_item()
-        for item in self.items:
-            if counts[item] != self.copies:
-                problems.append(f"item {item} is accounted {counts[item]} times instead of {self.copies}")
-        for p in self.participants:
-            if len(set(p.items)) != len(p.items):
-                problems.append(f"{p.username} holds an item twice")
-        return problems
-
-    @property
-    def complete(self) -> bool:
-        submitted = self.submitted_per_item()
-        return all(submitted[item] == self.copies for item in self.items)
-
-    def next_username(self, prefix: str) -> str:
-        return f"{prefix}-{len(self.participants) + 1:04d}"
-
-
-def new_ledger(spec: CollectionSpec) -> Ledger:
-    items = spec.item_ids()
-    batches = allocate(items, spec.copies, spec.per_participant, seed=spec.seed, remainder=spec.remainder)
-    ledger = Ledger(spec.key, spec.copies, spec.per_participant, spec.seed, items)
-    for batch in batches:
-        ledger.participants.append(Participant(ledger.next_username(spec.username_prefix), list(batch)))
-    return ledger
 
 
 # --- progress ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ParticipantProgress:
     username: str
+    source: str
     status: str
     assigned: int
     submitted: int
     released: int
-    origin: str
 
 
 @dataclass(frozen=True)
 class Progress:
     needed: int
     submitted: int
-    outstanding: int
-    in_pool: int
+    outstanding: int  # held by active participants
+    unclaimed: int  # slots nobody holds: the next claims take them
+    pool_ready: int  # warm accounts waiting for a participant
     participants: list[ParticipantProgress]
     complete: bool
     released_now: list[str] = field(default_factory=list)
-    created_now: list[str] = field(default_factory=list)
+    accounts_ready_now: int = 0
 
     @property
     def share(self) -> float:
         return self.submitted / self.needed if self.needed else 1.0
 
 
-def progress(ledger: Ledger, released_now: Sequence[str] = (), created_now: Sequence[str] = ()) -> Progress:
-    submitted = sum(len(p.submitted) for p in ledger.participants)
-    outstanding = sum(len(p.outstanding) for p in ledger.active())
-    return Progress(
-        needed=len(ledger.items) * ledger.copies,
-        submitted=submitted,
-        outstanding=outstanding,
-        in_pool=len(ledger.pool),
-        participants=[
-            ParticipantProgress(p.username, p.status, len(p.items), len(p.submitted), len(p.released_items), p.origin)
-            for p in ledger.participants
-        ],
-        complete=ledger.complete,
-        released_now=list(released_now),
-        created_now=list(created_now),
-    )
-
-
 # --- the collection --------------------------------------------------------------------------
 class Collection:
-    """One study's collection on one Argilla server, backed by its ledger in the run folder."""
+    """One study's collection on one Argilla server, backed by the study store."""
 
-    def __init__(self, spec: CollectionSpec, owner: ArgillaOwner, folder: Path, clock: Callable[[], float] = time.time):
+    def __init__(self, spec: CollectionSpec, owner: ArgillaOwner, folder: Path, store: Store):
         self.spec = spec
         self.owner = owner
         self.folder = folder
-        self.clock = clock
-        self.roster = Roster(folder.parent / "private" / f"{spec.key}-roster.json", owner.api_url)
+        self.store = store
+        self._info: CollectionInfo | None = None
+        self._refill_lock = threading.Lock()
 
     @property
-    def ledger_path(self) -> Path:
-        return self.folder / LEDGER_FILE
+    def clock(self) -> Any:
+        return self.store.clock
+
+    @property
+    def info(self) -> CollectionInfo:
+        """The store's collection for this study (created with its items on first use)."""
+        if self._info is None:
+            self._info = self.store.collection(
+                self.spec.study_name, self.spec.key, self.spec.item_ids(), copies=self.spec.copies,
+                per_participant=self.spec.per_participant, seed=self.spec.seed,
+                username_prefix=self.spec.username_prefix, counterbalance=self.spec.counterbalance,
+            )
+        return self._info
 
     @property
     def dataset_name(self) -> str:
         return f"{self.spec.study_name}-{self.spec.key}"
 
-    def ledger(self) -> Ledger:
-        if self.ledger_path.exists():
-            return Ledger.load(self.ledger_path)
-        ledger = new_ledger(self.spec)
-        ledger.save(self.ledger_path)
-        return ledger
+    # the warm pool ----------------------------------------------------------------------------
+    def refill_pool(self, size: int | None = None) -> int:
+        """Top the pool up to ``size`` (default: the config's K) ready accounts, and finish any
+        account a killed process left half-created. Returns how many became ready."""
+        with self._refill_lock:
+            self.store.plan_pool(self.info, self.spec.pool_size if size is None else size)
+            made = 0
+            for account in self.store.lease_unbound_creating(self.info):
+                self._provision_account(account)
+                self.store.account_ready(self.info, account.id)
+                made += 1
+            return made
 
-    # provisioning ------------------------------------------------------------------------
-    def provision(self, ledger: Ledger, on_participant: Callable[[str], None] = lambda u: None) -> list[str]:
-        """Provision every participant not provisioned yet; returns their usernames. Safe to
-        rerun at any point: each step finds what exists and completes what is missing."""
-        done = []
-        settings = self.spec.dataset_settings()
-        for participant in ledger.participants:
-            if participant.status != ALLOCATED:
-                continue
-            self._provision_one(participant, settings)
-            participant.status = PROVISIONED
-            participant.provisioned_at = self.clock()
-            ledger.save(self.ledger_path)
-            done.append(participant.username)
-            on_participant(participant.username)
-        return done
+    def refill_in_background(self) -> threading.Thread:
+        """Refill the pool in a daemon thread (after a claim took a warm account)."""
+        thread = threading.Thread(target=self.refill_pool, name=f"refill-{self.spec.key}", daemon=True)
+        thread.start()
+        return thread
 
-    def _provision_one(self, participant: Participant, settings: rg.Settings) -> None:
-        password = self.roster.password_for(participant.username)
-        workspace = self.owner.ensure_workspace(participant.username)
-        self.owner.ensure_annotator(participant.username, password, workspace)
-        dataset = self.owner.ensure_dataset(self.dataset_name, workspace, settings)
-        records = [self.spec.record(item) for item in participant.items]
-        check = self.spec.attention_record()
-        if check is not None:
-            records.append(check)
-        self.owner.log_records(dataset, records)
-        held = set(self.owner.record_ids(dataset))
-        expected = {str(r.id) for r in records}
-        if held != expected:
-            raise CrowdprefError(
-                f"workspace '{participant.username}' holds {len(held)} records instead of its "
-                f"{len(expected)} allocated ones (extra: {sorted(held - expected)[:3]}): "
-                "delete that dataset in Argilla and rerun"
-            )
+    def _provision_account(self, account: Account) -> rg.Dataset:
+        """User, workspace and empty dataset for one account; idempotent and self-repairing."""
+        workspace = self.owner.ensure_workspace(account.username)
+        self.owner.ensure_annotator(account.username, account.password, workspace)
+        return self.owner.ensure_dataset(self.dataset_name, workspace, self.spec.dataset_settings())
 
-    # monitoring ----------------------------------------------------------------------------
-    def monitor(self, ledger: Ledger) -> Progress:
-        """Read answers back, complete/release participants, re-allocate the pool to new
-        participants and provision them. Never waits for people: returns the progress."""
-        now = self.clock()
+    # claims -------------------------------------------------------------------------------------
+    def claim(self, key: str, source: str) -> ClaimResult:
+        """Give the participant known by ``key`` (a Prolific id, an invite key, a simulated
+        name) their work, and make it visible in their dataset. Idempotent: the same key gets
+        the same account and items back (and a half-finished earlier claim is completed)."""
+        exclude = None
+        if self.spec.exclude_from is not None:
+            exclude = self.store.find_collection(self.spec.study_name, self.spec.exclude_from)
+        result = self.store.claim(self.info, key, source, exclude_collection=exclude)
+        if isinstance(result, Claimed):
+            self.make_visible(result.participant, result.password)
+        return result
+
+    def make_visible(self, participant: ParticipantState, password: str | None = None) -> None:
+        """Finish a claim in Argilla: the account exists (cold claims create it now) and the
+        participant's dataset holds their records (one bulk upsert by id: repeating it changes
+        nothing)."""
+        if participant.status not in (ACTIVE,) or participant.records_logged and participant.account_state != CREATING:
+            return
+        if participant.account_state == CREATING:
+            account = Account(participant.account_id, participant.username, CREATING,
+                              password or self.store.password(participant.account_id))
+            dataset = self._provision_account(account)
+            self.store.account_ready(self.info, account.id)
+        else:
+            dataset = self._dataset_of(participant.username)
+        if not participant.records_logged:
+            records = [self.spec.record(a.item_id, a.swapped) for a in participant.assignments if a.status != RELEASED]
+            check = self.spec.attention_record()
+            if check is not None:
+                records.append(check)
+            self.owner.log_records(dataset, records)
+            self.store.records_logged(self.info.id, participant.id)
+
+    # monitoring -----------------------------------------------------------------------------------
+    def monitor(self) -> Progress:
+        """Repair what a killed process left, read answers back, complete or release
+        participants, refill the pool. Never waits for people: returns the progress."""
+        cid = self.info.id
         released_now = []
-        for participant in ledger.active():
-            if participant.status != PROVISIONED:
+        for participant in self.store.participants(cid, statuses=[ACTIVE, RELEASING]):
+            if participant.status == RELEASING:  # a release a killed run began: finish it
+                self._finish_release(participant)
+                released_now.append(participant.username)
                 continue
-            self._read_submissions(participant)
-            if not participant.outstanding:
-                participant.status = COMPLETE
-            elif participant.drop_requested:
-                self._release(ledger, participant, "dropped by the operator", now)
+            if not participant.records_logged or participant.account_state == CREATING:
+                self.make_visible(participant)
+            self._read_progress(participant)
+            participant = self.store.participant(cid, participant.username)
+            if participant.status != ACTIVE:
+                continue
+            now = self.clock()
+            if participant.drop_requested:
+                reason = "dropped by the operator"
+            elif now - participant.last_activity_at > self.spec.inactive_after_s:
+                reason = f"no activity for {self.spec.inactive_after_s / 60:g} min"
+            else:
+                continue
+            if self.store.begin_release(cid, participant.id, reason):
+                self._finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
-            elif now - (participant.last_activity or now) > self.spec.inactive_after_s:
-                self._release(ledger, participant, f"no submission for {self.spec.inactive_after_s / 60:.0f} min", now)
-                released_now.append(participant.username)
-            ledger.save(self.ledger_path)
-        created = self._reallocate_pool(ledger)
-        if created:
-            self.provision(ledger)
-        return progress(ledger, released_now, created)
+        ready_now = self.refill_pool()
+        return self.progress(released_now, ready_now)
 
+    def _read_progress(self, participant: ParticipantState) -> None:
+        """Record the participant's submitted answers and their latest activity (any response
+        they saved - a draft counts)."""
+        own = self._own_answers(participant.username)
+        held = set(participant.held)
+        submitted = {}
+        for answer in own:
+            if answer.status == "submitted" and answer.record_external_id in held:
+                submitted[answer.record_external_id] = (answer.updated_at.timestamp() if answer.updated_at
+                                                        else self.clock())
+        times = [a.updated_at.timestamp() for a in own if a.updated_at is not None]
+        self.store.record_progress(self.info.id, participant.id, submitted, max(times) if times else None)
+
+    def _finish_release(self, participant: ParticipantState) -> None:
+        """Remove the participant's unsubmitted records from their dataset, then return the slots
+        to the pool. An answer arriving between the last read and the delete goes with its
+        record and its slot is collected again, so nothing counts twice."""
+        to_delete = list(participant.held)
+        if self.spec.attention_record() is not None:
+            to_delete.append(ATTENTION_CHECK_ID)
+        dataset = self.owner.find_dataset(self.dataset_name, workspace=participant.username)
+        if dataset is not None:
+            self.owner.delete_records(dataset, to_delete)
+        self.store.finish_release(self.info.id, participant.id)
+
+    def progress(self, released_now: Sequence[str] = (), accounts_ready_now: int = 0) -> Progress:
+        info = self.info
+        counts = self.store.item_counts(info.id)
+        items = self.store.items(info.id)
+        submitted = sum(min(counts.submitted[i], info.copies) for i in items)
+        held = sum(counts.held[i] for i in items)
+        participants = self.store.participants(info.id)
+        accounts = self.store.accounts(info.id)
+        return Progress(
+            needed=len(items) * info.copies,
+            submitted=submitted,
+            outstanding=held,
+            unclaimed=len(items) * info.copies - submitted - held,
+            pool_ready=sum(a.state == "ready" for a in accounts),
+            participants=[
+                ParticipantProgress(p.username, p.source, p.status, len(p.assignments), len(p.submitted),
+                                    sum(a.status == RELEASED for a in p.assignments))
+                for p in participants
+            ],
+            complete=all(counts.submitted[i] >= info.copies for i in items),
+            released_now=list(released_now),
+            accounts_ready_now=accounts_ready_now,
+        )
+
+    def next_release_in(self) -> float | None:
+        """Seconds until the earliest active participant with work outstanding counts as
+        inactive (0 if one already does); None when nobody is waiting to be released."""
+        now = self.clock()
+        due = [p.last_activity_at + self.spec.inactive_after_s - now
+               for p in self.store.participants(self.info.id, statuses=[ACTIVE]) if p.held]
+        return max(0.0, min(due)) if due else None
+
+    def request_drop(self, username: str) -> None:
+        """Mark the participant dropped (one row updated in the store: a collection run in
+        flight cannot overwrite it); the next monitoring pass releases their work."""
+        self.store.request_drop(self.info.id, username)
+
+    # Argilla reads ---------------------------------------------------------------------------------
     def _dataset_of(self, username: str) -> rg.Dataset:
         dataset = self.owner.find_dataset(self.dataset_name, workspace=username)
         if dataset is None:
             raise CrowdprefError(
-                f"dataset '{username}/{self.dataset_name}' is missing in Argilla: rerun provisioning "
-                "(the ledger says it was provisioned)"
+                f"dataset '{username}/{self.dataset_name}' is missing in Argilla although the study store "
+                "says it exists: run the collection again to re-create it (crowdpref run collect-...)"
             )
         return dataset
 
-    def _read_submissions(self, participant: Participant) -> list[SubmittedAnswer]:
-        answers = self._submitted_answers(participant.username)
-        held = set(participant.items)
-        for answer in answers:
-            if answer.record_external_id in held and answer.record_external_id not in participant.submitted:
-                at = answer.updated_at.timestamp() if answer.updated_at else self.clock()
-                participant.submitted[answer.record_external_id] = at
-        return answers
-
-    def _submitted_answers(self, username: str) -> list[SubmittedAnswer]:
-        """The participant's own submitted answers (someone else answering in their workspace,
-        e.g. the owner trying the UI, never counts)."""
+    def _own_answers(self, username: str) -> list[SubmittedAnswer]:
+        """The participant's own responses, any status (someone else answering in their
+        workspace, e.g. the owner trying the UI, never counts)."""
         user_id = self.owner.user_id(username)
-        return [a for a in self.owner.answers(self._dataset_of(username))
-                if a.status == "submitted" and a.user_id == user_id]
+        return [a for a in self.owner.answers(self._dataset_of(username)) if a.user_id == user_id]
 
-    def _release(self, ledger: Ledger, participant: Participant, reason: str, now: float) -> None:
-        """Remove the participant's unsubmitted records from their dataset (so a late answer
-        cannot count twice) and put those slots back in the pool. Submitted answers stay."""
-        unsubmitted = participant.outstanding
-        to_delete = list(unsubmitted)
-        if self.spec.attention_record() is not None:
-            to_delete.append(ATTENTION_CHECK_ID)
-        self.owner.delete_records(self._dataset_of(participant.username), to_delete)
-        # an answer may have arrived between our read and the delete: it went with the record,
-        # and its slot is re-collected below, so it is never counted twice.
-        participant.status = RELEASED
-        participant.released_at = now
-        participant.released_items = unsubmitted
-        participant.release_reason = reason
-        ledger.pool.extend(unsubmitted)
+    # export ------------------------------------------------------------------------------------------
+    def participants(self) -> list[ParticipantState]:
+        return self.store.participants(self.info.id)
 
-    def _reallocate_pool(self, ledger: Ledger) -> list[str]:
-        if not ledger.pool:
-            return []
-        ledger.reallocation_rounds += 1
-        handed_out = reallocate(
-            ledger.pool, self.spec.per_participant, seed=self.spec.seed + ledger.reallocation_rounds
-        )
-        created = []
-        for batch in handed_out.batches:
-            participant = Participant(
-                ledger.next_username(self.spec.username_prefix),
-                list(batch),
-                origin=f"reallocation-{ledger.reallocation_rounds}",
-            )
-            ledger.participants.append(participant)
-            created.append(participant.username)
-        ledger.pool = []
-        ledger.save(self.ledger_path)
-        return created
-
-    def next_release_in(self, ledger: Ledger) -> float | None:
-        """Seconds until the earliest provisioned participant with work outstanding counts as
-        inactive (0 if one already does); None when nobody is waiting to be released."""
-        now = self.clock()
-        due = [
-            (p.last_activity or now) + self.spec.inactive_after_s - now
-            for p in ledger.participants
-            if p.status == PROVISIONED and p.outstanding
-        ]
-        return max(0.0, min(due)) if due else None
-
-    def request_drop(self, ledger: Ledger, username: str) -> None:
-        participant = ledger.participant(username)
-        if participant.status in (COMPLETE, RELEASED):
-            raise CrowdprefError(f"participant '{username}' is already {participant.status}: nothing to drop")
-        participant.drop_requested = True
-        ledger.save(self.ledger_path)
-
-    # export --------------------------------------------------------------------------------
-    def submitted_answers(self, ledger: Ledger) -> list[tuple[Participant, SubmittedAnswer]]:
-        """Every provisioned participant's own submitted answers (attention check included),
-        one read per participant."""
-        return [(p, answer) for p in ledger.participants if p.status != ALLOCATED
-                for answer in self._submitted_answers(p.username)]
+    def submitted_answers(self) -> list[tuple[ParticipantState, SubmittedAnswer]]:
+        """Every participant's own submitted answers (attention check included), one read per
+        participant."""
+        return [(p, answer) for p in self.participants()
+                for answer in self._own_answers(p.username) if answer.status == "submitted"]
 
     def collected_answers(
-        self, ledger: Ledger, submitted: Sequence[tuple[Participant, SubmittedAnswer]] | None = None
-    ) -> list[tuple[Participant, SubmittedAnswer]]:
-        """The answers that count - those the ledger recorded (never the attention check) - from
-        ``submitted`` (default: read now)."""
-        submitted = self.submitted_answers(ledger) if submitted is None else submitted
+        self, submitted: Sequence[tuple[ParticipantState, SubmittedAnswer]] | None = None
+    ) -> list[tuple[ParticipantState, SubmittedAnswer]]:
+        """The answers that count - those the store recorded as submitted (never the attention
+        check) - from ``submitted`` (default: read now)."""
+        submitted = self.submitted_answers() if submitted is None else submitted
         return [(p, answer) for p, answer in submitted if answer.record_external_id in p.submitted]
 
-    def validation_report(self, ledger: Ledger, answers: Sequence[tuple[Participant, SubmittedAnswer]]) -> dict[str, Any]:
-        """Every item has its R answers; every workspace held exactly its allocation; anomalies."""
-        anomalies = list(ledger.check())
+    def validation_report(self, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]]) -> dict[str, Any]:
+        """Every item has its R answers; every workspace holds exactly its allocation; anomalies."""
+        info = self.info
+        items = self.store.items(info.id)
+        anomalies = list(self.store.check(info.id))
         per_item = Counter(answer.record_external_id for _, answer in answers)
-        short = {item: per_item[item] for item in ledger.items if per_item[item] != ledger.copies}
-        anomalies += [f"item {item} has {n} answers instead of {ledger.copies}" for item, n in short.items()]
+        short = {item: per_item[item] for item in items if per_item[item] != info.copies}
+        anomalies += [f"item {item} has {n} answers instead of {info.copies}" for item, n in short.items()]
         seen: Counter[tuple[str, str]] = Counter((p.username, a.record_external_id) for p, a in answers)
         anomalies += [f"{user} answered {item} {n} times" for (user, item), n in seen.items() if n > 1]
+        participants = self.participants()
         workspaces_ok = 0
-        for participant in ledger.participants:
-            if participant.status == ALLOCATED:
-                continue
+        for participant in participants:
             held = set(self.owner.record_ids(self._dataset_of(participant.username))) - {ATTENTION_CHECK_ID}
-            expected = set(participant.submitted) if participant.status == RELEASED else set(participant.items)
+            expected = set(participant.visible)
             if held == expected:
                 workspaces_ok += 1
             else:
                 anomalies.append(
                     f"workspace {participant.username} holds {sorted(held ^ expected)[:3]} beyond/below its allocation"
                 )
+        sources = Counter(p.source for p in participants)
         return {
-            "items": len(ledger.items),
+            "items": len(items),
             "answers": len(answers),
-            "answers_per_item": ledger.copies,
-            "items_with_exactly_r_answers": len(ledger.items) - len(short),
-            "participants": len(ledger.participants),
-            "released_participants": sum(p.status == RELEASED for p in ledger.participants),
+            "answers_per_item": info.copies,
+            "items_with_exactly_r_answers": len(items) - len(short),
+            "participants": len(participants),
+            "participants_by_source": dict(sources),
+            "completed_participants": sum(p.status == COMPLETE for p in participants),
+            "released_participants": sum(p.status == RELEASED for p in participants),
             "workspaces_matching_allocation": workspaces_ok,
             "anomalies": anomalies,
             "valid": not anomalies,

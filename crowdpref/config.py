@@ -381,8 +381,12 @@ class Study1Config(_Section):
     attention_check: AttentionCheck | None = None
     """Attention-check item added to every batch; None: no check."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
-    """A participant with no submission for this long counts as dropped out and their
-    unanswered questions go back to the pool."""
+    """A participant with no activity (a submitted answer or a saved draft) for this long after
+    their claim counts as dropped out and their unanswered questions go back to the pool."""
+    pool_size: Int = Field(10, ge=0)
+    """Warm accounts kept ready (Argilla user, workspace, empty dataset), so a participant who
+    arrives gets their work in one call; refilled by every collection run. 0: each account is
+    created when its participant arrives (slower)."""
     remainder: Literal["smaller_last", "error"] = "smaller_last"
     """When n_questions * R is not a multiple of Q: ``smaller_last`` gives the last
     participant fewer questions; ``error`` refuses to start."""
@@ -438,7 +442,12 @@ class Study2Config(_Section):
     username_prefix: Str | None = None
     """Prefix of study-2 Argilla usernames/workspaces; None: ``<name>-s2``."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
-    """A rater with no submission for this long counts as dropped out; their pairs return."""
+    """A rater with no activity (submission or draft) for this long after their claim counts
+    as dropped out; their pairs return to the pool."""
+    pool_size: Int = Field(10, ge=0)
+    """Warm accounts kept ready (Argilla user, workspace, empty dataset), so a participant who
+    arrives gets their work in one call; refilled by every collection run. 0: each account is
+    created when its participant arrives (slower)."""
     remainder: Literal["smaller_last", "error"] = "smaller_last"
     """When n_pairs * ratings_per_pair is not a multiple of pairs_per_participant:
     ``smaller_last`` gives the last participant fewer pairs; ``error`` refuses to start."""
@@ -625,6 +634,11 @@ class CrowdConfig(_Section):
     """Share of study-2 raters who click uniformly at random."""
     llm: Bool = False
     """Write simulated answers with the LLM endpoint; false: built-in templates."""
+    arrivals_per_visit: Int = Field(4, ge=1)
+    """New simulated participants who arrive (and claim work) at each crowd visit."""
+    never_start_rate: Float = Field(0.05, ge=0, le=1)
+    """Share of simulated participants who claim work and never start (released when their
+    inactivity window ends)."""
 
     @model_validator(mode="after")
     def _check(self) -> CrowdConfig:
@@ -705,6 +719,10 @@ class StudyConfig(_Section):
     """What the study is for (shown in the summary and the dataset card)."""
     seed: Int = 0
     """Seed for every random choice (sampling, allocation, simulated crowd)."""
+    participants: Literal["prolific", "invite", "simulated"] = "prolific"
+    """Who does the work: people recruited on Prolific (the method), people with invite links
+    (pilots, an own panel), or the simulated crowd (demo, tests). The simulated crowd refuses to
+    work on a study that takes real people."""
     questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
     study1: Study1Config = Field(default_factory=Study1Config)
     study2: Study2Config = Field(default_factory=Study2Config)
@@ -742,6 +760,9 @@ class StudyConfig(_Section):
         if self.study1.username_prefix == self.study2.username_prefix:
             raise _problem("study2.username_prefix", "same prefix as study1.username_prefix",
                            "give the two studies different prefixes")
+        if self.prolific.enabled and self.participants != "prolific":
+            raise _problem("participants", f"prolific.enabled is true but participants is '{self.participants}'",
+                           "set participants: prolific, or prolific.enabled: false")
         r = self.study1.responses_per_question
         if r < 2:
             raise _problem("study1.responses_per_question",
@@ -834,6 +855,8 @@ class StudyConfig(_Section):
         rows = [
             ("Study", f"{self.name}: {self.title}"),
             ("Seed", str(self.seed)),
+            ("Recruitment", self.participants + ("" if self.participants != "simulated"
+                                                  else " (the simulated crowd: not real people)")),
             ("Questions", f"{len(q.categories)} categories; {' + '.join(sources)}; {target}; "
                           f"{q.min_chars}-{q.max_chars} chars; duplicates at "
                           f">= {q.near_duplicate_threshold:g}"),

@@ -28,11 +28,12 @@ from pathlib import Path
 import pandas as pd
 
 from crowdpref.argilla_client import AnnotatorSession
-from crowdpref.collection import ATTENTION_CHECK_ID
-from crowdpref.config import CrowdConfig
+from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref.config import CrowdConfig, StudyConfig
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
+from crowdpref.store import Claimed, ParticipantState
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
 
@@ -169,13 +170,39 @@ def llm_answer_writer(client: object, model: str, crowd: CrowdConfig, base_url: 
 
 @dataclass
 class CrowdReport:
+    arrived: int = 0  # new participants who claimed work at this visit
+    full: bool = False  # an arrival found every item's copies in flight or done
     participants_played: int = 0
     answers_submitted: int = 0
+    never_started: list[str] = field(default_factory=list)
     dropouts: list[str] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)
 
 
+def check_may_play(config: StudyConfig, collection: Collection, force: bool = False) -> None:
+    """The guard: the simulated crowd works only on a study that takes simulated participants
+    (``participants: simulated``) and whose store holds nobody from another source."""
+    if force:
+        return
+    if config.participants != "simulated":
+        raise CrowdprefError(
+            f"study '{config.name}' takes real participants ({config.participants}): the simulated crowd "
+            "will not log in to it; set participants: simulated in the study config for a simulation"
+        )
+    others = Counter(p.source for p in collection.participants() if p.source != "simulated")
+    if others:
+        raise CrowdprefError(
+            f"study '{config.name}' already has {sum(others.values())} participants from "
+            f"{', '.join(sorted(others))}: the simulated crowd will not mix in"
+        )
+
+
 class SimulatedCrowd:
+    """Simulated participants who arrive over time and claim their work exactly as people do
+    (:meth:`Collection.claim`, what the portal calls), then work in Argilla through the
+    annotator API a browser uses. Each is known by a key ``sim-<study key>-<n>``; behaviour is
+    deterministic per seed and key: some never start, some go quiet part-way, most finish."""
+
     def __init__(
         self,
         crowd: CrowdConfig,
@@ -188,41 +215,68 @@ class SimulatedCrowd:
         self.forced_dropouts = set(dropouts) if dropouts is not None else None
         self.writer = writer or (lambda question, category, rng: template_answer(rng, crowd))
 
-    def drops_out(self, username: str) -> bool:
+    @staticmethod
+    def key(study_key: str, n: int) -> str:
+        return f"sim-{study_key}-{n:04d}"
+
+    def never_starts(self, key: str) -> bool:
         if self.forced_dropouts is not None:
-            return username in self.forced_dropouts
-        return _rng(self.seed, "dropout", username).random() < self.crowd.dropout_rate
+            return False
+        return _rng(self.seed, "never-start", key).random() < self.crowd.never_start_rate
 
-    def answers_before_leaving(self, username: str, assigned: int) -> int:
-        """How many items a drop-out answers before going quiet (0 .. assigned-1)."""
-        return _rng(self.seed, "leave-after", username).randrange(0, max(assigned, 1))
+    def drops_out(self, key: str) -> bool:
+        if self.forced_dropouts is not None:
+            return key in self.forced_dropouts
+        return _rng(self.seed, "dropout", key).random() < self.crowd.dropout_rate
 
-    def _play(
+    def answers_before_leaving(self, key: str, assigned: int) -> int:
+        """How many items a drop-out answers before going quiet (1 .. assigned-1)."""
+        return _rng(self.seed, "leave-after", key).randrange(1, assigned) if assigned > 1 else 0
+
+    def visit(
         self,
+        collection: Collection,
         api_url: str,
-        passwords: Mapping[str, str],
-        dataset_name: str,
-        assigned: Mapping[str, int],
-        answer: Callable[[str, dict], dict],
+        answer: Callable[[ParticipantState, dict], dict],
+        arrivals: int | None = None,
+        extra_items: int = 0,
     ) -> CrowdReport:
-        """The visit every simulated participant makes: log in, open their dataset, answer
-        the pending queue with ``answer(username, record) -> values`` (drop-outs stop after
-        their share of the ``assigned`` items), submit in bulk."""
+        """One visit: ``arrivals`` new participants claim work (default: the config's
+        ``arrivals_per_visit``; none once the study is full), then everyone who holds work logs
+        in and answers what is pending with ``answer(participant, record) -> values``;
+        drop-outs stop after their share, never-starters do nothing. ``extra_items``: records
+        beyond the assignments (the attention check)."""
         report = CrowdReport()
-        for username, password in passwords.items():
-            session = AnnotatorSession(api_url, username, password)
+        study_key = collection.spec.key
+        known = len(collection.participants())
+        for n in range(known + 1, known + 1 + (self.crowd.arrivals_per_visit if arrivals is None else arrivals)):
+            result = collection.claim(self.key(study_key, n), "simulated")
+            if not isinstance(result, Claimed):
+                report.full = result.status == "full"
+                break
+            report.arrived += 1
+        for n in range(1, known + report.arrived + 1):
+            key = self.key(study_key, n)
+            claimed = collection.claim(key, "simulated")  # a returning participant: same account, same work
+            if not isinstance(claimed, Claimed) or claimed.participant.status != "active":
+                continue
+            participant = claimed.participant
+            if self.never_starts(key):
+                report.never_started.append(participant.username)
+                continue
+            session = AnnotatorSession(api_url, participant.username, claimed.password)
             try:
-                dataset = next((d for d in session.datasets() if d["name"] == dataset_name), None)
+                dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
                 if dataset is None:
-                    continue  # not provisioned (yet)
+                    continue
                 report.participants_played += 1
                 pending = session.pending_records(dataset["id"])
                 budget = len(pending)
-                if self.drops_out(username):
-                    report.dropouts.append(username)
-                    total = assigned.get(username, len(pending))
-                    budget = max(0, self.answers_before_leaving(username, total) - (total - len(pending)))
-                submissions = [(record["id"], answer(username, record)) for record in pending[:budget]]
+                if self.drops_out(key):
+                    report.dropouts.append(participant.username)
+                    total = len(participant.assignments) + extra_items
+                    budget = max(0, self.answers_before_leaving(key, total) - (total - len(pending)))
+                submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
                 report.answers_submitted += session.submit(submissions) if submissions else 0
             finally:
                 session.close()
@@ -230,61 +284,61 @@ class SimulatedCrowd:
 
     def play_study1(
         self,
+        collection: Collection,
         api_url: str,
-        passwords: Mapping[str, str],
-        dataset_name: str,
         questions: pd.DataFrame,
         truth_path: Path,
-        assigned: Mapping[str, int] | None = None,
         attention_answer: str | None = None,
+        arrivals: int | None = None,
     ) -> CrowdReport:
-        """Writers answer their pending questions; each answer's hidden quality goes to the
-        truth file (``truth_path``, appended)."""
+        """Writers arrive, claim and answer their pending questions; each answer's hidden
+        quality goes to the truth file (``truth_path``, appended)."""
         by_id = questions.set_index("question_id")
         truth: list[dict[str, object]] = []
         kinds: Counter[str] = Counter()
 
-        def write(username: str, record: dict) -> dict:
+        def write(participant: ParticipantState, record: dict) -> dict:
             item = record["external_id"]
             if item == ATTENTION_CHECK_ID:
                 return {"response": attention_answer or "I have read the instructions.", "quality": 3}
-            rng = _rng(self.seed, "answer", username, item)
+            rng = _rng(self.seed, "answer", participant.username, item)
             row = by_id.loc[item]
             written = self.writer(row["question"], row["category"], rng)
             rating = rng.choices(list(QUALITY_RATING_WEIGHTS), weights=list(QUALITY_RATING_WEIGHTS.values()))[0]
-            truth.append({"username": username, "item_id": item, "kind": written.kind,
+            truth.append({"username": participant.username, "item_id": item, "kind": written.kind,
                           "hidden_quality": written.hidden_quality, "text": written.text})
             kinds[written.kind] += 1
             return {"response": written.text, "quality": rating}
 
-        report = self._play(api_url, passwords, dataset_name, assigned or {}, write)
+        extra = int(collection.spec.attention_record() is not None)
+        report = self.visit(collection, api_url, write, arrivals=arrivals, extra_items=extra)
         report.kinds = dict(kinds)
         _append_truth(truth_path, truth)
         return report
 
     def play_study2(
         self,
+        collection: Collection,
         api_url: str,
-        passwords: Mapping[str, str],
-        dataset_name: str,
-        pairs: pd.DataFrame,
         hidden_quality: Mapping[str, float],
         scale_points: int,
-        assigned: Mapping[str, int] | None = None,
+        arrivals: int | None = None,
     ) -> CrowdReport:
-        """Raters rate their pending pairs from the answers' hidden qualities (answers without
-        one - real people's - count as 0.5)."""
-        by_id = pairs.set_index("pair_id")
+        """Raters arrive, claim and rate their pending pairs from the hidden qualities of the
+        answers as THEY were shown them (the display order of their rating; answers without a
+        hidden quality - real people's - count as 0.5)."""
         kinds: Counter[str] = Counter()
+        spec = collection.spec
 
-        def rate(username: str, record: dict) -> dict:
-            pair = by_id.loc[record["external_id"]]
-            kinds["random_clicker" if self.is_random_clicker(username) else "rater"] += 1
-            value = self.rating(username, record["external_id"], hidden_quality.get(pair["response_a_id"], 0.5),
-                                hidden_quality.get(pair["response_b_id"], 0.5), scale_points)
+        def rate(participant: ParticipantState, record: dict) -> dict:
+            pair_id = record["external_id"]
+            shown_a, shown_b = spec.display(pair_id, participant.swapped.get(pair_id))  # type: ignore[attr-defined]
+            kinds["random_clicker" if self.is_random_clicker(participant.username) else "rater"] += 1
+            value = self.rating(participant.username, pair_id, hidden_quality.get(shown_a, 0.5),
+                                hidden_quality.get(shown_b, 0.5), scale_points)
             return {"preference": value}
 
-        report = self._play(api_url, passwords, dataset_name, assigned or {}, rate)
+        report = self.visit(collection, api_url, rate, arrivals=arrivals)
         report.kinds = dict(kinds)
         return report
 

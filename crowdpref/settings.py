@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_PREFECT_API_URL", "PREFECT_API_URL"),
         description="A Prefect server or Cloud API URL. Unset: the embedded server.",
     )
+    database_url: SecretStr | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_DATABASE_URL"),
+        description="The study store (who holds what, every event). Unset: SQLite in the state "
+        "folder. PostgreSQL: postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB (install crowdpref[postgres]).",
+    )
     prolific_token: SecretStr | None = Field(
         default=None, validation_alias=_env("CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN")
     )

@@ -12,7 +12,9 @@ import argilla as rg
 import pandas as pd
 
 from crowdpref.argilla_client import SubmittedAnswer
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Participant
+from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref.contracts import RESPONSES
+from crowdpref.store import ParticipantState, Store, open_store
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
 from crowdpref.pseudonyms import Pseudonyms
@@ -43,7 +45,6 @@ Your answers may be published in an open dataset without your name or Prolific I
 
 QUALITY_TITLE = "How well does this question capture a realistic social situation?"
 QUALITY_DESCRIPTION = "1 = poorly (unclear, implausible, or not about social reasoning) ... 5 = very well."
-RESPONSE_COLUMNS = ["response_id", "question_id", "category", "participant_key", "text", "quality", "submitted_at"]
 
 
 @dataclass
@@ -72,6 +73,9 @@ class Study1Spec:
         self.seed = self.config.seed
         self.remainder = s1.remainder
         self.inactive_after_s = s1.inactive_after_minutes * 60
+        self.pool_size = s1.pool_size
+        self.counterbalance = False
+        self.exclude_from = None
 
     def item_ids(self) -> list[str]:
         return list(self.questions["question_id"])
@@ -103,7 +107,7 @@ class Study1Spec:
             distribution=rg.TaskDistribution(min_submitted=1),
         )
 
-    def record(self, item_id: str) -> rg.Record:
+    def record(self, item_id: str, swapped: bool | None = None) -> rg.Record:
         row = self._by_id.loc[item_id]
         return rg.Record(
             id=item_id,
@@ -123,7 +127,7 @@ class Study1Spec:
 
 
 def responses_frame(
-    spec: Study1Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], ids: Pseudonyms
+    spec: Study1Spec, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]], ids: Pseudonyms
 ) -> pd.DataFrame:
     """``responses.parquet``: one row per submitted answer that counts."""
     rows: list[dict[str, Any]] = []
@@ -140,20 +144,22 @@ def responses_frame(
                 "question_id": question_id,
                 "category": spec._by_id.loc[question_id, "category"],
                 "participant_key": ids.participant_key(participant.username),
+                "source": participant.source,
                 "text": text.strip(),
                 "quality": int(answer.values["quality"]),
                 "submitted_at": pd.Timestamp(participant.submitted[question_id], unit="s", tz="UTC"),
             }
         )
-    frame = pd.DataFrame(rows, columns=RESPONSE_COLUMNS)
+    frame = pd.DataFrame(rows, columns=RESPONSES)
     return frame.sort_values(["question_id", "response_id"]).reset_index(drop=True)
 
 
-def study1_collection(config: StudyConfig, questions: pd.DataFrame, owner: Any, run_folder: Path, **kwargs: Any) -> Collection:
-    return Collection(Study1Spec(config, questions), owner, run_folder / "study1", **kwargs)
+def study1_collection(config: StudyConfig, questions: pd.DataFrame, owner: Any, run_folder: Path,
+                      store: Store) -> Collection:
+    return Collection(Study1Spec(config, questions), owner, run_folder / "study1", store)
 
 
-def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collection:
+def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
     """The study-1 collection for a config on the configured Argilla (reads questions.parquet)."""
     from crowdpref.argilla_client import ArgillaOwner
     from crowdpref.runfolder import RunFolder, read_parquet
@@ -161,15 +167,14 @@ def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collec
     run = RunFolder.for_study(settings.runs_dir, config.name)
     questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study1_collection(config, questions, owner, run.path, **kwargs)
+    return study1_collection(config, questions, owner, run.path, store or open_store(settings))
 
 
 def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """responses.parquet + the validation report (also saved as study1/validation.json)."""
-    ledger = collection.ledger()
-    submitted = collection.submitted_answers(ledger)
-    answers = collection.collected_answers(ledger, submitted)
-    report = collection.validation_report(ledger, answers)
+    submitted = collection.submitted_answers()
+    answers = collection.collected_answers(submitted)
+    report = collection.validation_report(answers)
     ids = Pseudonyms(run_folder / "private")
     expected = collection.spec.config.study1.attention_check  # type: ignore[attr-defined]
     if expected is not None and expected.expected is not None:

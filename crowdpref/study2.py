@@ -14,12 +14,13 @@ import argilla as rg
 import pandas as pd
 
 from crowdpref.argilla_client import SubmittedAnswer
-from crowdpref.collection import LEDGER_FILE, Collection, Ledger, Participant
+from crowdpref.collection import Collection
 from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
 from crowdpref.errors import CrowdprefError
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
 from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.store import ParticipantState, Store, open_store
 
 GUIDELINES = """\
 ## Thank you for taking part
@@ -77,6 +78,9 @@ class Study2Spec:
         self.seed = self.config.seed
         self.remainder = s2.remainder
         self.inactive_after_s = s2.inactive_after_minutes * 60
+        self.pool_size = s2.pool_size
+        self.counterbalance = True  # display order per rating, balanced within each pair
+        self.exclude_from = "study1" if s2.exclude_study1_participants else None
         self._pairs = self.pairs.set_index("pair_id")
         self._text = self.responses.set_index("response_id")["text"]
         self._question = self.questions.set_index("question_id")["question"]
@@ -110,25 +114,36 @@ class Study2Spec:
             distribution=rg.TaskDistribution(min_submitted=1),
         )
 
-    def record(self, item_id: str) -> rg.Record:
+    def record(self, item_id: str, swapped: bool | None = None) -> rg.Record:
+        """The pair as this rater sees it: ``swapped`` (chosen per rating by the store, balanced
+        across the pair's raters) shows the second answer as A."""
         pair = self._pairs.loc[item_id]
+        a, b = self.display(item_id, swapped)
         return rg.Record(
             id=item_id,
             fields={
                 "question": self._question[pair["question_id"]],
-                "response_a": self._text[pair["response_a_id"]],
-                "response_b": self._text[pair["response_b_id"]],
+                "response_a": self._text[a],
+                "response_b": self._text[b],
             },
             metadata={"category": pair["category"], "pair_id": item_id, "question_id": pair["question_id"]},
         )
+
+    def display(self, item_id: str, swapped: bool | None) -> tuple[str, str]:
+        """(response shown as A, response shown as B); None: the pair's own seeded order."""
+        pair = self._pairs.loc[item_id]
+        if swapped is None:
+            return pair["response_a_id"], pair["response_b_id"]
+        first, second = pair["first_response_id"], pair["second_response_id"]
+        return (second, first) if swapped else (first, second)
 
     def attention_record(self) -> rg.Record | None:
         return None
 
 
 def study2_collection(config: StudyConfig, pairs: pd.DataFrame, responses: pd.DataFrame, questions: pd.DataFrame,
-                      owner: Any, run_folder: Path, **kwargs: Any) -> Collection:
-    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", **kwargs)
+                      owner: Any, run_folder: Path, store: Store) -> Collection:
+    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", store)
 
 
 def study1_complete(run: RunFolder) -> pd.DataFrame:
@@ -140,14 +155,7 @@ def study1_complete(run: RunFolder) -> pd.DataFrame:
     return responses
 
 
-def study1_usernames(run: RunFolder) -> list[str]:
-    """Every study-1 participant account in the study-1 ledger (read as a file: no Argilla
-    call, and nothing is created when it is absent - then none are known)."""
-    path = run.file(f"study1/{LEDGER_FILE}")
-    return [p.username for p in Ledger.load(path).participants] if path.exists() else []
-
-
-def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collection:
+def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
     """The study-2 collection on the configured Argilla (reads pairs/responses/questions)."""
     from crowdpref.argilla_client import ArgillaOwner
 
@@ -156,11 +164,11 @@ def open_collection(config: StudyConfig, settings: Any, **kwargs: Any) -> Collec
     responses = study1_complete(run)
     questions = read_parquet(run.questions, needed_by="run generate-questions first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study2_collection(config, pairs, responses, questions, owner, run.path, **kwargs)
+    return study2_collection(config, pairs, responses, questions, owner, run.path, store or open_store(settings))
 
 
 def ratings_frame(
-    spec: Study2Spec, answers: Sequence[tuple[Participant, SubmittedAnswer]], ids: Pseudonyms
+    spec: Study2Spec, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]], ids: Pseudonyms
 ) -> tuple[pd.DataFrame, list[str]]:
     """``ratings.parquet`` rows, and the rejected ones (a rating outside 1..K is rejected and
     reported, never clamped)."""
@@ -175,14 +183,17 @@ def ratings_frame(
             )
             continue
         pair = spec._pairs.loc[pair_id]
+        swapped = participant.swapped.get(pair_id)
+        shown_a, shown_b = spec.display(pair_id, swapped)
         rows.append({
             "rating_id": ids.rating_id(pair_id, participant.username),
             "pair_id": pair_id,
             "question_id": pair["question_id"],
-            "response_a_id": pair["response_a_id"],
-            "response_b_id": pair["response_b_id"],
-            "swapped": bool(pair["swapped"]),
+            "response_a_id": shown_a,
+            "response_b_id": shown_b,
+            "swapped": bool(shown_a == pair["second_response_id"]),
             "rater_key": ids.participant_key(participant.username),
+            "source": participant.source,
             "rating": value,
             "submitted_at": pd.Timestamp(participant.submitted[pair_id], unit="s", tz="UTC"),
         })
@@ -190,17 +201,25 @@ def ratings_frame(
     return frame, rejected
 
 
-def export_ratings(collection: Collection, run_folder: Path, study1_usernames: Sequence[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+def study1_overlap(collection: Collection) -> int:
+    """How many study-2 raters took part in study 1 - the same person by their key (Prolific
+    id, invite key), compared as salted hashes in the store. 0 when study 1 is not in the store."""
+    spec = collection.spec
+    study1 = collection.store.find_collection(spec.study_name, "study1")
+    if study1 is None:
+        return 0
+    return len(collection.store.key_hashes(study1.id) & collection.store.key_hashes(collection.info.id))
+
+
+def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """ratings.parquet + the validation report (study2/validation.json): every pair has its R
-    ratings, no rater rated a pair twice, no study-1 participant rated."""
-    ledger = collection.ledger()
-    answers = collection.collected_answers(ledger)
-    report = collection.validation_report(ledger, answers)
-    raters = {p.username for p in ledger.participants}
-    overlap = sorted(raters & set(study1_usernames))
-    report["study1_participants_who_rated"] = len(overlap)
-    if overlap:
-        report["anomalies"].append(f"{len(overlap)} study-1 participants are study-2 raters")
+    ratings, no rater rated a pair twice, no study-1 participant rated (when excluded)."""
+    answers = collection.collected_answers()
+    report = collection.validation_report(answers)
+    overlap = study1_overlap(collection)
+    report["study1_participants_who_rated"] = overlap
+    if overlap and collection.spec.exclude_from is not None:
+        report["anomalies"].append(f"{overlap} study-1 participants are study-2 raters")
     frame, rejected = ratings_frame(collection.spec, answers, Pseudonyms(run_folder / "private"))  # type: ignore[arg-type]
     report["rejected_ratings"] = rejected
     report["anomalies"] += rejected

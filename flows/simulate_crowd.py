@@ -18,18 +18,24 @@ def simulate_crowd(
     study: str = "studies/demo.yaml",
     dropouts: list[str] | None = None,
     stage: Literal["auto", "study1", "study2"] = "auto",
+    force: bool = False,
 ) -> int:
-    """Simulated participants log in to Argilla and work through what is pending in their
-    datasets, through the annotator API a browser uses: writers answer questions (study 1),
-    raters compare answer pairs (study 2). Some drop out, some answer carelessly or rudely, some
-    raters click at random - as configured in the study's `crowd` section. `stage: auto` plays
-    study 1 until its export exists, then study 2. Returns the number of items submitted."""
+    """Simulated participants arrive and claim work exactly as people do (the same claim the
+    portal makes), log in to Argilla and work through their datasets through the annotator API
+    a browser uses: writers answer questions (study 1), raters compare answer pairs (study 2).
+    Some never start, some go quiet part-way, some answer carelessly or rudely, some raters
+    click at random - as configured in the study's `crowd` section. `stage: auto` plays study 1
+    until its export exists, then study 2. Returns the number of items submitted.
+
+    Refuses a study whose config takes real participants (`participants: prolific` or
+    `invite`) unless `force` is set."""
     if stage == "auto":
         config = load_study(study)
         run = RunFolder.for_study(load_settings().runs_dir, config.name)
         stage = "study2" if run.responses.exists() else "study1"
     play = simulate_study1_crowd if stage == "study1" else simulate_study2_crowd
-    report = play(study, dropouts)
-    print(f"{stage}: {report.participants_played} participants played, {report.answers_submitted} submitted, "
-          f"{len(report.dropouts)} drop-outs, kinds {report.kinds}")
+    report = play(study, dropouts, force)
+    print(f"{stage}: {report.arrived} arrived{' (study full)' if report.full else ''}, "
+          f"{report.participants_played} participants played, {report.answers_submitted} submitted, "
+          f"{len(report.never_started)} never started, {len(report.dropouts)} drop-outs, kinds {report.kinds}")
     return report.answers_submitted

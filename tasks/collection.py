@@ -5,6 +5,7 @@ path, not live clients, so their inputs are plain values Prefect can hash and pe
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,29 +22,34 @@ def artifact_key(study_name: str, what: str) -> str:
     return f"{study_name}-{what}".lower().replace("_", "-")
 
 
-@task(name="provision-participants", **NETWORK)
-def provision_participants(study: str, key: StudyKey) -> list[str]:
-    """Accounts, workspaces, datasets and records for every participant not provisioned yet.
-    Idempotent: a retry completes what a failed attempt started, creating nothing twice."""
+@task(name="refill-account-pool", **NETWORK)
+def refill_account_pool(study: str, key: StudyKey) -> int:
+    """Keep K warm accounts (annotator, workspace, empty dataset) ready for arriving
+    participants, and finish accounts a killed run left half-created. Idempotent: a retry
+    completes what a failed attempt started, creating nothing twice."""
     collection = open_collection(study, key)
-    ledger = collection.ledger()
-    created = collection.provision(ledger)
-    create_table_artifact(
-        key=artifact_key(collection.spec.study_name, f"{collection.spec.key}-provisioning"),
-        table=[{"username": p.username, "items": len(p.items), "status": p.status, "origin": p.origin}
-               for p in ledger.participants],
-        description=f"{collection.spec.key}: {collection.spec.batches.describe()} initially; "
-                    f"{len(created)} participants provisioned in this run, {len(ledger.participants)} in the "
-                    "ledger. Passwords are in the private roster file only.",
+    made = collection.refill_pool()
+    accounts = collection.store.accounts(collection.info.id)
+    states = Counter(a.state for a in accounts)
+    create_markdown_artifact(
+        key=artifact_key(collection.spec.study_name, f"{collection.spec.key}-account-pool"),
+        markdown=(f"# {collection.spec.key}: account pool\n\n"
+                  f"- ready (waiting for a participant): {states['ready']} (target {collection.spec.pool_size})\n"
+                  f"- bound to participants: {states['bound']}\n- being created: {states['creating']}\n"
+                  f"- made ready in this run: {made}\n\n"
+                  f"Work is allocated when a participant arrives (claim), never ahead. Initial plan: "
+                  f"{collection.spec.batches.describe()}. Passwords are in the study store only."),
+        description=f"{collection.spec.key}: warm accounts for arriving participants",
     )
-    return created
+    return made
 
 
 @task(name="monitor-collection", **NETWORK)
 def monitor_collection(study: str, key: StudyKey) -> Progress:
-    """Read answers back; complete, release and re-allocate; provision new participants."""
+    """Repair what a killed run left, read answers back, complete or release participants
+    (their unanswered items return to the pool), refill the account pool."""
     collection = open_collection(study, key)
-    progress = collection.monitor(collection.ledger())
+    progress = collection.monitor()
     study, key = collection.spec.study_name, collection.spec.key
     create_progress_artifact(
         progress=round(100 * progress.share, 1),
@@ -54,8 +60,9 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
         key=artifact_key(study, f"{key}-participants"),
         table=[vars(p) for p in progress.participants],
         description=(
-            f"{key}: {progress.submitted}/{progress.needed} submitted, {progress.outstanding} outstanding; "
-            f"released now: {len(progress.released_now)}, new accounts now: {len(progress.created_now)}"
+            f"{key}: {progress.submitted}/{progress.needed} submitted, {progress.outstanding} held by active "
+            f"participants, {progress.unclaimed} waiting for the next claims; {progress.pool_ready} warm accounts; "
+            f"released now: {len(progress.released_now)}"
         ),
     )
     return progress
@@ -66,8 +73,7 @@ def wait_for_release(study: str, key: StudyKey, max_wait_s: float, visit: int) -
     """Sleep until the next quiet participant's inactivity window ends, when that is due within
     ``max_wait_s``; False (no sleep) otherwise. ``visit`` numbers the waits of one run, so each
     is its own step and a retried run replays it from cache instead of sleeping again."""
-    collection = open_collection(study, key)
-    wait = collection.next_release_in(collection.ledger())
+    wait = open_collection(study, key).next_release_in()
     if wait is None or wait > max_wait_s:
         return False
     time.sleep(wait + 1.0)
@@ -75,15 +81,17 @@ def wait_for_release(study: str, key: StudyKey, max_wait_s: float, visit: int) -
 
 
 def advance_collection(study: str, key: StudyKey, output: Path, export: Callable[[str], str], noun: str) -> str:
-    """The collection sequence both study flows run: skip when ``output`` exists; provision;
-    monitor; export when complete. Returns "complete" or "waiting" (never waits for people)."""
+    """The collection sequence both study flows run: skip when ``output`` exists; refill the
+    account pool; monitor; export when complete. Returns "complete" or "waiting" (never waits
+    for people)."""
     if output.exists():
         print(f"{output} exists: {key} is complete, nothing to do")
         return "complete"
-    provision_participants(study, key)
+    refill_account_pool(study, key)
     progress = monitor_collection(study, key)
-    print(f"{key}: {progress.submitted}/{progress.needed} {noun} submitted, {progress.outstanding} outstanding, "
-          f"{len(progress.released_now)} participants released, {len(progress.created_now)} new accounts")
+    print(f"{key}: {progress.submitted}/{progress.needed} {noun} submitted, {progress.outstanding} held, "
+          f"{progress.unclaimed} unclaimed, {len(progress.released_now)} participants released, "
+          f"{progress.pool_ready} warm accounts")
     if not progress.complete:
         return "waiting"
     print(f"{key} complete: {export(study)}")

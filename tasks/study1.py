@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 
 from crowdpref.config import load_study
-from crowdpref.crowd import CrowdReport, SimulatedCrowd, open_answer_writer
+from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
@@ -24,25 +24,22 @@ def export_responses(study: str) -> str:
 
 
 @task(name="simulate-study1-crowd")
-def simulate_study1_crowd(study: str, dropouts: list[str] | None = None) -> CrowdReport:
-    """Simulated participants answer what is pending in their datasets (not retried: a retry
-    would be a second visit by the same people, which the next scheduled run does anyway)."""
+def simulate_study1_crowd(study: str, dropouts: list[str] | None = None, force: bool = False) -> CrowdReport:
+    """Simulated participants arrive and claim work as people do, then answer what is pending
+    (not retried: a retry would be a second visit by the same people, which the next scheduled
+    run does anyway). Refuses a study that takes real participants unless ``force``."""
     config = load_study(study)
     settings = load_settings()
     collection = open_collection(study, "study1")
-    ledger = collection.ledger()
-    playing = [p.username for p in ledger.participants if p.status == "provisioned"]
+    check_may_play(config, collection, force)
     check = config.study1.attention_check
-    assigned = {p.username: len(p.items) + (check is not None) for p in ledger.participants}
     run = RunFolder.for_study(settings.runs_dir, config.name)
     writer = open_answer_writer(config.crowd, settings)
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts, writer=writer)
     return crowd.play_study1(
+        collection,
         settings.argilla_api_url,
-        collection.roster.passwords(playing),
-        collection.dataset_name,
         collection.spec.questions,  # type: ignore[attr-defined]
         run.private_dir / "crowd-truth-study1.parquet",
-        assigned=assigned,
         attention_answer=check.expected if check else None,
     )

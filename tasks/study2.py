@@ -7,14 +7,14 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.crowd import CrowdReport, SimulatedCrowd
+from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.runfolder import RunFolder, read_parquet, write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
-from crowdpref.study2 import study1_complete, study1_usernames
+from crowdpref.study2 import study1_complete
 from tasks.collection import artifact_key, publish_validation
 from tasks.retries import NETWORK
 
@@ -63,7 +63,7 @@ def export_ratings(study: str) -> str:
     """ratings.parquet and the validation report, once every pair has its R ratings."""
     config, run = _run(study)
     collection = open_collection(study, "study2")
-    frame, report = export_ratings_to(collection, run.path, study1_usernames(run))
+    frame, report = export_ratings_to(collection, run.path)
     publish_validation(config.name, "study2", report)
     create_table_artifact(
         key=artifact_key(config.name, "study2-ratings-per-rater"),
@@ -74,21 +74,18 @@ def export_ratings(study: str) -> str:
 
 
 @task(name="simulate-study2-crowd")
-def simulate_study2_crowd(study: str, dropouts: list[str] | None = None) -> CrowdReport:
-    """Simulated raters rate what is pending (not retried, like study 1's crowd)."""
+def simulate_study2_crowd(study: str, dropouts: list[str] | None = None, force: bool = False) -> CrowdReport:
+    """Simulated raters arrive, claim pairs and rate what is pending (not retried, like study
+    1's crowd). Refuses a study that takes real participants unless ``force``."""
     config, run = _run(study)
     collection = open_collection(study, "study2")
-    ledger = collection.ledger()
-    playing = [p.username for p in ledger.participants if p.status == "provisioned"]
+    check_may_play(config, collection, force)
     truth_file = run.private_dir / "crowd-truth-responses.parquet"
     truth = pd.read_parquet(truth_file) if truth_file.exists() else pd.DataFrame(columns=["response_id", "hidden_quality"])
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts)
     return crowd.play_study2(
+        collection,
         load_settings().argilla_api_url,
-        collection.roster.passwords(playing),
-        collection.dataset_name,
-        collection.spec.pairs,  # type: ignore[attr-defined]
         dict(zip(truth["response_id"], truth["hidden_quality"])),
         config.study2.scale_points,
-        assigned={p.username: len(p.items) for p in ledger.participants},
     )

@@ -1,10 +1,11 @@
-"""Study 1 end to end on the real embedded Argilla: 6 questions, R=2, Q=3 -> 4 participants;
-provisioning is idempotent and self-repairing; the simulated crowd answers with one drop-out;
-the drop-out is released and re-allocated; the export has exactly R answers per question."""
+"""Study 1 end to end on the real embedded Argilla and the study store: 6 questions, R=2, Q=3.
+Nobody holds work before they arrive; a warm pool serves claims; a participant arriving two
+hours after launch finds their records; a quiet participant is released (counted from their
+claim and activity) and the next arrival's claim takes the slots; the export has exactly R
+answers per question."""
 
 from __future__ import annotations
 
-import json
 import stat
 
 import httpx
@@ -13,9 +14,10 @@ import pytest
 
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import parse_study
-from crowdpref.crowd import SimulatedCrowd
+from crowdpref.crowd import SimulatedCrowd, check_may_play
 from crowdpref.errors import CrowdprefError
 from crowdpref.ids import stable_id
+from crowdpref.store import Claimed, Full, Store
 from crowdpref.study1 import export_responses, study1_collection
 
 pytestmark = pytest.mark.integration
@@ -43,9 +45,11 @@ def _config(name: str):
         {
             "name": name,
             "seed": 11,
-            "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 30},
+            "participants": "simulated",
+            "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 30,
+                       "pool_size": 2},
             "study2": {"pairs_per_participant": 6},
-            "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0},
+            "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0, "never_start_rate": 0},
         },
         source="test",
     )
@@ -69,91 +73,101 @@ def _server_counts(api_url: str, api_key: str, prefix: str) -> dict[str, int]:
     return {"users": len(users), "workspaces": len(workspaces), "datasets": len(datasets), "records": records}
 
 
-def test_study1_collection_with_dropout_and_reallocation(argilla_server, tmp_path, unique, monkeypatch):
+def _store(tmp_path, clock) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock)
+
+
+def test_study1_claim_time_allocation_release_and_reclaim(argilla_server, tmp_path, unique):
     config = _config(f"t{unique}")
     prefix = config.study1.username_prefix
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
     clock = Clock()
-    collection = study1_collection(config, _questions(), owner, tmp_path, clock=clock)
+    store = _store(tmp_path, clock)
+    collection = study1_collection(config, _questions(), owner, tmp_path, store)
 
-    ledger = collection.ledger()
-    assert [len(p.items) for p in ledger.participants] == [3, 3, 3, 3]
-    assert ledger.check() == []
+    # launch: the pool holds K=2 ready accounts with empty datasets; nobody holds work
+    assert collection.refill_pool() == 2
+    assert _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix) == {
+        "users": 2, "workspaces": 2, "datasets": 2, "records": 0}
+    assert collection.monitor().released_now == []
+    clock.now += 2 * 3600  # two hours: pool accounts are never "inactive" - nobody claimed them
+    progress = collection.monitor()
+    assert progress.released_now == [] and progress.unclaimed == 12 and progress.pool_ready == 2
 
-    # provisioning crashes half-way (second participant: account made, records not logged) ...
-    real_log = owner.log_records
-    calls = {"n": 0}
+    # the first participant arrives two hours after launch: their records are there at once
+    first = collection.claim("person-1", "simulated")
+    assert isinstance(first, Claimed) and first.new and len(first.participant.items) == 3
+    assert first.participant.username == f"{prefix}-0001"  # a warm account
+    from crowdpref.argilla_client import AnnotatorSession
+    session = AnnotatorSession(argilla_server.api_url, first.participant.username, first.password)
+    dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
+    assert sorted(r["external_id"] for r in session.pending_records(dataset["id"])) == sorted(first.participant.items)
+    session.close()
+    again = collection.claim("person-1", "simulated")  # idempotent: same account, same work
+    assert not again.new and again.participant.items == first.participant.items and again.password == first.password
 
-    def crash_on_second(dataset, records):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("simulated crash while logging records")
-        real_log(dataset, records)
-
-    monkeypatch.setattr(owner, "log_records", crash_on_second)
-    with pytest.raises(RuntimeError):
-        collection.provision(ledger)
-    monkeypatch.setattr(owner, "log_records", real_log)
-    # ... and a rerun (from the saved ledger) completes it
-    ledger = collection.ledger()
-    assert [p.status for p in ledger.participants] == ["provisioned", "allocated", "allocated", "allocated"]
-    collection.provision(ledger)
-    counts = _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix)
-    assert counts == {"users": 4, "workspaces": 4, "datasets": 4, "records": 12}
-    collection.provision(collection.ledger())  # nothing left to do
-    for participant in ledger.participants:  # force a full second pass over every participant
-        participant.status = "allocated"
-    collection.provision(ledger)
-    assert _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix) == counts
-
-    roster_file = tmp_path / "private" / "study1-roster.json"
-    assert stat.S_IMODE(roster_file.stat().st_mode) == 0o600
-    passwords = {u: e["password"] for u, e in json.loads(roster_file.read_text()).items()}
-    assert len(passwords) == 4 and all(len(p) >= 26 for p in passwords.values())
+    # three more arrive: 4 x 3 = 12 slots = 6 questions x R=2; the 5th finds the study full
+    others = [collection.claim(f"person-{n}", "simulated") for n in (2, 3, 4)]
+    assert all(isinstance(c, Claimed) for c in others)
+    assert isinstance(collection.claim("person-5", "simulated"), Full)
+    assert store.check(collection.info.id) == []
+    held = [item for c in [first, *others] for item in c.participant.items]
+    assert sorted(set(held)) == sorted(collection.spec.item_ids()) and len(held) == 12
+    assert all(len(set(c.participant.items)) == 3 for c in [first, *others])
 
     # the owner trying the UI in participant 1's workspace does not count as their answer
-    first = ledger.participants[0]
-    record_id = owner.record_ids(owner.find_dataset(collection.dataset_name, first.username))[first.items[0]]
+    record_id = owner.record_ids(owner.find_dataset(collection.dataset_name, first.participant.username))[
+        first.participant.items[0]]
     tried = httpx.post(f"{argilla_server.api_url}/api/v1/records/{record_id}/responses",
                        headers={"X-Argilla-Api-Key": argilla_server.owner_api_key},
                        json={"status": "submitted", "values": {"response": {"value": "owner test"}, "quality": {"value": 3}}})
     assert tried.status_code == 201, tried.text
-    collection.monitor(collection.ledger())
-    assert collection.ledger().participant(first.username).submitted == {}
+    collection.monitor()
+    assert store.participant(collection.info.id, first.participant.username).submitted == {}
 
-    # the crowd answers; participant 2 drops out after at most 2 of their 3 questions
-    dropout = ledger.participants[1].username
-    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts={dropout})
-    truth = tmp_path / "private" / "truth.parquet"
-    report = crowd.play_study1(argilla_server.api_url, passwords, collection.dataset_name, _questions(), truth)
-    assert report.participants_played == 4 and report.dropouts == [dropout]
+    # the four answer through the annotator API; person-2 answers one, saves a draft, goes quiet
+    quitter = others[0].participant.username
+    for claimed in [first, *others]:
+        s = AnnotatorSession(argilla_server.api_url, claimed.participant.username, claimed.password)
+        ds = next(d for d in s.datasets() if d["name"] == collection.dataset_name)
+        pending = s.pending_records(ds["id"])
+        if claimed.participant.username == quitter:
+            s.submit([(pending[0]["id"], {"response": "A first answer with some reasoning.", "quality": 4})])
+            s.submit([(pending[1]["id"], {"response": "A draft I never send", "quality": 2})], status="draft")
+        else:
+            s.submit([(r["id"], {"response": f"My considered answer to {r['external_id']}.", "quality": 4})
+                      for r in pending])
+        s.close()
 
-    clock.now += 10 * 60  # ten minutes: nobody is inactive yet
-    progress = collection.monitor(collection.ledger())
-    assert not progress.complete and progress.released_now == []
-    submitted_by_dropout = len(collection.ledger().participant(dropout).submitted)
-    assert submitted_by_dropout < 3
-    assert progress.submitted == 9 + submitted_by_dropout
+    clock.now += 10 * 60  # ten minutes after the claims: nobody is inactive
+    progress = collection.monitor()
+    assert not progress.complete and progress.released_now == [] and progress.submitted == 10
+    # the draft counted as activity: the quitter's last activity is the server's draft time
+    quiet = store.participant(collection.info.id, quitter)
+    assert quiet.last_activity_at >= quiet.claimed_at
 
-    clock.now += 31 * 60  # the drop-out has been quiet for over 30 minutes
-    progress = collection.monitor(collection.ledger())
-    assert progress.released_now == [dropout]
-    ledger = collection.ledger()
-    released = ledger.participant(dropout)
-    assert released.status == "released" and len(released.released_items) == 3 - submitted_by_dropout
-    newcomers = progress.created_now
-    assert len(newcomers) == 1 and newcomers[0] == f"{prefix}-0005"
-    assert sorted(ledger.participant(newcomers[0]).items) == sorted(released.released_items)
-    assert ledger.check() == []
-    # the released participant's unanswered records left their dataset: late answers cannot count
-    left = owner.record_ids(owner.find_dataset(collection.dataset_name, dropout))
+    clock.now += 31 * 60  # quiet for over 30 minutes since the claim
+    progress = collection.monitor()
+    assert progress.released_now == [quitter]
+    released = store.participant(collection.info.id, quitter)
+    assert released.status == "released" and len(released.held) == 0
+    released_items = [a.item_id for a in released.assignments if a.status == "released"]
+    assert len(released_items) == 2 and progress.unclaimed == 2
+    # their unanswered records (the draft included) left their dataset: late answers cannot count
+    left = owner.record_ids(owner.find_dataset(collection.dataset_name, quitter))
     assert sorted(left) == sorted(released.submitted)
+    assert collection.claim("person-2", "simulated").status == "refused"  # their place was given back
 
-    # the newcomer answers; the collection completes with exactly R answers per question
-    passwords = {u: e["password"] for u, e in json.loads(roster_file.read_text()).items()}
-    crowd.play_study1(argilla_server.api_url, {newcomers[0]: passwords[newcomers[0]]},
-                      collection.dataset_name, _questions(), truth)
-    progress = collection.monitor(collection.ledger())
+    # the next arrival's claim takes exactly the released slots
+    newcomer = collection.claim("person-6", "simulated")
+    assert isinstance(newcomer, Claimed) and sorted(newcomer.participant.items) == sorted(released_items)
+    kinds = [e["kind"] for e in store.events(collection.info.id)]
+    assert kinds.count("reallocated") == 2 and kinds.count("released") == 1 and kinds.count("claimed") == 5
+    s = AnnotatorSession(argilla_server.api_url, newcomer.participant.username, newcomer.password)
+    ds = next(d for d in s.datasets() if d["name"] == collection.dataset_name)
+    s.submit([(r["id"], {"response": "The newcomer's careful answer.", "quality": 5}) for r in s.pending_records(ds["id"])])
+    s.close()
+    progress = collection.monitor()
     assert progress.complete and progress.submitted == 12
 
     frame, validation = export_responses(collection, tmp_path)
@@ -161,30 +175,61 @@ def test_study1_collection_with_dropout_and_reallocation(argilla_server, tmp_pat
     assert validation["items_with_exactly_r_answers"] == 6 and validation["released_participants"] == 1
     assert validation["workspaces_matching_allocation"] == 5
     responses = pd.read_parquet(tmp_path / "responses.parquet")
-    assert list(responses.columns) == ["response_id", "question_id", "category", "participant_key", "text",
-                                       "quality", "submitted_at"]
     assert responses.groupby("question_id").size().tolist() == [2] * 6
-    assert responses["response_id"].is_unique
+    assert responses["response_id"].is_unique and set(responses["source"]) == {"simulated"}
     assert responses.groupby("question_id")["participant_key"].nunique().tolist() == [2] * 6
-    assert responses["quality"].between(1, 5).all() and (responses["text"].str.len() > 10).all()
-    # no secrets or usernames in what a stage exports
+    # no secrets or usernames in what a stage exports; the store file is owner-only
     exported = (tmp_path / "responses.parquet").read_bytes() + (tmp_path / "study1" / "validation.json").read_bytes()
-    for username, password in passwords.items():
-        assert password.encode() not in exported and username.encode() not in exported
+    for account in store.accounts(collection.info.id):
+        assert account.password.encode() not in exported and account.username.encode() not in exported
     assert argilla_server.owner_api_key.encode() not in exported
-    # the truth file holds each simulated answer's hidden quality
-    assert len(pd.read_parquet(truth)) == 12
+    assert stat.S_IMODE((tmp_path / "store.sqlite").stat().st_mode) == 0o600
+    assert b"person-1" not in (tmp_path / "store.sqlite").read_bytes()  # only salted hashes of keys
+
+
+def test_simulated_crowd_arrives_claims_and_refuses_real_studies(argilla_server, tmp_path, unique):
+    config = _config(f"c{unique}")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    clock = Clock()
+    store = _store(tmp_path, clock)
+    collection = study1_collection(config, _questions(), owner, tmp_path, store)
+    collection.refill_pool()
+    crowd = SimulatedCrowd(config.crowd.model_copy(update={"arrivals_per_visit": 3}), config.seed,
+                           dropouts={"sim-study1-0002"})
+    truth = tmp_path / "private" / "truth.parquet"
+    report = crowd.play_study1(collection, argilla_server.api_url, _questions(), truth)
+    assert report.arrived == 3 and report.participants_played == 3 and len(report.dropouts) == 1
+    report = crowd.play_study1(collection, argilla_server.api_url, _questions(), truth)
+    assert report.arrived == 1 and report.full  # the 4th takes the last 3 slots; the 5th finds it full
+    clock.now += 31 * 60
+    progress = collection.monitor()
+    assert len(progress.released_now) == 1
+    report = crowd.play_study1(collection, argilla_server.api_url, _questions(), truth)
+    assert report.arrived == 1  # someone new takes the drop-out's slots
+    assert collection.monitor().complete
+    assert {p.source for p in collection.participants()} == {"simulated"}
+
+    # the guard: a study that takes real people, or a store holding real people, is refused
+    real = config.model_copy(update={"participants": "prolific"})
+    with pytest.raises(CrowdprefError, match="takes real participants"):
+        check_may_play(real, collection)
+    check_may_play(real, collection, force=True)  # explicitly forced: allowed
+    other = study1_collection(_config(f"m{unique}"), _questions(), owner, tmp_path, store)
+    other.refill_pool(0)
+    other.claim("PROLIFIC-PID-abc", "prolific")
+    with pytest.raises(CrowdprefError, match="1 participants from prolific"):
+        check_may_play(_config(f"m{unique}"), other)
 
 
 def test_existing_username_with_another_password_is_refused(argilla_server, tmp_path, unique):
     config = _config(f"u{unique}")
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
-    collection = study1_collection(config, _questions(), owner, tmp_path)
-    first = collection.ledger().participants[0].username
+    collection = study1_collection(config, _questions(), owner, tmp_path, _store(tmp_path, Clock()))
+    first = f"{config.study1.username_prefix}-0001"
     workspace = owner.ensure_workspace(first)
     owner.ensure_annotator(first, "someone-elses-password-123", workspace)
     with pytest.raises(CrowdprefError, match=f"'{first}'.*already exists with another password"):
-        collection.provision(collection.ledger())
+        collection.refill_pool()
 
 
 def test_unreachable_argilla_and_wrong_key_are_one_line(argilla_server):

@@ -1,0 +1,708 @@
+"""The study store: who holds which work, and every event - in SQL, in transactions.
+
+Several processes change a study's state at once (the portal letting people in, scheduled
+collection runs, the operator's ``crowdpref drop``), so the state lives here and every change is
+one short transaction that touches only the rows it means to change. Nothing is rewritten
+whole, so no update is lost.
+
+- SQLite (WAL) in the state folder by default, created owner-only (0600): it holds account
+  passwords. ``database_url`` points it at PostgreSQL for teams running workers and the portal
+  on several machines (then the database must be readable by the study owner only).
+- Writes to one collection are serialised: ``BEGIN IMMEDIATE`` on SQLite, a row lock on the
+  collection (``SELECT ... FOR UPDATE``) on PostgreSQL. A claim is a few milliseconds of SQL,
+  so serialising claims costs little and makes over-allocation impossible.
+- The schema is versioned with Alembic (``crowdpref/migrations``); opening a store upgrades
+  it under the same write lock, so a study that runs for days survives a crowdpref upgrade.
+- No Argilla call ever happens inside a transaction: the store records intent first (an
+  account ``creating``, a participant ``releasing``), the caller then changes Argilla, and a
+  second transaction records the result. A process killed in between leaves a state the next
+  run finishes (see :mod:`crowdpref.collection`).
+
+External participant ids (Prolific ids, invite keys) are never stored: only a salted hash
+(``key_hash``), which is all a lookup needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.pool import NullPool
+
+from crowdpref import store_schema as t
+from crowdpref.errors import CrowdprefError
+
+Source = Literal["simulated", "prolific", "invite"]
+SOURCES: tuple[str, ...] = ("simulated", "prolific", "invite")
+
+# account states
+CREATING, READY, BOUND = "creating", "ready", "bound"
+# participant statuses
+ACTIVE, RELEASING, COMPLETE, RELEASED = "active", "releasing", "complete", "released"
+# assignment statuses
+HELD, SUBMITTED = "held", "submitted"  # (and RELEASED)
+IN_FLIGHT_OR_DONE = (HELD, SUBMITTED)
+
+STORE_FILE = "store.sqlite"
+
+
+class StoreError(CrowdprefError):
+    """The study store is unreachable, corrupt, or holds something that contradicts a request."""
+
+
+# --- results --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Assignment:
+    item_id: str
+    position: int
+    status: str
+    swapped: bool | None
+    submitted_at: float | None
+
+
+@dataclass(frozen=True)
+class ParticipantState:
+    """One participant as the store knows them (no secrets, no external id)."""
+
+    id: int
+    username: str
+    account_id: int
+    account_state: str
+    source: str
+    status: str
+    claimed_at: float
+    last_activity_at: float
+    records_logged: bool
+    drop_requested: bool
+    assignments: tuple[Assignment, ...]
+    released_at: float | None = None
+    release_reason: str | None = None
+
+    @property
+    def items(self) -> list[str]:
+        """Every item the participant holds or held (position order)."""
+        return [a.item_id for a in self.assignments]
+
+    @property
+    def held(self) -> list[str]:
+        return [a.item_id for a in self.assignments if a.status == HELD]
+
+    @property
+    def submitted(self) -> dict[str, float]:
+        return {a.item_id: a.submitted_at or 0.0 for a in self.assignments if a.status == SUBMITTED}
+
+    @property
+    def visible(self) -> list[str]:
+        """Items whose records belong in the participant's dataset now."""
+        if self.status == RELEASED:
+            return list(self.submitted)
+        return [a.item_id for a in self.assignments if a.status in IN_FLIGHT_OR_DONE]
+
+    @property
+    def swapped(self) -> dict[str, bool | None]:
+        return {a.item_id: a.swapped for a in self.assignments}
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim that holds work. ``new`` is False when the participant had claimed before (the
+    same work comes back). The password is for handing to that participant only."""
+
+    participant: ParticipantState
+    new: bool
+    password: str = field(repr=False)
+
+    status: Literal["claimed"] = "claimed"
+
+
+@dataclass(frozen=True)
+class Full:
+    """Every item's copies are in flight or done: nothing to hand out now."""
+
+    status: Literal["full"] = "full"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """This participant may not claim: ``reason`` is ``released`` (their place was given back)
+    or ``excluded`` (e.g. a study-1 participant arriving at study 2)."""
+
+    reason: Literal["released", "excluded"]
+    status: Literal["refused"] = "refused"
+
+
+ClaimResult = Claimed | Full | Refused
+
+
+@dataclass(frozen=True)
+class Account:
+    id: int
+    username: str
+    state: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    id: int
+    study: str
+    key: str
+    copies: int
+    per_participant: int
+    seed: int
+    counterbalance: bool
+    username_prefix: str
+
+
+@dataclass(frozen=True)
+class ItemCounts:
+    """Per item: copies submitted, held (in flight), and released (given back) so far."""
+
+    submitted: Counter[str]
+    held: Counter[str]
+    released: Counter[str]
+
+
+# --- the store --------------------------------------------------------------------------------
+def default_url(state_dir: Path) -> str:
+    return f"sqlite:///{state_dir / STORE_FILE}"
+
+
+class Store:
+    """Open (and create or upgrade) the store at ``url``."""
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time):
+        self.url = url
+        self.clock = clock
+        self.dialect = url.split(":", 1)[0].split("+", 1)[0]
+        self.engine = _engine(url)
+        try:
+            upgrade(self.engine)
+        except OperationalError as exc:
+            self.engine.dispose()
+            raise StoreError(
+                f"the study store at {_redacted(url)} cannot be opened ({_first_line(exc)}): check "
+                "database_url, or move the damaged file aside and rerun"
+            ) from None
+        self._salt = self._key_salt()
+
+    # transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self, collection_id: int | None = None) -> Iterator[Connection]:
+        """One write transaction; with ``collection_id``, serialised with every other write to
+        that collection (SQLite: the database write lock; PostgreSQL: the collection's row)."""
+        with self.engine.begin() as conn:
+            if collection_id is not None and self.dialect == "postgresql":
+                conn.execute(select(t.collections.c.id).where(t.collections.c.id == collection_id).with_for_update())
+            yield conn
+
+    def _event(self, conn: Connection, cid: int, kind: str, participant_id: int | None = None,
+               item_id: str | None = None, at: float | None = None, **detail: Any) -> None:
+        conn.execute(insert(t.events).values(
+            collection_id=cid, at=self.clock() if at is None else at, kind=kind, participant_id=participant_id,
+            item_id=item_id, detail=json.dumps(detail, sort_keys=True) if detail else None,
+        ))
+
+    def _key_salt(self) -> str:
+        with self._write() as conn:
+            row = conn.execute(select(t.meta.c.value).where(t.meta.c.name == "key_salt")).first()
+            if row is not None:
+                return row[0]
+            salt = secrets.token_hex(16)
+            conn.execute(insert(t.meta).values(name="key_salt", value=salt))
+            return salt
+
+    def key_hash(self, key: str) -> str:
+        """The salted hash that stands for an external participant id everywhere in the store."""
+        return hashlib.sha256(f"{self._salt}\x1f{key}".encode()).hexdigest()
+
+    # collections ------------------------------------------------------------------------------
+    def collection(self, study: str, key: str, items: Sequence[str], *, copies: int, per_participant: int,
+                   seed: int, username_prefix: str, counterbalance: bool = False) -> CollectionInfo:
+        """The collection for (study, key), created with its items on first use. Later calls
+        add items that are new and keep R/Q/prefix in step with the config; items are never
+        removed (work on them may exist)."""
+        c = t.collections.c
+        values = dict(copies=copies, per_participant=per_participant, seed=seed, counterbalance=counterbalance,
+                      username_prefix=username_prefix)
+        for attempt in range(2):
+            try:
+                with self._write() as conn:
+                    row = conn.execute(select(t.collections).where(c.study == study, c.key == key)).first()
+                    if row is None:
+                        cid = conn.execute(insert(t.collections).values(study=study, key=key, created_at=self.clock(),
+                                                                        **values)).inserted_primary_key[0]
+                        self._event(conn, cid, "collection_created", items=len(items), copies=copies,
+                                    per_participant=per_participant)
+                    else:
+                        cid = row.id
+                        changed = {k: v for k, v in values.items() if getattr(row, k) != v}
+                        if changed:
+                            conn.execute(update(t.collections).where(c.id == cid).values(**changed))
+                            self._event(conn, cid, "settings_changed", **{k: str(v) for k, v in changed.items()})
+                    known = set(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+                    new = [i for i in dict.fromkeys(items) if i not in known]
+                    if new:
+                        start = len(known)
+                        conn.execute(insert(t.items), [
+                            {"collection_id": cid, "item_id": item, "ordinal": start + n} for n, item in enumerate(new)
+                        ])
+                    return CollectionInfo(cid, study, key, username_prefix=username_prefix, **{
+                        k: v for k, v in values.items() if k != "username_prefix"})
+            except IntegrityError:
+                if attempt:  # a concurrent first use created it: the second pass finds it
+                    raise
+        raise AssertionError("unreachable")
+
+    def find_collection(self, study: str, key: str) -> CollectionInfo | None:
+        c = t.collections.c
+        with self._read() as conn:
+            row = conn.execute(select(t.collections).where(c.study == study, c.key == key)).first()
+        if row is None:
+            return None
+        return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
+                              bool(row.counterbalance), row.username_prefix)
+
+    def items(self, cid: int) -> list[str]:
+        with self._read() as conn:
+            return list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)
+                                     .order_by(t.items.c.ordinal)).scalars())
+
+    # accounts (the warm pool) -------------------------------------------------------------------
+    def _new_account(self, conn: Connection, info: CollectionInfo, state: str) -> Account:
+        n = conn.execute(select(func.count()).select_from(t.accounts)
+                         .where(t.accounts.c.collection_id == info.id)).scalar_one()
+        username = f"{info.username_prefix}-{n + 1:04d}"
+        password = secrets.token_urlsafe(20)
+        account_id = conn.execute(insert(t.accounts).values(
+            collection_id=info.id, username=username, state=state, created_at=self.clock(),
+        )).inserted_primary_key[0]
+        conn.execute(insert(t.credentials).values(account_id=account_id, password=password))
+        self._event(conn, info.id, "account_created", username=username)
+        return Account(account_id, username, state, password)
+
+    def plan_pool(self, info: CollectionInfo, size: int) -> int:
+        """Make sure ``size`` unbound accounts exist (ready or being created); returns how many
+        account rows were added. The caller then provisions the ``creating`` ones."""
+        with self._write(info.id) as conn:
+            unbound = conn.execute(select(func.count()).select_from(t.accounts).where(
+                t.accounts.c.collection_id == info.id, t.accounts.c.state.in_((CREATING, READY)),
+                ~t.accounts.c.id.in_(select(t.participants.c.account_id)),
+            )).scalar_one()
+            for _ in range(max(0, size - unbound)):
+                self._new_account(conn, info, CREATING)
+            return max(0, size - unbound)
+
+    def lease_unbound_creating(self, info: CollectionInfo, lease_s: float = 120.0) -> list[Account]:
+        """Unbound accounts still being created whose lease is free (a crashed provisioner's
+        lease runs out): leased to the caller, who provisions them in Argilla."""
+        now = self.clock()
+        a = t.accounts.c
+        with self._write(info.id) as conn:
+            rows = conn.execute(select(a.id, a.username, a.state, t.credentials.c.password)
+                                .join(t.credentials, t.credentials.c.account_id == a.id)
+                                .where(a.collection_id == info.id, a.state == CREATING,
+                                       ~a.id.in_(select(t.participants.c.account_id)),
+                                       (a.lease_until.is_(None)) | (a.lease_until < now))
+                                .order_by(a.id)).all()
+            if rows:
+                conn.execute(update(t.accounts).where(a.id.in_([r.id for r in rows])).values(lease_until=now + lease_s))
+        return [Account(r.id, r.username, r.state, r.password) for r in rows]
+
+    def account_ready(self, info: CollectionInfo, account_id: int) -> None:
+        """Argilla holds the account (user, workspace, empty dataset): it joins the pool, or,
+        when a participant was bound to it while it was created, becomes theirs."""
+        a = t.accounts.c
+        with self._write(info.id) as conn:
+            bound = conn.execute(select(t.participants.c.id).where(t.participants.c.account_id == account_id)).first()
+            conn.execute(update(t.accounts).where(a.id == account_id, a.state == CREATING)
+                         .values(state=BOUND if bound else READY, ready_at=self.clock(), lease_until=None))
+            self._event(conn, info.id, "account_ready", participant_id=bound[0] if bound else None)
+
+    def accounts(self, cid: int) -> list[Account]:
+        a = t.accounts.c
+        with self._read() as conn:
+            rows = conn.execute(select(a.id, a.username, a.state, t.credentials.c.password)
+                                .join(t.credentials, t.credentials.c.account_id == a.id)
+                                .where(a.collection_id == cid).order_by(a.id)).all()
+        return [Account(r.id, r.username, r.state, r.password) for r in rows]
+
+    def password(self, account_id: int) -> str:
+        with self._read() as conn:
+            value = conn.execute(select(t.credentials.c.password)
+                                 .where(t.credentials.c.account_id == account_id)).scalar_one_or_none()
+        if value is None:
+            raise StoreError(f"the study store has no credentials for account {account_id}: the store is damaged")
+        return value
+
+    # counts ------------------------------------------------------------------------------------------
+    def item_counts(self, cid: int, conn: Connection | None = None) -> ItemCounts:
+        s = t.assignments.c
+        query = (select(s.item_id, s.status, func.count()).where(s.collection_id == cid)
+                 .group_by(s.item_id, s.status))
+        if conn is None:
+            with self._read() as own:
+                rows = own.execute(query).all()
+        else:
+            rows = conn.execute(query).all()
+        counts: dict[str, Counter[str]] = {HELD: Counter(), SUBMITTED: Counter(), RELEASED: Counter()}
+        for item, status, n in rows:
+            counts[status][item] = n
+        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED])
+
+    # claims -----------------------------------------------------------------------------------------
+    def claim(self, info: CollectionInfo, key: str, source: str, *,
+              exclude_collection: CollectionInfo | None = None) -> ClaimResult:
+        """Give the participant known by ``key`` their Q items, in one transaction.
+
+        The items with the most copies still missing come first (ties broken by a seeded hash
+        of the participant and the item, so simultaneous arrivals spread out); never more than
+        R copies of an item in flight or done; never an item twice to one person. A second
+        claim by the same key returns the same work. Binds a ready pool account when there is
+        one, else creates an account row the caller provisions now (a cold claim).
+        ``exclude_collection``: people who took part there are refused (study 1 -> study 2)."""
+        if source not in SOURCES:
+            raise StoreError(f"unknown participant source '{source}': use one of {', '.join(SOURCES)}")
+        key_hash = self.key_hash(key)
+        now = self.clock()
+        p, a, s = t.participants.c, t.accounts.c, t.assignments.c
+        with self._write(info.id) as conn:
+            existing = conn.execute(select(p.id, p.status).where(p.collection_id == info.id, p.key_hash == key_hash)).first()
+            if existing is not None:
+                if existing.status in (RELEASING, RELEASED):
+                    return Refused("released")
+                state = self._participant(conn, existing.id)
+                return Claimed(state, new=False, password=self._password(conn, state.account_id))
+            if exclude_collection is not None and conn.execute(select(p.id).where(
+                    p.collection_id == exclude_collection.id, p.key_hash == key_hash)).first() is not None:
+                self._event(conn, info.id, "refused", reason="excluded")
+                return Refused("excluded")
+            counts = self.item_counts(info.id, conn)
+            all_items = conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == info.id)).scalars()
+            missing = {}
+            for item in all_items:
+                gap = info.copies - counts.submitted[item] - counts.held[item]
+                if gap > 0:
+                    missing[item] = gap
+            if not missing:
+                self._event(conn, info.id, "full")
+                return Full()
+            chosen = sorted(missing, key=lambda item: (-missing[item], _tiebreak(info.seed, key_hash, item)))
+            chosen = chosen[: info.per_participant]
+            account_row = conn.execute(select(a.id, a.username).where(
+                a.collection_id == info.id, a.state == READY,
+                ~a.id.in_(select(p.account_id))).order_by(a.id).limit(1)).first()
+            if account_row is not None:
+                conn.execute(update(t.accounts).where(a.id == account_row.id).values(state=BOUND))
+                account_id = account_row.id
+            else:
+                account_id = self._new_account(conn, info, CREATING).id
+            pid = conn.execute(insert(t.participants).values(
+                collection_id=info.id, key_hash=key_hash, source=source, account_id=account_id, status=ACTIVE,
+                claimed_at=now, last_activity_at=now, records_logged=False, drop_requested=False,
+            )).inserted_primary_key[0]
+            orders = self._display_orders(conn, info, chosen, key_hash) if info.counterbalance else {}
+            conn.execute(insert(t.assignments), [
+                {"collection_id": info.id, "participant_id": pid, "item_id": item, "position": n, "status": HELD,
+                 "swapped": orders.get(item), "assigned_at": now}
+                for n, item in enumerate(chosen)
+            ])
+            self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
+                        warm=account_row is not None)
+            for item in chosen:
+                if counts.released[item]:
+                    self._event(conn, info.id, "reallocated", pid, item, at=now)
+            state = self._participant(conn, pid)
+            return Claimed(state, new=True, password=self._password(conn, account_id))
+
+    def _display_orders(self, conn: Connection, info: CollectionInfo, items: Sequence[str],
+                        key_hash: str) -> dict[str, bool]:
+        """Counterbalanced A/B order per rating: each item gets the order fewer of its current
+        (held or submitted) raters saw; a tie is a seeded coin. So the R raters of a pair see
+        it ceil(R/2) one way and floor(R/2) the other - as balanced as R allows."""
+        s = t.assignments.c
+        rows = conn.execute(select(s.item_id, s.swapped, func.count()).where(
+            s.collection_id == info.id, s.item_id.in_(list(items)), s.status.in_(IN_FLIGHT_OR_DONE),
+        ).group_by(s.item_id, s.swapped)).all()
+        seen: dict[str, Counter[bool]] = {}
+        for item, swapped, n in rows:
+            seen.setdefault(item, Counter())[bool(swapped)] += n
+        orders = {}
+        for item in items:
+            c = seen.get(item, Counter())
+            if c[True] != c[False]:
+                orders[item] = c[True] < c[False]
+            else:
+                orders[item] = int(_tiebreak(info.seed, "order", item, key_hash)[:8], 16) % 2 == 1
+        return orders
+
+    def _password(self, conn: Connection, account_id: int) -> str:
+        return conn.execute(select(t.credentials.c.password).where(t.credentials.c.account_id == account_id)).scalar_one()
+
+    # participants ----------------------------------------------------------------------------------
+    def _participant(self, conn: Connection, pid: int) -> ParticipantState:
+        return self._participants(conn, [pid])[0]
+
+    def _participants(self, conn: Connection, pids: Sequence[int] | None = None, cid: int | None = None,
+                      statuses: Sequence[str] | None = None) -> list[ParticipantState]:
+        p, a, s = t.participants.c, t.accounts.c, t.assignments.c
+        query = select(p.id, p.source, p.status, p.claimed_at, p.last_activity_at, p.records_logged,
+                       p.drop_requested, p.released_at, p.release_reason, p.account_id, a.username,
+                       a.state.label("account_state")).join(t.accounts, a.id == p.account_id).order_by(p.id)
+        if pids is not None:
+            query = query.where(p.id.in_(list(pids)))
+        if cid is not None:
+            query = query.where(p.collection_id == cid)
+        if statuses is not None:
+            query = query.where(p.status.in_(list(statuses)))
+        rows = conn.execute(query).all()
+        if not rows:
+            return []
+        by_pid: dict[int, list[Assignment]] = {r.id: [] for r in rows}
+        aquery = select(s.participant_id, s.item_id, s.position, s.status, s.swapped, s.submitted_at).order_by(
+            s.participant_id, s.position)
+        if pids is not None or cid is None:
+            aquery = aquery.where(s.participant_id.in_(list(by_pid)))
+        else:
+            aquery = aquery.where(s.collection_id == cid)
+        for r in conn.execute(aquery):
+            if r.participant_id in by_pid:
+                by_pid[r.participant_id].append(Assignment(r.item_id, r.position, r.status,
+                                                           None if r.swapped is None else bool(r.swapped),
+                                                           r.submitted_at))
+        return [ParticipantState(
+            id=r.id, username=r.username, account_id=r.account_id, account_state=r.account_state, source=r.source,
+            status=r.status, claimed_at=r.claimed_at, last_activity_at=r.last_activity_at,
+            records_logged=bool(r.records_logged), drop_requested=bool(r.drop_requested),
+            assignments=tuple(by_pid[r.id]), released_at=r.released_at, release_reason=r.release_reason,
+        ) for r in rows]
+
+    def participants(self, cid: int, statuses: Sequence[str] | None = None) -> list[ParticipantState]:
+        with self._read() as conn:
+            return self._participants(conn, cid=cid, statuses=statuses)
+
+    def participant(self, cid: int, username: str) -> ParticipantState:
+        with self._read() as conn:
+            pid = conn.execute(select(t.participants.c.id).join(t.accounts, t.accounts.c.id == t.participants.c.account_id)
+                               .where(t.participants.c.collection_id == cid, t.accounts.c.username == username)).scalar()
+            if pid is None:
+                raise StoreError(f"no participant '{username}' in this collection of the study store")
+            return self._participant(conn, pid)
+
+    def participant_by_key(self, cid: int, key: str) -> ParticipantState | None:
+        with self._read() as conn:
+            pid = conn.execute(select(t.participants.c.id).where(
+                t.participants.c.collection_id == cid, t.participants.c.key_hash == self.key_hash(key))).scalar()
+            return None if pid is None else self._participant(conn, pid)
+
+    def key_hashes(self, cid: int) -> set[str]:
+        with self._read() as conn:
+            return set(conn.execute(select(t.participants.c.key_hash).where(t.participants.c.collection_id == cid)).scalars())
+
+    def key_hash_of(self, cid: int) -> dict[str, str]:
+        """username -> key hash of every participant (for cross-study exclusion checks)."""
+        p, a = t.participants.c, t.accounts.c
+        with self._read() as conn:
+            return dict(conn.execute(select(a.username, p.key_hash).join(t.accounts, a.id == p.account_id)
+                                     .where(p.collection_id == cid)).all())
+
+    def records_logged(self, cid: int, pid: int) -> None:
+        with self._write(cid) as conn:
+            conn.execute(update(t.participants).where(t.participants.c.id == pid).values(records_logged=True))
+            self._event(conn, cid, "records_logged", pid)
+
+    def record_progress(self, cid: int, pid: int, submitted: Mapping[str, float], last_activity: float | None) -> int:
+        """Mark held items as submitted (at the given times) and move the participant's last
+        activity forward; touches nothing else (a concurrent drop request stays). Returns how
+        many items became submitted."""
+        s, p = t.assignments.c, t.participants.c
+        marked = 0
+        with self._write(cid) as conn:
+            for item, at in submitted.items():
+                result = conn.execute(update(t.assignments).where(
+                    s.participant_id == pid, s.item_id == item, s.status == HELD).values(status=SUBMITTED, submitted_at=at))
+                if result.rowcount:
+                    marked += 1
+                    self._event(conn, cid, "submitted", pid, item, at=at)
+            if last_activity is not None:
+                conn.execute(update(t.participants).where(p.id == pid, p.last_activity_at < last_activity)
+                             .values(last_activity_at=last_activity))
+            held = conn.execute(select(func.count()).select_from(t.assignments)
+                                .where(s.participant_id == pid, s.status == HELD)).scalar_one()
+            if held == 0:
+                result = conn.execute(update(t.participants).where(p.id == pid, p.status == ACTIVE)
+                                      .values(status=COMPLETE, completed_at=self.clock()))
+                if result.rowcount:
+                    self._event(conn, cid, "completed", pid)
+        return marked
+
+    def request_drop(self, cid: int, username: str) -> ParticipantState:
+        participant = self.participant(cid, username)
+        if participant.status not in (ACTIVE,):
+            raise StoreError(f"participant '{username}' is already {participant.status}: nothing to drop")
+        with self._write(cid) as conn:
+            conn.execute(update(t.participants).where(t.participants.c.id == participant.id).values(drop_requested=True))
+            self._event(conn, cid, "drop_requested", participant.id)
+        return participant
+
+    # releases (two-phase) ----------------------------------------------------------------------------
+    def begin_release(self, cid: int, pid: int, reason: str) -> bool:
+        """Phase 1: mark the participant ``releasing`` (their held items still count as in
+        flight, so nobody else can take them yet). False when they are no longer active."""
+        p = t.participants.c
+        with self._write(cid) as conn:
+            result = conn.execute(update(t.participants).where(p.id == pid, p.status == ACTIVE)
+                                  .values(status=RELEASING, release_reason=reason))
+            if not result.rowcount:
+                return False
+            conn.execute(insert(t.releases).values(participant_id=pid, reason=reason, started_at=self.clock()))
+            self._event(conn, cid, "release_started", pid, reason=reason)
+            return True
+
+    def finish_release(self, cid: int, pid: int) -> list[str]:
+        """Phase 2 (after their unsubmitted records left Argilla): held items become released,
+        which returns those slots to the pool for the next claim. Returns the items."""
+        p, s, r = t.participants.c, t.assignments.c, t.releases.c
+        now = self.clock()
+        with self._write(cid) as conn:
+            status = conn.execute(select(p.status).where(p.id == pid)).scalar_one()
+            if status != RELEASING:
+                return []
+            held = list(conn.execute(select(s.item_id).where(s.participant_id == pid, s.status == HELD)).scalars())
+            conn.execute(update(t.assignments).where(s.participant_id == pid, s.status == HELD)
+                         .values(status=RELEASED, released_at=now))
+            conn.execute(update(t.participants).where(p.id == pid).values(status=RELEASED, released_at=now))
+            conn.execute(update(t.releases).where(r.participant_id == pid, r.finished_at.is_(None))
+                         .values(finished_at=now, items_released=len(held)))
+            self._event(conn, cid, "released", pid, items=len(held))
+            return held
+
+    # reading the log ---------------------------------------------------------------------------------
+    def events(self, cid: int, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        e = t.events.c
+        query = select(t.events).where(e.collection_id == cid).order_by(e.id)
+        if kinds is not None:
+            query = query.where(e.kind.in_(list(kinds)))
+        with self._read() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def check(self, cid: int) -> list[str]:
+        """Invariant violations (empty when consistent): no item over R copies in flight or
+        done, no participant holding an item twice (the schema forbids it too)."""
+        info = self._info(cid)
+        counts = self.item_counts(cid)
+        problems = []
+        for item in self.items(cid):
+            n = counts.submitted[item] + counts.held[item]
+            if n > info.copies:
+                problems.append(f"item {item} has {n} copies in flight or done (R = {info.copies})")
+        return problems
+
+    def _info(self, cid: int) -> CollectionInfo:
+        with self._read() as conn:
+            row = conn.execute(select(t.collections).where(t.collections.c.id == cid)).one()
+        return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
+                              bool(row.counterbalance), row.username_prefix)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Store({_redacted(self.url)})"
+
+
+# --- engine, migrations --------------------------------------------------------------------------
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            file = Path(path)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            if not file.exists():  # owner-only from the first byte: it holds passwords
+                os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlocks
+
+        return engine
+    try:
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=20)
+    except Exception as exc:  # noqa: BLE001 - a bad URL or a missing driver: one line
+        raise StoreError(f"database_url {_redacted(url)} cannot be used ({_first_line(exc)}): for PostgreSQL "
+                         "install crowdpref[postgres] and use postgresql+psycopg://USER@HOST:PORT/DB") from None
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest migration, under the write lock (concurrent openers wait;
+    the first migrates, the others find it done)."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with engine.connect() as conn:
+        if MigrationContext.configure(conn).get_current_revision() == head:
+            return
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7236019)")
+        if MigrationContext.configure(conn).get_current_revision() == head:
+            return
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+
+def _tiebreak(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password (for messages)."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:200]
+
+
+def open_store(settings: Any, clock: Callable[[], float] = time.time) -> Store:
+    """The store the settings name (``database_url``), else SQLite in the state folder."""
+    url = getattr(settings, "database_url", None)
+    if url is not None and hasattr(url, "get_secret_value"):
+        url = url.get_secret_value()
+    return Store(url or default_url(settings.state_dir), clock=clock)

@@ -1,0 +1,151 @@
+"""The study store's tables (SQLAlchemy Core). The Alembic migrations in
+``crowdpref/migrations`` create exactly these; a test compares the two, so a change here
+without a migration fails.
+
+- ``collections``  one per (study, key): study 1 or study 2 of a study config; R, Q, seed.
+- ``items``        the work items of a collection (questions, answer pairs).
+- ``accounts``     Argilla annotator accounts (user + workspace + dataset). ``creating`` ->
+                   ``ready`` (the warm pool) -> ``bound`` (to a participant at their claim).
+- ``credentials``  account passwords; only here, never logged (owner-only store).
+- ``participants`` people who claimed work: salted hash of their key (never the raw
+                   external id), source (simulated / prolific / invite), status, activity.
+- ``assignments``  participant x item: held -> submitted, or held -> released; for study 2 the
+                   display order of that one rating (``swapped``).
+- ``releases``     a release in progress or done (two-phase, so a kill mid-release is
+                   finished by the next run).
+- ``events``       the append-only log: account_created, claimed, records_logged,
+                   submitted, completed, drop_requested, release_started, released,
+                   reallocated, refused ...
+- ``meta``         store-wide values (the key salt).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+collections = Table(
+    "collections",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("study", String(200), nullable=False),
+    Column("key", String(20), nullable=False),
+    Column("copies", Integer, nullable=False),
+    Column("per_participant", Integer, nullable=False),
+    Column("seed", Integer, nullable=False),
+    Column("counterbalance", Boolean, nullable=False, default=False),
+    Column("username_prefix", String(100), nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("study", "key", name="uq_collections_study_key"),
+)
+
+items = Table(
+    "items",
+    metadata,
+    Column("collection_id", Integer, ForeignKey("collections.id"), primary_key=True),
+    Column("item_id", String(100), primary_key=True),
+    Column("ordinal", Integer, nullable=False),
+)
+
+accounts = Table(
+    "accounts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("collection_id", Integer, ForeignKey("collections.id"), nullable=False),
+    Column("username", String(150), nullable=False),
+    Column("state", String(20), nullable=False),  # creating | ready | bound
+    Column("created_at", Float, nullable=False),
+    Column("ready_at", Float),
+    Column("lease_until", Float),  # a provisioner working on a 'creating' account
+    UniqueConstraint("collection_id", "username", name="uq_accounts_username"),
+    Index("ix_accounts_state", "collection_id", "state"),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("account_id", Integer, ForeignKey("accounts.id"), primary_key=True),
+    Column("password", String(200), nullable=False),
+)
+
+participants = Table(
+    "participants",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("collection_id", Integer, ForeignKey("collections.id"), nullable=False),
+    Column("key_hash", String(64), nullable=False),
+    Column("source", String(20), nullable=False),  # simulated | prolific | invite
+    Column("account_id", Integer, ForeignKey("accounts.id"), nullable=False),
+    Column("status", String(20), nullable=False),  # active | releasing | complete | released
+    Column("claimed_at", Float, nullable=False),
+    Column("last_activity_at", Float, nullable=False),
+    Column("records_logged", Boolean, nullable=False, default=False),
+    Column("drop_requested", Boolean, nullable=False, default=False),
+    Column("completed_at", Float),
+    Column("released_at", Float),
+    Column("release_reason", String(200)),
+    UniqueConstraint("collection_id", "key_hash", name="uq_participants_key"),
+    UniqueConstraint("account_id", name="uq_participants_account"),
+    Index("ix_participants_status", "collection_id", "status"),
+)
+
+assignments = Table(
+    "assignments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("collection_id", Integer, ForeignKey("collections.id"), nullable=False),
+    Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
+    Column("item_id", String(100), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("status", String(20), nullable=False),  # held | submitted | released
+    Column("swapped", Boolean),  # study 2: this rating's display order (None in study 1)
+    Column("assigned_at", Float, nullable=False),
+    Column("submitted_at", Float),
+    Column("released_at", Float),
+    UniqueConstraint("participant_id", "item_id", name="uq_assignments_participant_item"),
+    Index("ix_assignments_item", "collection_id", "item_id", "status"),
+)
+
+releases = Table(
+    "releases",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
+    Column("reason", String(200), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Column("items_released", Integer),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("collection_id", Integer, ForeignKey("collections.id"), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("participant_id", Integer),
+    Column("item_id", String(100)),
+    Column("detail", Text),
+    Index("ix_events_collection_kind", "collection_id", "kind"),
+)
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("name", String(50), primary_key=True),
+    Column("value", String(200), nullable=False),
+)
