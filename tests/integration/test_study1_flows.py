@@ -1,7 +1,8 @@
-"""The study-1 flows as a team runs them: collect-responses provisions and ends "waiting"
-while people work, simulate-crowd answers, the operator drops a participant with
-`crowdpref drop`, the next collect run re-allocates, and the collection completes with exactly
-R answers per question. Artifacts carry progress but never a password."""
+"""The study-1 flows as a team runs them: collect-responses fills the account pool and ends
+"waiting" while nobody has arrived; simulated participants arrive and claim; the operator drops
+a participant with `crowdpref drop` WHILE a collection run is in flight (the drop survives:
+no lost update); the next arrival takes the released work, and the collection completes with
+exactly R answers per question. Artifacts carry progress but never a password."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from crowdpref.cli import app
+from crowdpref.collection import Collection
+from crowdpref.settings import load_settings
+from crowdpref.store import open_store
 from crowdpref.runfolder import write_parquet
 from tests.integration.test_study1_collection import _questions
 
@@ -25,16 +29,19 @@ def _write_study(tmp_path: Path, name: str) -> Path:
     path.write_text(yaml.safe_dump({
         "name": name,
         "seed": 5,
+        "participants": "simulated",
         "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600,
+                   "pool_size": 2,
                    "attention_check": {"position": 2, "text": "Please answer with the word blue, then rate 3.",
                                        "expected": "blue"}},
         "study2": {"pairs_per_participant": 6},
-        "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0},
+        "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0, "never_start_rate": 0,
+                  "arrivals_per_visit": 4},
     }))
     return path
 
 
-def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, tmp_path, unique):
+def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, tmp_path, unique, monkeypatch):
     from prefect.client.orchestration import get_client
 
     from flows.collect_responses import collect_responses
@@ -46,23 +53,37 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     write_parquet(_questions(), run_dir / "questions.parquet")
 
     assert collect_responses(study) == "waiting"
-    ledger = json.loads((run_dir / "study1" / "ledger.json").read_text())
-    usernames = [p["username"] for p in ledger["participants"]]
-    assert len(usernames) == 4 and all(p["status"] == "provisioned" for p in ledger["participants"])
+    store = open_store(load_settings())
+    info = store.find_collection(name, "study1")
+    assert store.participants(info.id) == []  # nobody holds work before they arrive
+    assert [a.state for a in store.accounts(info.id)] == ["ready", "ready"]  # the warm pool
 
-    quitter = usernames[2]
-    assert simulate_crowd(study, dropouts=[quitter]) < 16  # 4 participants x (3 questions + the check)
+    # four participants arrive and claim; sim-study1-0003 answers one question and goes quiet
+    assert simulate_crowd(study, dropouts=["sim-study1-0003"]) < 16  # 4 x (3 questions + the check)
+    participants = store.participants(info.id)
+    assert len(participants) == 4 and {p.source for p in participants} == {"simulated"}
+    quitter = participants[2].username
+
+    # the operator drops the quitter while a collection run is in flight (between its read of
+    # the participant's answers and its writes): the drop must survive the run
+    original = Collection._read_progress
+    dropped = {}
+
+    def drop_mid_run(self, participant):
+        if participant.username == quitter and not dropped:
+            dropped["result"] = CliRunner().invoke(app, ["drop", quitter, "--study", study])
+        return original(self, participant)
+
+    monkeypatch.setattr(Collection, "_read_progress", drop_mid_run)
     assert collect_responses(study) == "waiting"
+    monkeypatch.setattr(Collection, "_read_progress", original)
+    assert dropped["result"].exit_code == 0, dropped["result"].output
+    assert store.participant(info.id, quitter).status == "released"  # released by the very run in flight
 
-    dropped = CliRunner().invoke(app, ["drop", quitter, "--study", study])
-    assert dropped.exit_code == 0, dropped.output
-    assert collect_responses(study) == "waiting"  # released, re-allocated, new account provisioned
-    ledger = json.loads((run_dir / "study1" / "ledger.json").read_text())
-    statuses = {p["username"]: p["status"] for p in ledger["participants"]}
-    assert statuses[quitter] == "released" and statuses[f"{name}-s1-0005"] == "provisioned"
-
-    simulate_crowd(study, dropouts=[quitter])
+    simulate_crowd(study, dropouts=["sim-study1-0003"])  # a fifth participant arrives and takes the released work
     assert collect_responses(study) == "complete"
+    newcomer = store.participants(info.id)[-1]
+    assert newcomer.username != quitter and len(store.participants(info.id)) == 5
     responses = pd.read_parquet(run_dir / "responses.parquet")
     assert responses.groupby("question_id").size().tolist() == [2] * 6
     assert collect_responses(study) == "complete"  # a rerun does nothing
@@ -72,9 +93,9 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     # every other participant answered it as asked
     assert validation["attention_check"]["answered"] == validation["attention_check"]["passed"] >= 3
     assert validation["attention_check"]["failed_participant_keys"] == []
-
-    roster = json.loads((run_dir / "private" / "study1-roster.json").read_text())
-    passwords = [entry["password"] for entry in roster.values()]
+    kinds = [e["kind"] for e in store.events(info.id)]
+    assert kinds.count("drop_requested") == 1 and kinds.count("released") == 1 and "reallocated" in kinds
+    passwords = [a.password for a in store.accounts(info.id)]
 
     async def artifacts() -> list:
         async with get_client() as client:
@@ -84,7 +105,7 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
 
     found = asyncio.run(artifacts())
     keys = {a.key for a in found}
-    assert {f"{name}-study1-progress", f"{name}-study1-participants", f"{name}-study1-provisioning",
+    assert {f"{name}-study1-progress", f"{name}-study1-participants", f"{name}-study1-account-pool",
             f"{name}-study1-validation"} <= keys
     text = json.dumps([a.model_dump(mode="json") for a in found])
     assert not any(password in text for password in passwords)

@@ -1,7 +1,8 @@
-"""Study 2 on the real embedded Argilla, from a small study-1 export: pairs -> provisioning ->
-simulated ratings with one drop-out -> release and re-allocation -> export with exactly R
-ratings per pair; nobody from study 1 rated; a rerun creates no duplicates; bad ratings are
-rejected, never clamped."""
+"""Study 2 on the real embedded Argilla, from a small study-1 export: pairs -> simulated raters
+arrive and claim -> each rating's A/B order counterbalanced within its pair, recorded and
+shown as recorded -> one drop-out released, its pairs claimed by the next arrival -> export
+with exactly R ratings per pair; a study-1 participant arriving at study 2 is refused; bad
+ratings are rejected, never clamped."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import pandas as pd
 import pytest
 
 from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
-from crowdpref.collection import Participant
 from crowdpref.config import parse_study
 from crowdpref.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.runfolder import RunFolder
+from crowdpref.store import Assignment, Claimed, ParticipantState, Refused, Store
+from crowdpref.study1 import study1_collection
 from crowdpref.study2 import Study2Spec, export_ratings, ratings_frame, study1_complete, study2_collection
 from tests.integration.test_study1_collection import Clock, _server_counts
 
@@ -39,10 +41,10 @@ def _study1_export(n_questions: int = 3, per_question: int = 4) -> tuple[pd.Data
 
 def _config(name: str):
     return parse_study({
-        "name": name, "seed": 4,
+        "name": name, "seed": 4, "participants": "simulated",
         "study1": {"responses_per_question": 4, "questions_per_participant": 3},
-        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 9, "inactive_after_minutes": 30},
-        "crowd": {"random_clicker_rate": 0, "rater_noise": 0.5},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 9, "inactive_after_minutes": 30, "pool_size": 3},
+        "crowd": {"random_clicker_rate": 0, "rater_noise": 0.5, "never_start_rate": 0, "arrivals_per_visit": 6},
     }, source="test")
 
 
@@ -53,55 +55,70 @@ def test_study2_end_to_end_with_dropout(argilla_server, tmp_path, unique):
     assert len(pairs) == 18
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
     clock = Clock()
-    collection = study2_collection(config, pairs, responses, questions, owner, tmp_path, clock=clock)
-    ledger = collection.ledger()
-    assert [len(p.items) for p in ledger.participants] == [9] * 6  # 18 pairs x 3 ratings / 9
-    collection.provision(ledger)
-    collection.provision(collection.ledger())
-    prefix = config.study2.username_prefix
-    counts = _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix)
-    assert counts == {"users": 6, "workspaces": 6, "datasets": 6, "records": 54}
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock)
+    collection = study2_collection(config, pairs, responses, questions, owner, tmp_path, store)
+    collection.refill_pool()
 
-    # what a rater sees: the question, answer A and answer B in the recorded order
-    first = collection.ledger().participants[0]
-    dataset = owner.find_dataset(collection.dataset_name, first.username)
-    shown = next(iter(dataset.records))
-    pair = pairs.set_index("pair_id").loc[shown.id]
+    # a study-1 participant (same key) arriving at study 2 is refused, and nothing is allocated
+    study1 = study1_collection(config, questions, owner, tmp_path, store)
+    study1.refill_pool(0)
+    assert isinstance(study1.claim("writer-1", "simulated"), Claimed)
+    assert collection.claim("writer-1", "simulated") == Refused("excluded")
+    assert collection.progress().outstanding == 0
+
+    # six raters arrive (18 pairs x 3 ratings / 9); one goes quiet part-way
+    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts={"sim-study2-0004"})
+    report = crowd.play_study2(collection, argilla_server.api_url, hidden, 8)
+    assert report.arrived == 6 and report.full is False and len(report.dropouts) == 1
+    participants = collection.participants()
+    assert [len(p.items) for p in participants] == [9] * 6
+
+    # counterbalanced: each pair's 3 raters see it 2 one way and 1 the other, and the record each
+    # rater sees shows the answers in the order the store recorded for that rating
+    orders = pd.DataFrame([(a.item_id, a.swapped) for p in participants for a in p.assignments],
+                          columns=["pair_id", "swapped"])
+    per_pair = orders.groupby("pair_id")["swapped"].agg(["sum", "size"])
+    assert (per_pair["size"] == 3).all() and per_pair["sum"].isin([1, 2]).all()
     text = responses.set_index("response_id")["text"]
-    assert shown.fields["response_a"] == text[pair["response_a_id"]]
-    assert shown.fields["response_b"] == text[pair["response_b_id"]]
+    by_pair = pairs.set_index("pair_id")
+    for participant in participants[:2]:
+        dataset = owner.find_dataset(collection.dataset_name, participant.username)
+        for record in dataset.records:
+            pair = by_pair.loc[record.id]
+            a, b = ((pair["second_response_id"], pair["first_response_id"]) if participant.swapped[record.id]
+                    else (pair["first_response_id"], pair["second_response_id"]))
+            assert (record.fields["response_a"], record.fields["response_b"]) == (text[a], text[b])
+    dataset = owner.find_dataset(collection.dataset_name, participants[0].username)
     assert [q.name for q in dataset.settings.questions] == ["preference"]
     assert list(dataset.settings.questions[0].values) == list(range(1, 9))
 
-    quitter = ledger.participants[3].username
-    crowd = SimulatedCrowd(config.crowd, config.seed, dropouts={quitter})
-    roster = collection.roster
-    usernames = [p.username for p in ledger.participants]
-    crowd.play_study2(argilla_server.api_url, roster.passwords(usernames), collection.dataset_name, pairs,
-                      hidden, 8, assigned={u: 9 for u in usernames})
     clock.now += 31 * 60
-    progress = collection.monitor(collection.ledger())
-    assert progress.released_now == [quitter] and len(progress.created_now) >= 1
-    newcomers = progress.created_now
-    crowd.play_study2(argilla_server.api_url, roster.passwords(newcomers), collection.dataset_name, pairs, hidden, 8)
-    progress = collection.monitor(collection.ledger())
+    progress = collection.monitor()
+    quitter = next(p.username for p in participants if p.username in report.dropouts)
+    assert progress.released_now == [quitter] and progress.unclaimed > 0
+    report = crowd.play_study2(collection, argilla_server.api_url, hidden, 8)
+    assert report.arrived == 1  # the next arrival takes the released pairs
+    progress = collection.monitor()
     assert progress.complete and progress.submitted == 54
 
-    study1_usernames = [f"{config.study1.username_prefix}-{i:04d}" for i in range(1, 5)]
-    frame, report = export_ratings(collection, tmp_path, study1_usernames)
+    frame, report = export_ratings(collection, tmp_path)
     assert report["valid"], report["anomalies"]
     assert report["study1_participants_who_rated"] == 0
     ratings = pd.read_parquet(tmp_path / "ratings.parquet")
     assert ratings.groupby("pair_id").size().tolist() == [3] * 18
+    assert ratings.groupby("pair_id")["swapped"].sum().isin([1, 2]).all()  # still balanced after the release
     assert not ratings.duplicated(["pair_id", "rater_key"]).any()
     assert ratings["rating"].between(1, 8).all() and ratings["rating_id"].is_unique
+    # the displayed A/B ids agree with swapped on every row
+    assert (ratings["response_a_id"] == ratings["pair_id"].map(by_pair["second_response_id"])).eq(ratings["swapped"]).all()
     # ratings follow the hidden quality once un-swapped: the second answer (higher j) is better
     fixed = ratings["rating"].where(~ratings["swapped"], 9 - ratings["rating"])
     assert fixed.mean() > 5.0
-    # a rerun of provisioning creates nothing new
-    collection.provision(collection.ledger())
-    after = _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix)
-    assert after["users"] == 6 + len(newcomers) and after["datasets"] == after["users"]
+    # a rerun of the pool refill creates nothing new
+    prefix = config.study2.username_prefix
+    before = _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix)
+    collection.refill_pool()
+    assert _server_counts(argilla_server.api_url, argilla_server.owner_api_key, prefix) == before
 
 
 def test_ratings_outside_the_scale_are_rejected_not_clamped(tmp_path):
@@ -110,7 +127,10 @@ def test_ratings_outside_the_scale_are_rejected_not_clamped(tmp_path):
     pairs = make_pairs(responses, "all", 1).pairs
     spec = Study2Spec(config.model_copy(update={"study2": config.study2.model_copy(update={"pairs_per_participant": 1})}),
                       pairs, responses, questions)
-    participant = Participant("rater", [pairs["pair_id"][0]], submitted={pairs["pair_id"][0]: 1.8e9})
+    participant = ParticipantState(
+        id=1, username="rater", account_id=1, account_state="bound", source="simulated", status="complete",
+        claimed_at=1.8e9, last_activity_at=1.8e9, records_logged=True, drop_requested=False,
+        assignments=(Assignment(pairs["pair_id"][0], 0, "submitted", False, 1.8e9),))
     answer = SubmittedAnswer(pairs["pair_id"][0], "u", "submitted", {"preference": 9}, None)
     ids = Pseudonyms(tmp_path)
     frame, rejected = ratings_frame(spec, [(participant, answer)], ids)

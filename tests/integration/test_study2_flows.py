@@ -26,10 +26,10 @@ def test_collect_ratings_flow(prefect_harness, study_env, tmp_path, unique):
     name = f"r{unique}"
     study = tmp_path / f"{name}.yaml"
     study.write_text(yaml.safe_dump({
-        "name": name, "seed": 2,
+        "name": name, "seed": 2, "participants": "simulated",
         "study1": {"responses_per_question": 4, "questions_per_participant": 2},
         "study2": {"ratings_per_pair": 3, "pairs_per_participant": 6},
-        "crowd": {"dropout_rate": 0, "random_clicker_rate": 0},
+        "crowd": {"dropout_rate": 0, "random_clicker_rate": 0, "never_start_rate": 0, "arrivals_per_visit": 6},
     }))
     run_dir = study_env / "studies" / name
     questions, responses, hidden = _study1_export(2, 4)
