@@ -115,7 +115,7 @@ class ArgillaOwner:
             if not AnnotatorSession.password_works(self.api_url, username, password):
                 raise ArgillaError(
                     f"Argilla user '{username}' at {self.api_url} already exists with another password: "
-                    "delete that user, restore the credentials roster, or choose another username_prefix"
+                    "delete that user, restore the study store (its credentials), or choose another username_prefix"
                 )
         if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
             workspace.add_user(user)
@@ -252,7 +252,7 @@ class AnnotatorSession:
         self.username = username
         token = self._token(self.api_url, username, password, timeout_s)
         if token is None:
-            raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the roster")
+            raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the password in the study store")
         self._http = httpx.Client(
             base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
         )
