@@ -1,9 +1,14 @@
-"""A simulated crowd: plays participants through the same annotator API a person's browser uses
-(token login, the pending queue, bulk responses), so the whole pipeline can run - and be tested -
-without recruiting anyone.
+"""A simulated crowd: participants who arrive over time, claim their work through the same
+:meth:`~crowdpref.collection.Collection.claim` the participant portal calls, and work through
+the annotator API a person's browser uses (token login, the pending queue, bulk responses), so
+the whole pipeline can run - and be tested - without recruiting anyone. It only works on studies
+that say ``participants: simulated`` (:func:`check_may_play`), and every participant it brings
+is recorded with the source ``simulated``.
 
-Behaviour is deterministic for a seed and a username, so a participant who "dropped out" stays
-gone across simulation rounds, and a rerun answers exactly what is still pending:
+Behaviour is deterministic for a seed and a participant key, so a participant who "dropped out"
+stays gone across visits, and a rerun answers exactly what is still pending:
+
+- a share ``never_start_rate`` claim their batch and never open it;
 
 - a share ``dropout_rate`` of participants answer only some of their items, then go quiet;
 - a share ``low_effort_rate`` of answers are careless one-liners;
