@@ -2,8 +2,9 @@
 
 From each question's answers: all unordered pairs (4 answers -> 6 pairs) or a seeded sample of
 at most ``pairs`` per question. A pair has a fixed orientation (first/second by response id)
-and a stable ``pair_id``; which answer is SHOWN as A is random but seeded and recorded
-(``swapped``), so position bias can be measured and cancelled (see :mod:`crowdpref.contracts`).
+and a stable ``pair_id``. ``swapped`` here is only the pair's seeded default order: study 2
+chooses the order each RATER sees when they claim the pair, counterbalanced across the pair's
+raters (:meth:`crowdpref.store.Store.claim`), and records it per rating in ratings.parquet.
 Answers excluded by the screening policy never enter pairs.
 """
 
