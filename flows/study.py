@@ -18,18 +18,19 @@ from flows.screen_responses import screen_responses
 from flows.simulate_crowd import simulate_crowd
 from tasks.collection import artifact_key, wait_for_release
 
-COLLECTIONS = (("study1", collect_responses), ("study2", collect_ratings))
-
 
 @flow(name="study", log_prints=True, persist_result=True)
 def study(
     study: str = "studies/demo.yaml",
     simulate: bool = False,
     max_wait_s: float = 0.0,
-    max_visits: int = 8,
+    max_visits: int = 25,
 ) -> dict[str, Any]:
-    """Run a study end to end: generate questions -> study 1 (written answers) -> study 2
-    (pairwise ratings) -> hate-speech screening -> aggregation -> publishing.
+    """Run a study end to end: generate questions -> study 1 (written answers) -> hate-speech
+    screening -> study 2 (pairwise ratings) -> aggregation -> publishing.
+
+    Screening runs as soon as study 1 is complete and before study 2 builds its pairs, so that
+    ``screening.policy: drop`` keeps flagged answers out of the pairs (nobody rates them).
 
     Re-entrant: a stage whose output is already in the run folder is skipped (it says so). While
     a collection still waits for people, the run records the progress and ends cleanly as
@@ -41,7 +42,8 @@ def study(
         simulate: let the simulated crowd play the participants (demo, tests).
         max_wait_s: with simulate, how long a run may wait for quiet participants to count as
             dropped out (their work is then re-allocated); 0 = never wait.
-        max_visits: with simulate, how many crowd visits per collection in one run.
+        max_visits: with simulate, how many crowd visits per collection in one run (each visit
+            brings crowd.arrivals_per_visit new participants, who claim their work).
     """
     config = load_study(study)
     stages: list[dict[str, Any]] = []
@@ -53,12 +55,16 @@ def study(
         stages.append({"stage": name, "status": status, "seconds": round(time.perf_counter() - started, 1)})
         return result
 
+    def collection(key: str, collect: Any) -> str:
+        return timed(f"collect ({key})", lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits))
+
     timed("generate-questions", lambda: generate_questions(study))
-    for key, collect in COLLECTIONS:
-        status = timed(f"collect ({key})", lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits))
-        if status != "complete":
-            return _finish(config.name, "waiting", stages)
+    if collection("study1", collect_responses) != "complete":
+        return _finish(config.name, "waiting", stages)
+    # before study 2: its pairs leave out the answers screening flagged when policy is 'drop'
     timed("screen-responses", lambda: screen_responses(study))
+    if collection("study2", collect_ratings) != "complete":
+        return _finish(config.name, "waiting", stages)
     timed("aggregate-ratings", lambda: aggregate_ratings(study))
     timed("publish-dataset", lambda: publish_dataset(study))
     return _finish(config.name, "complete", stages)
