@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/aggregation.py [--ratings 1000000] [--runs 3]
 
 Both start from the same ratings and pairs DataFrames (contracts.RATINGS / PAIRS; 3 ratings per
-pair, 8-point scale, half the pairs shown swapped) and produce the same per-pair statistics:
-un-swapped mean, n_ratings, spread, agreement, chosen/rejected, chosen-first mean and margin.
+pair, 8-point scale, the display order counterbalanced per rating as study 2 does it: 2 and 1)
+and produce the same per-pair statistics: un-swapped mean, n_ratings, spread, agreement,
+chosen/rejected, chosen-first mean, margin and n_swapped (the order balance).
 
 - loop: the columns as Python lists, one dict update per rating, then one pass per pair;
 - vectorised: :func:`crowdpref.aggregation.summarise_pairs` (pair codes + ``numpy.bincount``).
@@ -46,7 +47,7 @@ def make_inputs(n_ratings: int, seed: int = 0) -> tuple[pd.DataFrame, ...]:
                               "category": "empathy", "source": "bank", "metadata": "{}"})
     responses = pd.DataFrame({"response_id": response_ids,
                               "question_id": np.repeat(question_ids, 4),
-                              "category": "empathy", "text": "An answer."})
+                              "category": "empathy", "source": "simulated", "text": "An answer."})
     a_idx, b_idx = np.array([0, 0, 0, 1, 1, 2]), np.array([1, 2, 3, 2, 3, 3])
     q_of_pair = np.repeat(np.arange(n_questions), PER_QUESTION)[:n_pairs]
     slot = np.tile(np.arange(PER_QUESTION), n_questions)[:n_pairs]
@@ -61,16 +62,19 @@ def make_inputs(n_ratings: int, seed: int = 0) -> tuple[pd.DataFrame, ...]:
         "response_b_id": np.where(swapped, first, second),
         "swapped": swapped,
     })
-    pair_of = np.repeat(np.arange(n_pairs), PER_PAIR)[:n_ratings]
-    rng.shuffle(pair_of)  # ratings arrive in any order
+    arrival = rng.permutation(n_ratings)  # ratings arrive in any order
+    pair_of = np.repeat(np.arange(n_pairs), PER_PAIR)[:n_ratings][arrival]
+    slot = np.tile(np.arange(PER_PAIR), n_pairs)[:n_ratings][arrival]
+    shown = swapped[pair_of] ^ (slot % 2 == 1)  # counterbalanced per rating
     ratings = pd.DataFrame({
         "rating_id": np.array([f"rt_{i:016x}" for i in range(n_ratings)], dtype=object),
         "pair_id": pairs["pair_id"].to_numpy()[pair_of],
         "question_id": pairs["question_id"].to_numpy()[pair_of],
-        "response_a_id": pairs["response_a_id"].to_numpy()[pair_of],
-        "response_b_id": pairs["response_b_id"].to_numpy()[pair_of],
-        "swapped": swapped[pair_of],
+        "response_a_id": np.where(shown, second[pair_of], first[pair_of]),
+        "response_b_id": np.where(shown, first[pair_of], second[pair_of]),
+        "swapped": shown,
         "rater_key": np.array([f"p_{i:012x}" for i in range(n_ratings)], dtype=object),
+        "source": "simulated",
         "rating": rng.integers(1, K + 1, n_ratings),
         "submitted_at": pd.Timestamp("2025-01-01", tz="UTC"),
     })
@@ -79,12 +83,13 @@ def make_inputs(n_ratings: int, seed: int = 0) -> tuple[pd.DataFrame, ...]:
 
 def loop_aggregate(ratings: pd.DataFrame, pairs: pd.DataFrame, k: int) -> dict[str, tuple]:
     """Plain Python, one rating at a time: pair_id -> (n, mean, spread, agreement, chosen,
-    rejected, chosen-first mean, margin); ties get chosen None."""
+    rejected, chosen-first mean, margin, n_swapped); ties get chosen None."""
     mid = (k + 1) / 2
     n: dict[str, int] = {}
     total: dict[str, int] = {}
     squares: dict[str, int] = {}
     low: dict[str, int] = {}
+    shown_swapped: dict[str, int] = {}
     for pair_id, rating, swapped in zip(ratings["pair_id"].tolist(), ratings["rating"].tolist(),
                                         ratings["swapped"].tolist()):
         u = k + 1 - rating if swapped else rating
@@ -93,6 +98,8 @@ def loop_aggregate(ratings: pd.DataFrame, pairs: pd.DataFrame, k: int) -> dict[s
         squares[pair_id] = squares.get(pair_id, 0) + u * u
         if u < mid:
             low[pair_id] = low.get(pair_id, 0) + 1
+        if swapped:
+            shown_swapped[pair_id] = shown_swapped.get(pair_id, 0) + 1
     out: dict[str, tuple] = {}
     for pair_id, first, second in zip(pairs["pair_id"].tolist(), pairs["first_response_id"].tolist(),
                                       pairs["second_response_id"].tolist()):
@@ -111,7 +118,7 @@ def loop_aggregate(ratings: pd.DataFrame, pairs: pd.DataFrame, k: int) -> dict[s
             chosen = rejected = None
             chosen_mean = mean
         out[pair_id] = (count, mean, spread, agreement, chosen, rejected, chosen_mean,
-                        abs(mean - mid) / (mid - 1))
+                        abs(mean - mid) / (mid - 1), shown_swapped.get(pair_id, 0))
     return out
 
 
@@ -120,8 +127,9 @@ def check_same(loop: dict[str, tuple], table: pd.DataFrame) -> None:
     assert len(rated) == len(loop), "different numbers of rated pairs"
     ref = pd.DataFrame.from_dict(loop, orient="index", columns=[
         "n_ratings", "mean", "rating_spread", "agreement", "chosen_response_id",
-        "rejected_response_id", "mean_rating", "margin"]).reindex(rated["pair_id"])
-    for column in ("n_ratings", "mean", "rating_spread", "agreement", "mean_rating", "margin"):
+        "rejected_response_id", "mean_rating", "margin", "n_swapped"]).reindex(rated["pair_id"])
+    for column in ("n_ratings", "mean", "rating_spread", "agreement", "mean_rating", "margin",
+                   "n_swapped"):
         assert np.allclose(ref[column].to_numpy(dtype=float), rated[column].to_numpy(dtype=float),
                            atol=1e-9), column
     for column in ("chosen_response_id", "rejected_response_id"):
@@ -167,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if ratio >= 50 else 'NOT met'})")
     print(f"speed-up without the pair-id lookup:   {t_loop / max(t_vec - t_ids, 1e-9):8.1f}x")
     print(f"whole aggregate() (checks, alpha, rows): {t_full:6.3f} s -> "
-          f"{result.stats.kept:,} preference rows, alpha {result.stats.alpha:.3f}")  # type: ignore[union-attr]
+          f"{result.stats.kept:,} preference rows, alpha {result.stats.alpha:.3f}, "  # type: ignore[union-attr]
+          f"{result.stats.order_balance.balanced_share:.0%} of pairs order-balanced")  # type: ignore[union-attr]
     return 0
 
 

@@ -15,17 +15,31 @@ becomes ``K + 1 - r`` when the pair was shown swapped. Then, per pair (all vecto
 - ``margin``         ``|mean - M| / (M - 1)``: 0 at a tie, 1 when every rater gave the extreme
                      point; in (0, 1] for every preference row;
 - ``mean_rating``    the mean in the CHOSEN-first orientation (``mean`` when the first response
-                     is chosen, ``K + 1 - mean`` otherwise), so always below ``M``.
+                     is chosen, ``K + 1 - mean`` otherwise), so always below ``M``;
+- ``n_swapped``      how many of the pair's ratings were given on the swapped display;
+- ``order_balanced`` ``|n_swapped - (n_ratings - n_swapped)| <= 1``: the raters saw the two
+                     orders equally often (one apart for an odd count), so position bias
+                     cancels inside the pair (vacuously True for an unrated pair).
 
 Ties are reported and left out of the preference rows; pairs with fewer ratings than
 ``ratings_per_pair`` are reported and kept or dropped (``aggregation.incomplete_pairs``); pairs
 with no rating are always left out. Bad input (ratings of unknown pairs, ratings outside 1..K,
-empty answer texts, answers without screening scores, ...) raises a one-line
+empty answer texts, answers without screening scores, a ``source`` column missing or a value
+outside :data:`crowdpref.contracts.SOURCES`, ...) raises a one-line
 :class:`~crowdpref.errors.CrowdprefError`.
 
 Study-level statistics: Krippendorff's alpha (ordinal) over the un-swapped ratings, the position
-bias (raw vs un-swapped), per-category counts, optionally Bradley-Terry strengths per answer
-(``choix``), and - for a simulated crowd - :func:`agreement_with_truth`.
+bias (raw vs un-swapped), the order balance (:func:`order_balance`: how many pairs were shown to
+their raters in balanced A/B orders, so that position bias cancels inside the pair), the
+provenance of answers and ratings (their ``source``, :data:`crowdpref.contracts.SOURCES`),
+per-category counts, optionally Bradley-Terry strengths per answer (``choix``), and - for a
+simulated crowd - :func:`agreement_with_truth`.
+
+Why the order balance matters: an additive position bias ``b`` (raw ratings pushed ``b`` points
+toward B) enters a pair's un-swapped mean as ``b * (n_not_swapped - n_swapped) / n``. With the
+orders counterbalanced per rating (``|n_swapped - n_not_swapped| <= 1``) that is at most ``b / n``
+(0 for an even ``n``); with every rater of the pair on the same order it is the whole ``b``, and
+cancels only on average across pairs.
 """
 
 from __future__ import annotations
@@ -39,13 +53,14 @@ import numpy as np
 import pandas as pd
 
 from crowdpref.config import AggregationConfig
-from crowdpref.contracts import PAIRS, PREFERENCES
+from crowdpref.contracts import PAIRS, PREFERENCES, SOURCES
 from crowdpref.errors import CrowdprefError
 
 __all__ = [
     "PAIR_STATS",
     "AggregationResult",
     "AggregationStats",
+    "OrderBalance",
     "PositionBias",
     "TruthCheck",
     "agreement_with_truth",
@@ -54,7 +69,9 @@ __all__ = [
     "bradley_terry_extremes",
     "check_truth",
     "krippendorff_alpha",
+    "order_balance",
     "position_bias",
+    "source_counts",
     "summarise_pairs",
     "truth_by_text",
     "unswap",
@@ -65,6 +82,7 @@ PAIR_STATS = [
     "pair_id", "question_id", "category", "first_response_id", "second_response_id",
     "n_ratings", "mean", "rating_spread", "n_first", "n_second", "agreement", "tie",
     "chosen_response_id", "rejected_response_id", "mean_rating", "margin",
+    "n_swapped", "order_balanced",
 ]
 
 BT_ALPHA = 0.01
@@ -162,11 +180,12 @@ def summarise_pairs(ratings: pd.DataFrame, pairs: pd.DataFrame, scale_points: in
     codes = _pair_codes(ratings, pairs)
     if (codes < 0).any():
         raise CrowdprefError("ratings refer to pairs not in pairs.parquet: check them with aggregate()")
-    u = unswap(ratings["rating"].to_numpy(), ratings["swapped"].to_numpy(), scale_points)
-    return _summarise_codes(codes, u, pairs, scale_points)
+    swapped = ratings["swapped"].to_numpy(dtype=bool)
+    u = unswap(ratings["rating"].to_numpy(), swapped, scale_points)
+    return _summarise_codes(codes, u, swapped, pairs, scale_points)
 
 
-def _summarise_codes(codes: np.ndarray, u: np.ndarray, pairs: pd.DataFrame,
+def _summarise_codes(codes: np.ndarray, u: np.ndarray, swapped: np.ndarray, pairs: pd.DataFrame,
                      scale_points: int) -> pd.DataFrame:
     n_pairs = len(pairs)
     k1 = scale_points + 1  # 2 * midpoint
@@ -177,6 +196,7 @@ def _summarise_codes(codes: np.ndarray, u: np.ndarray, pairs: pd.DataFrame,
     squares = np.bincount(codes, weights=u * u, minlength=n_pairs)
     n_first = np.bincount(codes[twice_u < k1], minlength=n_pairs)
     n_second = np.bincount(codes[twice_u > k1], minlength=n_pairs)
+    n_swapped = np.bincount(codes[swapped], minlength=n_pairs)
     rated = n > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / n
@@ -206,6 +226,8 @@ def _summarise_codes(codes: np.ndarray, u: np.ndarray, pairs: pd.DataFrame,
         "rejected_response_id": _pick(first_chosen, decided, second, first).array,
         "mean_rating": np.where(first_chosen | tie, mean, k1 - mean),
         "margin": np.abs(mean - midpoint) / (midpoint - 1),
+        "n_swapped": n_swapped.astype(np.int64),
+        "order_balanced": np.abs(2 * n_swapped - n) <= 1,
     }, copy=False)
 
 
@@ -243,10 +265,11 @@ def krippendorff_alpha(codes: np.ndarray, unswapped: np.ndarray, n_pairs: int,
 class PositionBias:
     """Where the ratings sit, as given (A/B) and in the fixed orientation.
 
-    With answers shown in a random order, a rater population without position bias gives a raw
-    mean near the midpoint; ``raw_shift`` (raw mean - midpoint) is the bias in scale points
-    (negative: A favoured). Un-swapping turns the bias into noise of both signs, so
-    ``unswapped_shift`` stays near 0 whatever the bias."""
+    With answers shown in counterbalanced (or random) orders, a rater population without position
+    bias gives a raw mean near the midpoint; ``raw_shift`` (raw mean - midpoint) is the bias in
+    scale points (negative: A favoured). Un-swapping turns the bias into shifts of both signs, so
+    ``unswapped_shift`` stays near 0 whatever the bias; whether it also cancels inside each pair
+    is :class:`OrderBalance`."""
 
     midpoint: float
     raw_mean: float
@@ -281,6 +304,58 @@ def position_bias(raw: np.ndarray, unswapped: np.ndarray, swapped: np.ndarray,
         unswapped_share_first=float((unswapped < midpoint).mean()),
         swapped_share=float(np.asarray(swapped, dtype=bool).mean()),
     )
+
+
+@dataclass(frozen=True)
+class OrderBalance:
+    """How evenly each rated pair's ratings were split between the two A/B display orders.
+
+    A pair is balanced when ``|n_swapped - n_not_swapped| <= 1`` (R = 3: 2 and 1; R = 4: 2 and 2):
+    then an additive position bias ``b`` moves the pair's un-swapped mean by at most ``b / R``
+    (0 for an even R). An unbalanced pair (e.g. every rater on the same order) keeps up to the
+    whole bias in its mean; across pairs it only averages out."""
+
+    rated_pairs: int
+    """Pairs measured: those with at least one (used) rating."""
+    balanced_pairs: int
+    unbalanced_pairs: int
+    balanced_share: float
+    """balanced_pairs / rated_pairs (NaN when no pair was rated)."""
+    max_imbalance: int
+    """Largest ``|n_swapped - n_not_swapped|`` of a pair (0 when no pair was rated)."""
+
+
+def order_balance(codes: np.ndarray, swapped: np.ndarray, n_pairs: int,
+                  measured: np.ndarray | None = None) -> OrderBalance:
+    """Balanced pairs among the rated ones, from each rating's pair code and ``swapped`` (two
+    ``numpy.bincount``). ``measured``: per pair, False to leave a pair out (default: all)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    swapped = np.asarray(swapped, dtype=bool)
+    n = np.bincount(codes, minlength=n_pairs)
+    imbalance = np.abs(2 * np.bincount(codes[swapped], minlength=n_pairs) - n)
+    rated = n > 0
+    if measured is not None:
+        rated &= np.asarray(measured, dtype=bool)
+    n_rated = int(rated.sum())
+    balanced = int((rated & (imbalance <= 1)).sum())
+    return OrderBalance(
+        rated_pairs=n_rated,
+        balanced_pairs=balanced,
+        unbalanced_pairs=n_rated - balanced,
+        balanced_share=balanced / n_rated if n_rated else math.nan,
+        max_imbalance=int(imbalance[rated].max()) if n_rated else 0,
+    )
+
+
+def source_counts(sources: pd.Series | np.ndarray) -> dict[str, int]:
+    """``source -> count`` of the sources present, in :data:`crowdpref.contracts.SOURCES` order
+    (values outside it, if any, after them by name)."""
+    if not isinstance(sources, pd.Series):
+        sources = pd.Series(np.asarray(sources, dtype=object))
+    counts = sources.value_counts()
+    order = [s for s in SOURCES if s in counts.index]
+    order += sorted(str(s) for s in counts.index if s not in SOURCES)
+    return {str(s): int(counts[s]) for s in order}
 
 
 def bradley_terry(pair_stats: pd.DataFrame, codes: np.ndarray, unswapped: np.ndarray,
@@ -437,6 +512,12 @@ class AggregationStats:
     chosen_flagged: int
     rejected_flagged: int
     position_bias: PositionBias
+    order_balance: OrderBalance
+    """Rated pairs whose raters saw balanced A/B orders (position bias cancels inside them)."""
+    answer_sources: dict[str, int]
+    """Answers of responses.parquet per writer ``source`` (contracts.SOURCES order)."""
+    rating_sources: dict[str, int]
+    """Ratings used per rater ``source``; sums to ``ratings``."""
     per_category: list[dict[str, Any]] = field(default_factory=list)
     bradley_terry_questions: int | None = None
     truth: TruthCheck | None = None
@@ -489,16 +570,31 @@ class _Checked:
     question: np.ndarray  # per pair: row in questions
 
 
+def _check_sources(frame: pd.DataFrame, id_column: str, file: str, what: str, fix: str) -> None:
+    """Every row's ``source`` is one of contracts.SOURCES (a missing one is an error too)."""
+    bad = ~frame["source"].isin(SOURCES).to_numpy(dtype=bool)
+    if bad.any():
+        ids = frame[id_column].to_numpy()[bad]
+        shown = sorted({str(v) for v in pd.unique(frame["source"].to_numpy(dtype=object)[bad])})
+        raise CrowdprefError(
+            f"{file} has {int(bad.sum())} {what} whose source is missing or not one of "
+            f"{', '.join(SOURCES)} (e.g. {_examples(ids)}: {shown[:EXAMPLES]}): {fix}")
+
+
 def _check_inputs(ratings: pd.DataFrame, pairs: pd.DataFrame, responses: pd.DataFrame,
                   questions: pd.DataFrame, scale_points: int) -> _Checked:
     """Raise on bad input; return the row lookups every later step needs."""
     _require_columns(questions, ["question_id", "question"], "questions.parquet",
                      "rerun generate-questions")
-    _require_columns(responses, ["response_id", "question_id", "text"], "responses.parquet",
-                     "rerun collect-responses")
+    _require_columns(responses, ["response_id", "question_id", "source", "text"],
+                     "responses.parquet", "rerun collect-responses")
     _require_columns(pairs, PAIRS, "pairs.parquet", "rerun collect-ratings")
-    _require_columns(ratings, ["rating_id", "pair_id", "response_a_id", "swapped", "rating"],
-                     "ratings.parquet", "rerun collect-ratings")
+    _require_columns(ratings, ["rating_id", "pair_id", "response_a_id", "swapped", "source",
+                               "rating"], "ratings.parquet", "rerun collect-ratings")
+    _check_sources(responses, "response_id", "responses.parquet", "answers",
+                   "re-export the answers (rerun collect-responses)")
+    _check_sources(ratings, "rating_id", "ratings.parquet", "ratings",
+                   "re-export the ratings (rerun collect-ratings)")
     dup_pairs = pairs["pair_id"][pairs["pair_id"].duplicated()]
     if len(dup_pairs):
         raise CrowdprefError(f"pairs.parquet has {len(dup_pairs)} duplicate pair ids "
@@ -591,6 +687,7 @@ def aggregate(
     raw = ratings["rating"].to_numpy()[use].astype(np.int64)
     swapped = ratings["swapped"].to_numpy(dtype=bool)[use]
     u = unswap(raw, swapped, k)
+    rating_sources = source_counts(ratings["source"][use])
 
     # every answer of a pair that stays: needs a text (and a screening score, when screening)
     in_use = np.zeros(len(responses), dtype=bool)
@@ -615,7 +712,7 @@ def aggregate(
                                  f"pairs (e.g. {_examples(missing)}): run screen-responses again")
         answer_flagged[scored] = flags[at[scored]] == True  # noqa: E712 - numpy elementwise
 
-    stats = _summarise_codes(codes_used, u, pairs, k)
+    stats = _summarise_codes(codes_used, u, swapped, pairs, k)
     n = stats["n_ratings"].to_numpy()
     rated = (n > 0) & ~excluded_pair
     incomplete = rated & (n < ratings_per_pair)
@@ -690,6 +787,9 @@ def aggregate(
         chosen_flagged=int(preferences["chosen_flagged"].sum()),
         rejected_flagged=int(preferences["rejected_flagged"].sum()),
         position_bias=position_bias(raw, u, swapped, k),
+        order_balance=order_balance(codes_used, swapped, len(pairs), measured=rated),
+        answer_sources=source_counts(responses["source"]),
+        rating_sources=rating_sources,
         per_category=per_category.to_dict(orient="records"),
     )
 
@@ -723,6 +823,12 @@ def _anomalies(stats: pd.DataFrame, s: AggregationStats, config: AggregationConf
         out.append(f"{s.excluded_pairs} pairs contain an answer excluded by screening: left out")
     if s.over_rated:
         out.append(f"{s.over_rated} pairs have more than {s.ratings_per_pair} ratings: all used")
+    unbalanced = stats.loc[(stats["status"] != "excluded") & (stats["n_ratings"] > 0)
+                           & ~stats["order_balanced"], "pair_id"]
+    if len(unbalanced):
+        out.append(f"{len(unbalanced)} pairs were shown to their raters in unbalanced A/B orders "
+                   f"(more than one rating more in one order; e.g. {_examples(unbalanced)}): "
+                   "position bias does not cancel inside them, only across pairs")
     if s.duplicate_rater_ratings:
         out.append(f"{s.duplicate_rater_ratings} ratings come from a rater who already rated "
                    "the same pair: all used")

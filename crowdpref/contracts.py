@@ -8,18 +8,32 @@ Orientation of a pair: every pair has a FIXED orientation (``first_response_id``
 (``response_a_id``/``response_b_id``) and ``swapped`` is True when A is the second response.
 A rating r on the 1..K scale (1 = strong preference for A, K = strong for B) becomes, in the
 fixed orientation, ``r`` when not swapped and ``K + 1 - r`` when swapped; a mean below the
-midpoint (K + 1) / 2 means the FIRST response is preferred.
+midpoint (K + 1) / 2 means the FIRST response is preferred. The display order is chosen PER
+RATING (counterbalanced across a pair's raters), so ``swapped`` of ratings.parquet is the one that
+counts; ``swapped`` of pairs.parquet is only the pair's default order.
+
+Provenance: every answer and rating carries the ``source`` of its participant (:data:`SOURCES`).
 """
 
 from __future__ import annotations
+
+SOURCES = ("simulated", "prolific", "invite")
+"""Where a participant came from (the ``source`` column of responses and ratings):
+"simulated" - crowdpref's simulated crowd, a program, not a person; "prolific" - recruited on
+Prolific; "invite" - a person who joined through the study team's invite link (a pilot, an own
+panel). Nothing else is allowed (the study store's ``crowdpref.store.SOURCES``)."""
 
 QUESTIONS = ["question_id", "question", "category", "source", "metadata"]
 """questions.parquet - question_id "q_<16 hex>" (hash of the normalised text), source
 "bank" | "file:<name>" | "llm:<model>", metadata a JSON string."""
 
-RESPONSES = ["response_id", "question_id", "category", "participant_key", "text", "quality", "submitted_at"]
+RESPONSES = [
+    "response_id", "question_id", "category", "participant_key", "source", "text", "quality",
+    "submitted_at",
+]
 """responses.parquet (study 1) - response_id "r_<16 hex>"; participant_key pseudonymous "p_<12 hex>";
-quality 1..5 (the writer's rating of the question); submitted_at UTC timestamp."""
+source the writer's provenance, one of :data:`SOURCES` (never missing); quality 1..5 (the
+writer's rating of the question); submitted_at UTC timestamp."""
 
 PAIRS = [
     "pair_id", "question_id", "category",
@@ -27,14 +41,17 @@ PAIRS = [
     "response_a_id", "response_b_id", "swapped",
 ]
 """pairs.parquet (study 2) - pair_id "pr_<16 hex>" (hash of the two response ids in fixed order);
-swapped: bool, True when the displayed A is the second response."""
+swapped: bool, the pair's seeded DEFAULT order (True: A is the second response); what each rater
+saw is recorded per rating in ratings.parquet."""
 
 RATINGS = [
     "rating_id", "pair_id", "question_id", "response_a_id", "response_b_id", "swapped",
-    "rater_key", "rating", "submitted_at",
+    "rater_key", "source", "rating", "submitted_at",
 ]
-"""ratings.parquet (study 2) - rating 1..K as given on the displayed A/B scale (not un-swapped);
-rater_key pseudonymous like participant_key."""
+"""ratings.parquet (study 2) - swapped/response_a_id/response_b_id: the order THIS rater saw (chosen
+per rating; a pair's R raters see balanced orders, e.g. 2 and 1 for R = 3); rater_key
+pseudonymous like participant_key; source the rater's provenance, one of :data:`SOURCES` (never
+missing); rating 1..K as given on the displayed A/B scale (not un-swapped)."""
 
 SCREENING_BASE = ["response_id", "model", "flagged", "flagged_labels"]
 """screening.parquet - plus one float column per label score (e.g. toxicity, insult ...);

@@ -15,6 +15,11 @@ a scan for secrets, and the push to the Hub.
 Every published column is declared once (:func:`release_subsets`): the same :class:`Column`
 objects select and type the data and write the card's column tables, so the two cannot drift.
 
+The card states only what the data shows: where answers and ratings came from (their ``source``,
+:func:`provenance_text`; SIMULATED data is called so) and whether the A/B display order was
+counterbalanced inside each pair (:func:`display_order_text`, from the aggregation's
+``order_balance`` or, when that is missing, measured on the published ratings).
+
 Privacy: participant keys (``participant_key``, ``rater_key``) are replaced by random
 10-character ids (:func:`published_ids`); the mapping stays in ``<run>/private/published-ids.json``
 (mode 0600) and is reused, so ids are stable across re-publishing. The release is built in a
@@ -35,7 +40,7 @@ import shutil
 import string
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +49,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from crowdpref.aggregation import order_balance, source_counts
 from crowdpref.config import REPO_PART_RE, StudyConfig
-from crowdpref.contracts import SCREENING_BASE
+from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import RunFolder, write_json
+from crowdpref.store import Store
 
 __all__ = [
     "ID_LENGTH",
@@ -59,8 +66,10 @@ __all__ = [
     "Subset",
     "build_release",
     "collection_stats",
+    "display_order_text",
     "forbidden_strings",
     "hub_dataset_url",
+    "provenance_text",
     "push_release",
     "read_stats",
     "release_subsets",
@@ -84,6 +93,15 @@ FALLBACK_LIMITATION = (
     "profanity but misses hateful or demeaning text written without swear words, so answers it "
     "did not flag may still be offensive."
 )
+SOURCE_WHO = {
+    "simulated": "crowdpref's simulated crowd: a program, not a person",
+    "prolific": "people recruited on Prolific",
+    "invite": ("people who joined through the study team's invite link, e.g. a pilot or an own "
+               "panel"),
+}
+"""What each participant source (:data:`crowdpref.contracts.SOURCES`) means, for the card."""
+SIMULATED_TAG = "synthetic"
+"""Hub tag added when any answer or rating is simulated."""
 
 
 # --- the one definition of every published column -----------------------------------------
@@ -154,6 +172,13 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
     prid = '`pr_` + 16 hex digits'
     anon = f"{ID_LENGTH} random letters and digits"
     flag_note = ("true or false; empty (null) when the answer was not screened")
+    sources = ", ".join(f"`{x}`" for x in SOURCES[:-1]) + f" or `{SOURCES[-1]}`"
+
+    def source_meaning(who: str, did: str) -> str:
+        return (f"Where the {who} came from: `simulated` - {did} by crowdpref's simulated crowd "
+                "(a program), NOT by a person; `prolific` - a person recruited on Prolific; "
+                "`invite` - a person who joined through the study team's invite link (a pilot or "
+                "an own panel).")
 
     preferences = Subset(
         name="default",
@@ -222,6 +247,8 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
                    "Anonymous id of the writer: the same person always has the same id in "
                    "this release, and it cannot be traced back to a Prolific or Argilla account.",
                    source="participant_key"),
+            Column("source", pa.string(), sources,
+                   source_meaning("writer", "the answer was written")),
             Column("text", pa.string(), "non-empty text", "The answer as the participant wrote it."),
             Column("quality", pa.int64(), f"{q.min} to {q.max}",
                    f"The writer's rating of the question's quality ({q.min} = poor, "
@@ -247,11 +274,14 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
             Column("response_a_id", pa.string(), rid, "The answer shown as A."),
             Column("response_b_id", pa.string(), rid, "The answer shown as B."),
             Column("swapped", pa.bool_(), "true or false",
-                   "True when the answer shown as A is the pair's second answer (by id order); "
-                   "the display order was randomised per pair to cancel position bias."),
+                   "True when the answer shown as A was the pair's second answer (by id order). "
+                   "The order is recorded per rating: raters of the same pair may have seen "
+                   "different orders (\"Study 2: pairwise ratings\" above says how balanced "
+                   "they were)."),
             Column("rater_id", pa.string(), anon,
                    "Anonymous id of the rater (same scheme as `participant_id`).",
                    source="rater_key"),
+            Column("source", pa.string(), sources, source_meaning("rater", "the rating was given")),
             Column("rating", pa.int64(), f"1 to {k}",
                    "The point picked, on the A/B scale as displayed: "
                    + "; ".join(f"{i} = {_lower_first(label)}" for i, label in enumerate(labels, start=1))
@@ -469,23 +499,19 @@ def scan_for_secrets(folder: Path, forbidden: Iterable[str]) -> list[str]:
     return hits
 
 
-def forbidden_strings(run_folder: RunFolder | Path, secrets_: Iterable[str | None] = ()) -> list[str]:
-    """What must never be published, gathered from a run folder's private files: every
-    username and password of the credentials rosters (``private/*roster*.json``), the
-    participant-key salt, every string of ``private/*prolific*.json``, plus ``secrets_``
-    (API keys and tokens from settings; None entries are skipped)."""
+def forbidden_strings(run_folder: RunFolder | Path, secrets_: Iterable[str | None] = (),
+                      accounts: Iterable[tuple[str, str]] = ()) -> list[str]:
+    """What must never be published: every participant account's username and password
+    (``accounts``, from the study store), the participant-key salt and every string of
+    ``private/*prolific*.json`` in the run folder, plus ``secrets_`` (API keys and tokens from
+    settings; None entries are skipped)."""
     run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
     out: list[str] = [s for s in secrets_ if s]
+    for username, password in accounts:
+        out += [str(username), str(password)]
     private = run.private_dir
     if not private.is_dir():
         return out
-    for roster in sorted(private.glob("*roster*.json")):
-        data = _read_json(roster)
-        if isinstance(data, dict):
-            for username, entry in data.items():
-                out.append(str(username))
-                if isinstance(entry, dict) and entry.get("password"):
-                    out.append(str(entry["password"]))
     salt = _read_json(private / SALT_FILE)
     if isinstance(salt, dict) and salt.get("salt"):
         out.append(str(salt["salt"]))
@@ -518,25 +544,15 @@ def read_stats(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def collection_stats(run_folder: RunFolder | Path) -> dict[str, dict[str, int]]:
-    """Counts from the collection ledgers (``study1/ledger.json``, ``study2/ledger.json``):
-    accounts, drop-outs (participants whose unsubmitted work was released), re-allocation rounds
-    and replacement participants. Counts only: no username leaves this function."""
-    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+def collection_stats(store: Store, study_name: str) -> dict[str, dict[str, int]]:
+    """Counts from the study store per study: participants, drop-outs (participants whose
+    unsubmitted work was released), released slots and how many of them later participants
+    claimed. Counts only: no username leaves this function."""
     out: dict[str, dict[str, int]] = {}
     for study in ("study1", "study2"):
-        ledger = read_stats(run.file(study) / "ledger.json")
-        if ledger is None or not isinstance(ledger.get("participants"), list):
-            continue
-        people = [p for p in ledger["participants"] if isinstance(p, dict)]
-        out[study] = {
-            "participants": len(people),
-            "dropped_out": sum(p.get("status") == "released" for p in people),
-            "reallocation_rounds": int(ledger.get("reallocation_rounds") or 0),
-            "replacement_participants": sum(
-                str(p.get("origin", "")).startswith("reallocation") for p in people),
-            "released_items": sum(len(p.get("released_items") or []) for p in people),
-        }
+        info = store.find_collection(study_name, study)
+        if info is not None:
+            out[study] = store.summary(info.id)
     return out
 
 
@@ -580,6 +596,20 @@ def _read_source(run: RunFolder, subset: Subset) -> pd.DataFrame | None:
     return frame
 
 
+def _subset(subsets: Sequence[Subset], name: str) -> Subset:
+    return next(s for s in subsets if s.name == name)
+
+
+def _check_sources(frame: pd.DataFrame, path: Path, what: str) -> None:
+    """Every ``source`` is one of contracts.SOURCES: the card's provenance must be true."""
+    bad = ~frame["source"].isin(SOURCES).to_numpy(dtype=bool)
+    if bad.any():
+        shown = sorted({str(v) for v in pd.unique(frame["source"].to_numpy(dtype=object)[bad])})
+        raise CrowdprefError(
+            f"{path}: {int(bad.sum())} {what} have a source that is missing or not one of "
+            f"{', '.join(SOURCES)} (e.g. {shown[:3]}): fix the stage that wrote it")
+
+
 @dataclass
 class _Built:
     subset: Subset
@@ -612,6 +642,19 @@ class _Facts:
     flagged: int | None = None
     screening_models: list[str] = field(default_factory=list)
     flagged_per_label: dict[str, int] = field(default_factory=dict)
+    answer_sources: dict[str, int] = field(default_factory=dict)
+    """Published answers per writer source."""
+    rating_sources: dict[str, int] = field(default_factory=dict)
+    """Published ratings per rater source."""
+    order_balance: dict[str, Any] = field(default_factory=dict)
+    """:class:`crowdpref.aggregation.OrderBalance` of the published ratings, as a dict."""
+    swapped_share: float | None = None
+    """Share of published ratings shown swapped."""
+
+    @property
+    def sources(self) -> list[str]:
+        """Every source present among answers or ratings (contracts.SOURCES order)."""
+        return [s for s in SOURCES if self.answer_sources.get(s) or self.rating_sources.get(s)]
 
 
 def _span(counts: pd.Series) -> tuple[int, int]:
@@ -633,6 +676,13 @@ def _facts(frames: dict[str, pd.DataFrame]) -> _Facts:
     f.ratings = len(ratings)
     f.ratings_per_pair = _span(ratings.groupby("pair_id").size())
     f.ratings_per_rater = _span(ratings.groupby("rater_key").size())
+    f.answer_sources = source_counts(responses["source"])
+    f.rating_sources = source_counts(ratings["source"])
+    codes = pd.factorize(ratings["pair_id"])[0]
+    swapped = ratings["swapped"].fillna(False).to_numpy(dtype=bool)
+    n_pairs = int(codes.max()) + 1 if len(codes) else 0
+    f.order_balance = asdict(order_balance(codes, swapped, n_pairs))
+    f.swapped_share = float(swapped.mean()) if len(swapped) else None
     f.preference_rows = len(prefs)
     if len(prefs):
         agreement = pd.to_numeric(prefs["agreement"], errors="coerce").dropna()
@@ -691,6 +741,8 @@ def build_release(
         if frame is not None:
             frames["screening"] = frame
     subsets = [s for s in subsets if s.name in frames]
+    for name, what in (("responses", "answers"), ("ratings", "ratings")):
+        _check_sources(frames[name], run.file(_subset(subsets, name).source_file), what)
     facts = _facts(frames)
 
     keys = {str(k) for k in frames["responses"]["participant_key"].dropna()}
@@ -776,6 +828,13 @@ def _count(value: Any) -> Any:
     return value
 
 
+def _balance_cell(balance: Mapping[str, Any] | None) -> str | None:
+    balanced, rated = _get(balance, "balanced_pairs"), _get(balance, "rated_pairs")
+    if not isinstance(balanced, int) or not isinstance(rated, int):
+        return None
+    return f"{balanced} of {rated}" + (f" ({balanced / rated:.0%})" if rated else "")
+
+
 def _span_text(span: tuple[int, int]) -> str:
     lo, hi = span
     return str(lo) if lo == hi else f"{lo}-{hi}"
@@ -797,11 +856,84 @@ def _size_category(n: int) -> str:
     return "n>1M"
 
 
+def provenance_text(answer_sources: Mapping[str, int], rating_sources: Mapping[str, int]) -> str:
+    """Where the answers and ratings came from, from their counts per ``source``: one source ->
+    "All answers and ratings come from `<source>` participants" (SIMULATED data said plainly);
+    more than one -> the release MIXES sources, with the answers and ratings of each."""
+    present = [s for s in SOURCES if answer_sources.get(s) or rating_sources.get(s)]
+    present += sorted(s for s in {*answer_sources, *rating_sources}
+                      if s not in SOURCES and (answer_sources.get(s) or rating_sources.get(s)))
+    if not present:
+        return "The release holds no answers or ratings, so it has no participants to describe."
+    if len(present) == 1:
+        source = present[0]
+        if source == "simulated":
+            return ("All answers and ratings come from `simulated` participants: this data is "
+                    "SIMULATED. Every answer and every rating was produced by crowdpref's simulated "
+                    "crowd (a program), not written or given by people, so it says nothing about "
+                    "what people prefer. Use it to try out the pipeline and the data format, not as "
+                    "human feedback.")
+        who = SOURCE_WHO.get(source, "an unknown source")
+        return f"All answers and ratings come from `{source}` participants ({who})."
+    counts = [f"{answer_sources.get(s, 0)} answers and {rating_sources.get(s, 0)} ratings come "
+              f"from `{s}` participants ({SOURCE_WHO.get(s, 'an unknown source')})" for s in present]
+    text = ("This release MIXES sources: " + "; ".join(counts) + ". The `source` column of the "
+            "`responses` and `ratings` configurations tells them apart; the preference rows of "
+            "the default configuration average the ratings of a pair whatever their source.")
+    if "simulated" in present:
+        text += (" Answers and ratings with source `simulated` are SIMULATED: produced by a "
+                 "program, not by people.")
+    return text
+
+
+def display_order_text(balance: Mapping[str, Any] | None,
+                       swapped_share: float | None = None) -> str:
+    """The card's sentence on the A/B display order, from an order balance
+    (:class:`crowdpref.aggregation.OrderBalance` as a dict: ``rated_pairs``,
+    ``unbalanced_pairs``). Claims that position bias cancels within each pair only when every
+    rated pair was balanced; otherwise says how many were not."""
+    rated = _get(balance, "rated_pairs")
+    unbalanced = _get(balance, "unbalanced_pairs")
+    if not isinstance(rated, int) or not isinstance(unbalanced, int):
+        return "How the A/B display order was balanced is not available for this release."
+    if rated == 0:
+        return "No pair was rated, so there is no A/B display order to describe."
+    if unbalanced == 0:
+        return ("The A/B display order was counterbalanced per rating: the raters of each pair "
+                "saw it in balanced orders (as many one way as the other, or one more for an odd "
+                "number of raters), so position bias cancels within each pair - exactly for an "
+                "even number of ratings; for an odd number R at most 1/R of it is left in the "
+                "pair's mean (a third with 3 raters).")
+    overall = (f", as far as the orders are balanced overall ({swapped_share:.0%} of all ratings "
+               "were shown swapped)"
+               if isinstance(swapped_share, float) and not math.isnan(swapped_share) else "")
+    if unbalanced == rated:
+        return (f"The A/B display order was not balanced for any of the {rated} rated pairs: more "
+                "of each pair's raters saw one order than the other (by more than one rating), so "
+                "position bias does not cancel within a pair and only averages out across pairs"
+                f"{overall}.")
+    return (f"The A/B display order was not balanced for {unbalanced} of the {rated} rated pairs: "
+            "more of their raters saw one order than the other (by more than one rating). For "
+            "those pairs position bias does not cancel within the pair and only averages out "
+            f"across pairs{overall}. The other {rated - unbalanced} pairs were counterbalanced "
+            "per rating, so position bias cancels within each of them.")
+
+
+def _creators(sources: Mapping[str, int], extra: Sequence[str] = ()) -> list[str]:
+    """The card's ``*_creators`` from counts per source: people -> "crowdsourced", the simulated
+    crowd -> "machine-generated" (plus ``extra``)."""
+    people = any(n for s, n in sources.items() if s != "simulated")
+    made = (["crowdsourced"] if people else []) + (
+        ["machine-generated"] if sources.get("simulated") else [])
+    return list(dict.fromkeys([*made, *extra])) or ["no-annotation"]
+
+
 def _yaml_header(config: StudyConfig, built: list[_Built], facts: _Facts) -> str:
     from huggingface_hub import DatasetCardData
 
     pb = config.publish
-    tags = list(dict.fromkeys([*REQUIRED_TAGS, *pb.tags]))
+    simulated = "simulated" in facts.sources
+    tags = list(dict.fromkeys([*REQUIRED_TAGS, *pb.tags, *([SIMULATED_TAG] if simulated else [])]))
     configs = []
     infos = []
     for item in built:
@@ -818,15 +950,16 @@ def _yaml_header(config: StudyConfig, built: list[_Built], facts: _Facts) -> str
             "download_size": item.file_bytes,
             "dataset_size": int(item.table.nbytes),
         })
-    creators = ["expert-generated"] + (["machine-generated"] if config.questions.llm.enabled else [])
+    questions_by = ["expert-generated"] + (["machine-generated"] if config.questions.llm.enabled
+                                           else [])
     data = DatasetCardData(
         language=["en"],
         license=pb.license,
         pretty_name=pb.pretty_name or config.title,
         task_categories=["text-generation", "text-classification"],
         tags=tags,
-        annotations_creators=["crowdsourced"],
-        language_creators=["crowdsourced", *creators],
+        annotations_creators=_creators(facts.rating_sources),
+        language_creators=_creators(facts.answer_sources, questions_by),
         multilinguality=["monolingual"],
         size_categories=[_size_category(facts.preference_rows)],
         source_datasets=["original"],
@@ -861,18 +994,29 @@ def dataset_card(
                 "so that models can learn what not to say.", ""]
 
     out += ["## Summary", ""]
+    sources = facts.sources
+    if sources == ["simulated"]:
+        opening = ("SIMULATED preference data on social reasoning: no person wrote or rated "
+                   "anything in it. crowdpref's simulated crowd went through the two studies of a "
+                   "human-preference study.")
+    elif "simulated" in sources:
+        opening = ("Preference data on social reasoning, collected in two studies partly with "
+                   "people and partly with a simulated crowd (see \"Where the data comes from\").")
+    else:
+        opening = "Human preference data on social reasoning, collected with people in two studies."
     summary = (
-        f"Human preference data on social reasoning, collected with people in two studies. In the "
-        f"first, participants wrote their own answers to {facts.questions} questions on social "
-        f"reasoning ({facts.categories} categories). In the second, other participants "
-        f"compared two answers to the same question and said which one they preferred and how "
-        f"strongly. Averaging those judgements gives {facts.preference_rows} `prompt` / `chosen` / "
+        f"{opening} In the first, participants wrote their own answers to {facts.questions} "
+        f"questions on social reasoning ({facts.categories} categories). In the second, other "
+        f"participants compared two answers to the same question and said which one they "
+        f"preferred and how strongly. Averaging those judgements gives {facts.preference_rows} `prompt` / `chosen` / "
         f"`rejected` rows, ready for reward modelling and preference optimisation (DPO and "
         f"similar). The raw answers, every single rating and the questions are released too."
     )
     out += [summary, ""]
     if config.description:
         out += [config.description.strip(), ""]
+    out += ["## Where the data comes from", "", provenance_text(facts.answer_sources,
+                                                                facts.rating_sources), ""]
 
     # method
     out += ["## How the data was made", "",
@@ -890,9 +1034,9 @@ def dataset_card(
         f"{_span_text(facts.answers_per_question)} |",
         f"| Study 1: questions per participant, Q (planned / observed) | "
         f"{s1.questions_per_participant} / {_span_text(facts.answers_per_writer)} |",
-        f"| Study 1 drop-outs (work handed to others) | {_fmt(_get(c1, 'dropped_out'))} |",
-        f"| Study 1 re-allocation rounds / replacement participants | "
-        f"{_fmt(_get(c1, 'reallocation_rounds'))} / {_fmt(_get(c1, 'replacement_participants'))} |",
+        f"| Study 1 drop-outs (their unanswered work returned to the pool) | {_fmt(_get(c1, 'dropped_out'))} |",
+        f"| Study 1 released slots / claimed again by later participants | "
+        f"{_fmt(_get(c1, 'released_items'))} / {_fmt(_get(c1, 'reclaimed_items'))} |",
         f"| Study 2 participants (gave at least one rating) | {facts.raters} |",
         f"| Rated pairs | {facts.rated_pairs} |",
         f"| Ratings | {facts.ratings} |",
@@ -900,15 +1044,21 @@ def dataset_card(
         f"{_span_text(facts.ratings_per_pair)} |",
         f"| Study 2: pairs per participant, Q (planned / observed) | {s2.pairs_per_participant} / "
         f"{_span_text(facts.ratings_per_rater)} |",
-        f"| Study 2 drop-outs (work handed to others) | {_fmt(_get(c2, 'dropped_out'))} |",
-        f"| Study 2 re-allocation rounds / replacement participants | "
-        f"{_fmt(_get(c2, 'reallocation_rounds'))} / {_fmt(_get(c2, 'replacement_participants'))} |",
+        f"| Study 2 drop-outs (their unanswered work returned to the pool) | {_fmt(_get(c2, 'dropped_out'))} |",
+        f"| Study 2 released slots / claimed again by later participants | "
+        f"{_fmt(_get(c2, 'released_items'))} / {_fmt(_get(c2, 'reclaimed_items'))} |",
         f"| Preference rows (default configuration) | {facts.preference_rows} |",
         "",
     ]
     if not collection:
-        out += ["Drop-out and re-allocation figures are not available for this release.", ""]
+        out += ["Drop-out and release figures are not available for this release.", ""]
     q = s1.quality_scale
+    balance = _get(aggregation, "order_balance")
+    balance_note = ""
+    if not isinstance(balance, Mapping) or _get(balance, "unbalanced_pairs") is None:
+        balance, balance_note = facts.order_balance, " (measured on the `ratings` configuration)"
+    order_text = display_order_text(balance, facts.swapped_share)
+    people = "participants" if "simulated" in sources else "people"
     pairs_rule = ("every pair of a question's answers" if s2.pairs == "all"
                   else f"at most {s2.pairs} pairs of answers per question (a seeded sample)")
     labels = s2.scale_labels
@@ -922,7 +1072,7 @@ def dataset_card(
         f"Each participant received a batch of up to {s1.questions_per_participant} different "
         f"questions and, for each, wrote an answer in their own words and rated the question's "
         f"quality from {q.min} to {q.max}. Every question was given to "
-        f"{s1.responses_per_question} different people. Questions were handed out so that those "
+        f"{s1.responses_per_question} different {people}. Questions were handed out so that those "
         "with the most copies still unassigned went first, which keeps coverage even. "
         "Participants were asked to be respectful, honest and authentic, to show empathy and "
         "stay inclusive, to keep a neutral tone, and to explain their reasoning. When someone "
@@ -930,15 +1080,16 @@ def dataset_card(
         "to a new participant.", "",
         "### Study 2: pairwise ratings", "",
         f"Pairs were formed from {pairs_rule}. Each rater saw a question with two answers, shown "
-        f"as A and B in a randomised order, and picked one of {s2.scale_points} points: "
+        f"as A and B, and picked one of {s2.scale_points} points: "
         + ", ".join(f"{i} {_lower_first(label)}" for i, label in enumerate(labels, start=1))
         + ". There is no neutral point. "
-        + f"Each pair was rated by {s2.ratings_per_pair} different people"
+        + f"Each pair was rated by {s2.ratings_per_pair} different {people}"
         + (" (none of whom had written answers in study 1)" if s2.exclude_study1_participants else "")
         + f" and each rater received up to {s2.pairs_per_participant} pairs. "
         "Raters judged which answer was more respectful, honest, empathetic, inclusive, "
         "neutral in its language and better reasoned, weighing one weakness against other "
         "strengths.", "",
+        order_text, "",
         "### From ratings to preferences", "",
         f"The ratings of a pair are turned to the same orientation and averaged. A mean below the "
         f"midpoint ({s2.midpoint:g}) prefers one answer, above it the other; that answer becomes "
@@ -974,6 +1125,8 @@ def dataset_card(
         ("Repeated ratings of a pair by the same rater", _get(aggregation, "duplicate_rater_ratings")),
         ("Position bias: mean shift of the ratings as displayed, in scale points "
          "(negative favours A)", _get(bias, "raw_shift") if isinstance(bias, Mapping) else None),
+        ("Rated pairs shown in balanced A/B orders (position bias cancels within them)"
+         + balance_note, _balance_cell(balance)),
     ]
     out += ["| Measure | Value |", "|---|---|"]
     out += [f"| {label} | {_fmt(value)} |" for label, value in rows]

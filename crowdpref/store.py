@@ -602,6 +602,22 @@ class Store:
         with self._read() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
+    def summary(self, cid: int) -> dict[str, int]:
+        """Counts for reports and the dataset card (no usernames): participants, those released
+        (drop-outs), slots released, and released slots re-claimed by later participants."""
+        participants = self.participants(cid)
+        counts = self.item_counts(cid)
+        with self._read() as conn:
+            reclaimed = conn.execute(select(func.count()).select_from(t.events).where(
+                t.events.c.collection_id == cid, t.events.c.kind == "reallocated")).scalar_one()
+        return {
+            "participants": len(participants),
+            "completed": sum(p.status == COMPLETE for p in participants),
+            "dropped_out": sum(p.status == RELEASED for p in participants),
+            "released_items": sum(counts.released.values()),
+            "reclaimed_items": reclaimed,
+        }
+
     def check(self, cid: int) -> list[str]:
         """Invariant violations (empty when consistent): no item over R copies in flight or
         done, no participant holding an item twice (the schema forbids it too)."""

@@ -38,7 +38,7 @@ def publish_dataset(study: str = "studies/demo.yaml", push: bool = True) -> Push
         validate_repo_id(repo_id)  # fail before building, not after
     folder = build_dataset_release(cfg, settings, run, repo_id)
     if push:
-        scan_release(folder, run, settings)
+        scan_release(folder, run, settings, cfg.name)
         result = push_dataset_release(folder, repo_id, settings, cfg.publish.private)
     else:
         result = PushResult(folder=folder, pushed=False, repo_id=repo_id,

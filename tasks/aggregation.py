@@ -127,9 +127,13 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None or pd.isna(value) else f"{value:.{digits}f}"
 
 
+def _sources(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {source}" for source, n in counts.items()) or "none"
+
+
 def stats_markdown(result: AggregationResult) -> str:
     s = result.stats
-    pb = s.position_bias
+    pb, ob = s.position_bias, s.order_balance
     lines = [
         "# Aggregation", "",
         f"- pairs: {s.pairs} ({s.rated_pairs} rated, {s.unrated_pairs} unrated, "
@@ -145,6 +149,10 @@ def stats_markdown(result: AggregationResult) -> str:
         f"- position bias: raw mean {_fmt(pb.raw_mean)} (shift {_fmt(pb.raw_shift)}, "
         f"{_fmt(100 * pb.raw_share_a, 1)}% on the A side) vs un-swapped mean "
         f"{_fmt(pb.unswapped_mean)} (shift {_fmt(pb.unswapped_shift)})",
+        f"- A/B order balance: {ob.balanced_pairs} of {ob.rated_pairs} rated pairs balanced "
+        f"({_fmt(100 * ob.balanced_share, 1)}%; position bias cancels inside them), "
+        f"{ob.unbalanced_pairs} not (largest imbalance {ob.max_imbalance})",
+        f"- sources: answers {_sources(s.answer_sources)}; ratings used {_sources(s.rating_sources)}",
     ]
     if s.bradley_terry_questions is not None:
         lines.append(f"- Bradley-Terry fitted for {s.bradley_terry_questions} questions")

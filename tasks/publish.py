@@ -28,6 +28,7 @@ from crowdpref.publish import (
 )
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import Settings
+from crowdpref.store import open_store
 
 AGGREGATION_STATS = "aggregation.json"
 SCREENING_STATS = ("screening.json", "screening-stats.json", "screening-report.json")
@@ -46,10 +47,25 @@ def settings_secrets(settings: Settings) -> list[str]:
     return values
 
 
-def release_forbidden(run: RunFolder, settings: Settings) -> list[str]:
-    """Usernames, passwords, salts and Prolific ids from the run's private files + the settings'
-    credentials (the original participant keys are added by the build itself)."""
-    return forbidden_strings(run, settings_secrets(settings))
+def release_forbidden(run: RunFolder, settings: Settings, study_name: str) -> list[str]:
+    """Every account's username and password from the study store, salts and Prolific ids from
+    the run's private files, and the settings' credentials (the original participant keys are
+    added by the build itself)."""
+    store = open_store(settings)
+    try:
+        accounts = [(a.username, a.password) for key in ("study1", "study2")
+                    if (info := store.find_collection(study_name, key)) is not None for a in store.accounts(info.id)]
+    finally:
+        store.close()
+    return forbidden_strings(run, settings_secrets(settings), accounts)
+
+
+def store_collection_stats(settings: Settings, study_name: str) -> dict[str, dict[str, int]]:
+    store = open_store(settings)
+    try:
+        return collection_stats(store, study_name)
+    finally:
+        store.close()
 
 
 # Deterministic and local: a retry would only repeat the failure. The run folder's release/
@@ -62,23 +78,27 @@ def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
     logger = get_run_logger()
     aggregation = read_stats(run.file(AGGREGATION_STATS))
     screening = next((s for s in (read_stats(run.file(n)) for n in SCREENING_STATS) if s), None)
-    collection = collection_stats(run)
+    collection = store_collection_stats(settings, cfg.name)
     for name, value in (("aggregation", aggregation), ("screening", screening),
                         ("collection", collection)):
         if not value:
             logger.warning(f"no {name} statistics in {run.path}: the card says 'not available'")
+    if aggregation and not isinstance(aggregation.get("order_balance"), dict):
+        logger.warning(f"{AGGREGATION_STATS} in {run.path} has no order_balance (written by an "
+                       "older aggregation): the card measures the A/B order balance on the "
+                       "published ratings; rerun aggregate-ratings with force=True to align them")
     folder = build_release(run, cfg, aggregation=aggregation, screening=screening,
                            collection=collection or None,
-                           forbidden=release_forbidden(run, settings), repo_id=repo_id)
+                           forbidden=release_forbidden(run, settings, cfg.name), repo_id=repo_id)
     logger.info(f"release built in {folder}")
     return folder
 
 
 @task(name="scan-release", cache_policy=NONE)
-def scan_release(folder: Path, run: RunFolder, settings: Settings) -> int:
+def scan_release(folder: Path, run: RunFolder, settings: Settings, study_name: str) -> int:
     """Scan the release once more, right before it is pushed (it may have been edited since
     the build). Returns the number of forbidden strings checked."""
-    forbidden = release_forbidden(run, settings)
+    forbidden = release_forbidden(run, settings, study_name)
     keys_file = run.private_dir / "published-ids.json"
     ids = read_stats(keys_file) or {}
     forbidden += list((ids.get("ids") or {}).keys())  # the original participant keys

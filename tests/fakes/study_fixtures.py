@@ -1,22 +1,28 @@
 """Small, internally consistent study data for aggregation and publishing tests.
 
-:func:`make_study` builds questions, responses, pairs (fixed orientation by id, seeded swaps)
-and ratings with the columns of :mod:`crowdpref.contracts`. Every answer has a hidden quality in
-[0, 1]; a rating is drawn in the pair's fixed orientation as
+:func:`make_study` builds questions, responses, pairs (fixed orientation by id, a seeded default
+order) and ratings with the columns of :mod:`crowdpref.contracts`. Every answer has a hidden
+quality in [0, 1]; a rating is drawn in the pair's fixed orientation as
 
     midpoint + gain * (quality(second) - quality(first)) + noise
 
-then shown on the A/B scale (mirrored when the pair is swapped), shifted by ``position_bias``
+then shown on the A/B scale (mirrored when the rating is swapped), shifted by ``position_bias``
 (negative favours A), rounded and clipped to 1..K. ``random_raters`` replaces every rating by a
-uniform draw. Everything is deterministic for a seed.
+uniform draw. The display order is chosen per rating: ``order="counterbalanced"`` (default, as
+study 2 does it) alternates it over a pair's raters starting from the pair's default order (2
+and 1 for R = 3); ``order="pair"`` shows every rater the pair's default order (the old way).
+Every writer and rater has a ``source`` (default "simulated"; a sequence is cycled over the
+participants). Everything is deterministic for a seed.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -70,9 +76,12 @@ def make_study(
     pairs_per_rater: int = 10,
     flagged_rate: float = 0.0,
     categories: tuple[str, ...] = CATEGORIES,
+    order: Literal["counterbalanced", "pair"] = "counterbalanced",
+    source: str | Sequence[str] = "simulated",
     seed: int = 0,
 ) -> StudyFixture:
     rng = np.random.default_rng(seed)
+    sources = np.array([source] if isinstance(source, str) else list(source), dtype=object)
     k = scale_points
     midpoint = (k + 1) / 2
 
@@ -89,6 +98,7 @@ def make_study(
                 "response_id": stable_id("r_", question_id, participant),
                 "question_id": question_id, "category": category,
                 "participant_key": participant,
+                "source": sources[(qi * responses_per_question + ai) % len(sources)],
                 "text": f"Answer {ai} to question {qi}: I would listen first and then explain.",
                 "quality": int(rng.integers(1, 6)),
                 "submitted_at": BASE_TIME + pd.Timedelta(minutes=qi * 10 + ai),
@@ -118,7 +128,9 @@ def make_study(
     slot = np.tile(np.arange(rpp), n_pairs)
     q_first = pairs["first_response_id"].map(quality).to_numpy()[pair_idx]
     q_second = pairs["second_response_id"].map(quality).to_numpy()[pair_idx]
-    swapped = pairs["swapped"].to_numpy()[pair_idx]
+    swapped = pairs["swapped"].to_numpy(dtype=bool)[pair_idx]
+    if order == "counterbalanced":
+        swapped = swapped ^ (slot % 2 == 1)
     latent = midpoint + gain * (q_second - q_first) + rng.normal(0, noise, len(pair_idx))
     shown = np.where(swapped, k + 1 - latent, latent) + position_bias
     rating = np.clip(np.rint(shown), 1, k).astype(np.int64)
@@ -130,14 +142,17 @@ def make_study(
                           if len(rater_idx) else [], dtype=object)
     ids = pairs["pair_id"].to_numpy()[pair_idx]
     raters = rater_keys[rater_idx] if len(rater_idx) else np.array([], dtype=object)
+    first_ids = pairs["first_response_id"].to_numpy()[pair_idx]
+    second_ids = pairs["second_response_id"].to_numpy()[pair_idx]
     ratings = pd.DataFrame({
         "rating_id": [stable_id("rt_", p, r) for p, r in zip(ids, raters)],
         "pair_id": ids,
         "question_id": pairs["question_id"].to_numpy()[pair_idx],
-        "response_a_id": pairs["response_a_id"].to_numpy()[pair_idx],
-        "response_b_id": pairs["response_b_id"].to_numpy()[pair_idx],
+        "response_a_id": np.where(swapped, second_ids, first_ids),
+        "response_b_id": np.where(swapped, first_ids, second_ids),
         "swapped": swapped.astype(bool),
         "rater_key": raters,
+        "source": sources[rater_idx % len(sources)],
         "rating": rating,
         "submitted_at": BASE_TIME + pd.to_timedelta(np.arange(len(pair_idx)), unit="s"),
     }, columns=RATINGS)
@@ -153,15 +168,22 @@ def make_study(
     return StudyFixture(questions, responses, pairs, ratings, truth, screening, k, rpp)
 
 
-def ratings_for(fixture: StudyFixture, pair_id: str, values: list[int]) -> pd.DataFrame:
-    """Replace the ratings of one pair by ``values`` (on the DISPLAYED A/B scale)."""
+def ratings_for(fixture: StudyFixture, pair_id: str, values: list[int],
+                swapped: Sequence[bool] | None = None, source: str = "simulated") -> pd.DataFrame:
+    """Replace the ratings of one pair by ``values`` (on the DISPLAYED A/B scale), each shown in
+    the order ``swapped`` gives (default: every rater on the pair's default order)."""
     pair = fixture.pairs.set_index("pair_id").loc[pair_id]
+    shown = (np.full(len(values), bool(pair["swapped"])) if swapped is None
+             else np.asarray(swapped, dtype=bool))
+    first, second = pair["first_response_id"], pair["second_response_id"]
     rows = pd.DataFrame({
         "rating_id": [stable_id("rt_", pair_id, "set", i) for i in range(len(values))],
         "pair_id": pair_id, "question_id": pair["question_id"],
-        "response_a_id": pair["response_a_id"], "response_b_id": pair["response_b_id"],
-        "swapped": bool(pair["swapped"]),
+        "response_a_id": np.where(shown, second, first),
+        "response_b_id": np.where(shown, first, second),
+        "swapped": shown,
         "rater_key": [stable_id("p_", "set", i, length=12) for i in range(len(values))],
+        "source": source,
         "rating": np.asarray(values, dtype=np.int64),
         "submitted_at": BASE_TIME,
     }, columns=RATINGS)

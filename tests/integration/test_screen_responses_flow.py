@@ -46,6 +46,7 @@ def write_responses(home: Path, name: str, texts: list[str]) -> pd.DataFrame:
         "response_id": [f"r_{i:016x}" for i in range(len(texts))],
         "question_id": [f"q_{i // 4:016x}" for i in range(len(texts))],
         "category": "empathy",
+        "source": "simulated",
         "participant_key": [f"p_{i % 3:012x}" for i in range(len(texts))],
         "text": texts,
         "quality": 4,

@@ -1,6 +1,6 @@
 """Aggregation: un-swap, chosen/rejected by the mean, margin, ties, incomplete pairs, bad input,
-agreement statistics, position bias, the hidden truth, and the vectorised path against a plain
-reference loop."""
+agreement statistics, position bias and the A/B order balance, provenance (``source``), the hidden
+truth, and the vectorised path against a plain reference loop."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from crowdpref.aggregation import (
     aggregate,
     check_truth,
     krippendorff_alpha,
+    order_balance,
     summarise_pairs,
     truth_by_text,
     unswap,
 )
 from crowdpref.config import AggregationConfig
-from crowdpref.contracts import PREFERENCES
+from crowdpref.contracts import PREFERENCES, RATINGS, RESPONSES
 from crowdpref.errors import CrowdprefError
 from tests.fakes.study_fixtures import StudyFixture, make_study, ratings_for
 
@@ -236,6 +237,54 @@ def test_missing_columns(study):
     assert "ratings.parquet lacks columns ['swapped']" in one_line(exc)
 
 
+def test_fixture_frames_follow_the_contracts(study):
+    assert list(study.responses.columns) == RESPONSES
+    assert list(study.ratings.columns) == RATINGS
+    assert set(study.responses["source"]) == set(study.ratings["source"]) == {"simulated"}
+
+
+@pytest.mark.parametrize(("frame", "fix"), [("ratings", "rerun collect-ratings"),
+                                            ("responses", "rerun collect-responses")])
+def test_missing_source_column_is_the_contract_error(study, frame, fix):
+    """No tolerance for older run folders: ``source`` is part of the contract."""
+    frames = {"ratings": study.ratings, "responses": study.responses}
+    frames[frame] = frames[frame].drop(columns="source")
+    with pytest.raises(CrowdprefError) as exc:
+        aggregate(frames["ratings"], study.pairs, frames["responses"], study.questions)
+    assert one_line(exc) == f"{frame}.parquet lacks columns ['source']: {fix}"
+
+
+@pytest.mark.parametrize("bad", ["mturk", None, ""])
+def test_source_outside_the_allowed_values(study, bad):
+    ratings = study.ratings.astype({"source": object})
+    ratings.loc[ratings.index[4], "source"] = bad
+    with pytest.raises(CrowdprefError) as exc:
+        run(study, ratings)
+    text = one_line(exc)
+    assert "ratings.parquet has 1 ratings whose source is missing or not one of" in text
+    assert "simulated, prolific, invite" in text and ratings["rating_id"].iloc[4] in text
+    responses = study.responses.astype({"source": object})
+    responses.loc[responses.index[0], "source"] = bad
+    with pytest.raises(CrowdprefError) as exc:
+        aggregate(study.ratings, study.pairs, responses, study.questions)
+    assert responses["response_id"].iloc[0] in one_line(exc)
+
+
+def test_sources_are_counted_per_answer_and_rating():
+    f = make_study(n_questions=6, source=("prolific", "invite", "simulated"), seed=7)
+    gone = f.responses["response_id"].iloc[0]
+    res = run(f, excluded_response_ids={gone})
+    s = res.stats
+    assert s.answer_sources == f.responses["source"].value_counts().to_dict()
+    assert list(s.answer_sources) == ["simulated", "prolific", "invite"]  # contracts.SOURCES order
+    used = f.ratings[~f.ratings["pair_id"].isin(res.pair_stats.loc[res.pair_stats["excluded"], "pair_id"])]
+    assert s.rating_sources == used["source"].value_counts().to_dict()
+    assert sum(s.rating_sources.values()) == s.ratings < len(f.ratings)
+    saved = json.loads(json.dumps(s.to_dict()))
+    assert saved["answer_sources"] == s.answer_sources and saved["rating_sources"] == s.rating_sources
+    assert run(make_study(n_questions=2, seed=1)).stats.rating_sources == {"simulated": 36}
+
+
 # --- agreement, position bias, truth --------------------------------------------------------------
 def test_alpha_high_for_consistent_raters_and_near_zero_for_random_ones():
     consistent = run(make_study(n_questions=40, noise=0.4, seed=1)).stats.alpha
@@ -270,6 +319,83 @@ def test_position_bias_visible_raw_and_cancelled_after_unswapping():
     assert abs(biased.unswapped_share_first - 0.5) < 0.1
     fair = run(make_study(n_questions=60, position_bias=0.0, seed=2)).stats.position_bias
     assert abs(fair.raw_shift) < 0.3
+
+
+# --- A/B order balance -----------------------------------------------------------------------------
+@pytest.mark.parametrize("per_pair", [1, 2, 3, 4, 5])
+def test_counterbalanced_study_has_every_pair_balanced(per_pair):
+    f = make_study(n_questions=6, ratings_per_pair=per_pair, seed=5)
+    res = run(f)
+    ob = res.stats.order_balance
+    assert (ob.rated_pairs, ob.balanced_pairs, ob.unbalanced_pairs) == (len(f.pairs), len(f.pairs), 0)
+    assert ob.balanced_share == 1.0 and ob.max_imbalance == per_pair % 2
+    per_pair_swapped = f.ratings.groupby("pair_id")["swapped"].sum()
+    assert set(per_pair_swapped) <= {per_pair // 2, (per_pair + 1) // 2}
+    assert res.pair_stats["order_balanced"].all()
+    assert not any("unbalanced" in a for a in res.anomalies)
+    saved = res.stats.to_dict()["order_balance"]
+    assert saved == {"rated_pairs": len(f.pairs), "balanced_pairs": len(f.pairs),
+                     "unbalanced_pairs": 0, "balanced_share": 1.0, "max_imbalance": per_pair % 2}
+
+
+def test_same_order_for_every_rater_is_not_balanced():
+    same = run(make_study(n_questions=6, order="pair", seed=5))
+    ob = same.stats.order_balance
+    assert ob.balanced_pairs == 0 and ob.unbalanced_pairs == ob.rated_pairs == 36
+    assert ob.balanced_share == 0.0 and ob.max_imbalance == 3
+    assert any("36 pairs were shown to their raters in unbalanced A/B orders" in a
+               for a in same.anomalies)
+
+
+def test_one_pair_on_a_single_order_is_named(study):
+    pair = pair_with(study, False)
+    res = run(study, ratings_for(study, pair.pair_id, [2, 3, 2]))  # all three on one order
+    ob = res.stats.order_balance
+    assert (ob.unbalanced_pairs, ob.balanced_pairs) == (1, len(study.pairs) - 1)
+    stats = res.pair_stats.set_index("pair_id")
+    assert stats.loc[pair.pair_id, "n_swapped"] == 0 and not stats.loc[pair.pair_id, "order_balanced"]
+    assert any("1 pairs" in a and pair.pair_id in a and "unbalanced" in a for a in res.anomalies)
+    fixed = run(study, ratings_for(study, pair.pair_id, [2, 6, 2], swapped=[False, True, False]))
+    assert fixed.stats.order_balance.unbalanced_pairs == 0
+    assert fixed.pair_stats.set_index("pair_id").loc[pair.pair_id, "mean"] == pytest.approx(7 / 3)
+
+
+def test_order_balance_leaves_out_unrated_and_unmeasured_pairs():
+    codes = np.array([0, 0, 0, 1, 1, 3])
+    swapped = np.array([True, True, True, False, True, False])
+    ob = order_balance(codes, swapped, 4)
+    assert (ob.rated_pairs, ob.balanced_pairs, ob.unbalanced_pairs, ob.max_imbalance) == (3, 2, 1, 3)
+    assert ob.balanced_share == pytest.approx(2 / 3)
+    assert order_balance(codes, swapped, 4, measured=np.array([False, True, True, True])).unbalanced_pairs == 0
+    assert math.isnan(order_balance(np.array([], dtype=int), np.array([], dtype=bool), 2).balanced_share)
+
+
+@pytest.mark.parametrize("per_pair", [2, 3, 4, 5])
+def test_counterbalancing_cancels_an_additive_position_bias_within_each_pair(per_pair):
+    """A rater population that pushes every raw rating ``bias`` points toward B: with balanced
+    orders each pair's un-swapped mean moves by at most bias / R (0 for an even R); with every
+    rater on the same order it moves by the whole bias - only the average over pairs is spared."""
+    k, bias = 8, 1
+    rng = np.random.default_rng(per_pair)
+    shifts = {}
+    for order in ("counterbalanced", "pair"):
+        f = make_study(n_questions=5, ratings_per_pair=per_pair, order=order, seed=per_pair)
+        swapped = f.ratings["swapped"].to_numpy(dtype=bool)
+        truth = rng.integers(2, k, len(f.ratings))  # un-swapped, 2..7: the bias never clips
+        raw = np.where(swapped, k + 1 - truth, truth)
+        fair = summarise_pairs(f.ratings.assign(rating=raw), f.pairs, k)
+        biased = summarise_pairs(f.ratings.assign(rating=raw + bias), f.pairs, k)
+        shift = biased["mean"].to_numpy() - fair["mean"].to_numpy()
+        n, n_swapped = biased["n_ratings"].to_numpy(), biased["n_swapped"].to_numpy()
+        assert shift == pytest.approx(bias * (n - 2 * n_swapped) / n)  # the formula
+        shifts[order] = shift
+    balanced = np.abs(shifts["counterbalanced"])
+    assert (balanced <= bias / per_pair + 1e-12).all()
+    if per_pair % 2 == 0:
+        assert (balanced == 0).all()
+    else:
+        assert balanced == pytest.approx(np.full(len(balanced), bias / per_pair))
+    assert np.abs(shifts["pair"]) == pytest.approx(np.full(len(balanced), bias))
 
 
 def test_agreement_with_truth_above_chance_with_moderate_noise():
@@ -365,6 +491,7 @@ def test_vectorised_equals_reference_loop(k, per_pair, data):
         "pair_id": chosen["pair_id"].to_numpy(),
         "response_a_id": np.where(swapped, chosen["second_response_id"], chosen["first_response_id"]),
         "swapped": swapped,
+        "source": "simulated",
         "rating": np.asarray(values, dtype=np.int64),
     })
     res = aggregate(ratings, pairs, f.responses, f.questions, scale_points=k, ratings_per_pair=per_pair)
@@ -378,8 +505,15 @@ def test_vectorised_equals_reference_loop(k, per_pair, data):
             else:
                 assert got.loc[pair_id, column] == value, column
     if len(ratings):
-        table = summarise_pairs(ratings, pairs, k)
+        table = summarise_pairs(ratings, pairs, k).set_index("pair_id")
         assert table["n_ratings"].sum() == n
+        n_swapped = ratings.groupby("pair_id")["swapped"].sum()
+        assert table["n_swapped"].to_dict() == n_swapped.reindex(table.index, fill_value=0).to_dict()
+        balanced = (2 * table["n_swapped"] - table["n_ratings"]).abs() <= 1
+        assert table["order_balanced"].tolist() == balanced.tolist()
+        measured = res.stats.order_balance
+        assert measured.rated_pairs == int((table["n_ratings"] > 0).sum())
+        assert measured.balanced_pairs == int((balanced & (table["n_ratings"] > 0)).sum())
 
 
 def test_object_string_columns_give_the_same_result():

@@ -1,10 +1,12 @@
 """The dataset release (crowdpref.publish): Hub layout that ``datasets.load_dataset`` reads back,
-a card documenting every column, anonymous stable ids, the secrets scan, and the push through
-the REAL ``huggingface_hub.HfApi`` to a local fake Hub.
+a card documenting every column and telling the truth about where the data came from
+(``source``) and how the A/B order was balanced, anonymous stable ids, the secrets scan, and the
+push through the REAL ``huggingface_hub.HfApi`` to a local fake Hub.
 
-``write_study_run`` builds a small, consistent run folder (questions, responses, ratings,
-preferences computed from the ratings with the contract's formula, screening, stats, ledgers
-and private files holding planted usernames/passwords); the flow test reuses it."""
+``write_study_run`` builds a small, consistent run folder (questions, responses, ratings shown
+in counterbalanced orders, preferences computed from the ratings with the contract's formula,
+screening, stats, ledgers and private files holding planted usernames/passwords); the flow test
+reuses it."""
 
 from __future__ import annotations
 
@@ -12,14 +14,17 @@ import itertools
 import json
 import secrets
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import pandas as pd
 import pytest
 
 from crowdpref import contracts
+from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.ids import stable_id
@@ -30,13 +35,16 @@ from crowdpref.publish import (
     PushError,
     build_release,
     collection_stats,
+    display_order_text,
     forbidden_strings,
+    provenance_text,
     push_release,
     release_subsets,
     release_summary,
     scan_for_secrets,
     validate_repo_id,
 )
+from crowdpref.store import Store
 from crowdpref.runfolder import RunFolder, write_json, write_parquet
 from tests.fakes.hub_server import FakeHubServer
 
@@ -51,10 +59,12 @@ class PlantedRun:
     passwords: list[str] = field(default_factory=list)
     participant_keys: list[str] = field(default_factory=list)
     api_keys: list[str] = field(default_factory=list)
+    accounts: list[tuple[str, str]] = field(default_factory=list)  # (username, password), as in the store
+    collection: dict | None = None  # collection_stats from the study store
 
     @property
     def forbidden(self) -> list[str]:
-        return forbidden_strings(self.run, self.api_keys)
+        return forbidden_strings(self.run, self.api_keys, self.accounts)
 
     @property
     def everything_secret(self) -> list[str]:
@@ -73,9 +83,13 @@ def small_config(name: str = "pub-test", **publish: object) -> StudyConfig:
 
 
 def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = True,
-                    stats: bool = True) -> PlantedRun:
+                    stats: bool = True, source: str | Sequence[str] = "simulated",
+                    order: Literal["counterbalanced", "pair"] = "counterbalanced") -> PlantedRun:
     """2 questions (one per category), 3 writers x 2 answers, 3 pairs per question, 3 ratings
-    per pair by 6 raters; one answer flagged; ratings chosen so no pair ties."""
+    per pair by 6 raters; one answer flagged; ratings chosen so no pair ties. ``source``: every
+    participant's source (a sequence is cycled over writers, then over raters). ``order``: each
+    pair's raters see balanced A/B orders (2 and 1, as study 2 does it) or all the pair's default
+    order (the old way)."""
     run = RunFolder(run_path)
     planted = PlantedRun(run, config, api_keys=[
         "hf_" + secrets.token_hex(16), "argilla.apikey." + secrets.token_hex(12),
@@ -95,14 +109,12 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
     raters = [f"{s2}-{i:04d}" for i in range(1, 7)]
     salt = secrets.token_hex(16)
     keys = {u: stable_id("p_", salt, u, length=12) for u in writers + raters}
+    cycle = [source] if isinstance(source, str) else list(source)
+    origin = {u: cycle[i % len(cycle)] for group in (writers, raters) for i, u in enumerate(group)}
     planted.usernames = writers + raters
     planted.participant_keys = list(keys.values())
-    rosters = {}
-    for study, users in (("study1", writers), ("study2", raters)):
-        rosters[study] = {u: {"password": secrets.token_urlsafe(20),
-                              "argilla_url": "http://127.0.0.1:6900"} for u in users}
-        planted.passwords += [e["password"] for e in rosters[study].values()]
-        write_json(rosters[study], run.private_dir / f"{study}-roster.json", private=True)
+    planted.accounts = [(u, secrets.token_urlsafe(20)) for u in writers + raters]
+    planted.passwords = [password for _, password in planted.accounts]
     write_json({"salt": salt}, run.private_dir / "participant-key-salt.json", private=True)
     prolific_ids = [secrets.token_hex(12) for _ in writers]
     write_json({u: pid for u, pid in zip(writers, prolific_ids)},
@@ -118,7 +130,8 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
                 text = "Honestly, only an idiot would laugh at themselves; grow up."
             rows.append({"response_id": stable_id("r_", q.question_id, user),
                          "question_id": q.question_id, "category": q.category,
-                         "participant_key": keys[user], "text": text, "quality": 3 + wi % 3,
+                         "participant_key": keys[user], "source": origin[user], "text": text,
+                         "quality": 3 + wi % 3,
                          "submitted_at": t0 + pd.Timedelta(minutes=10 * qi + wi)})
     responses = pd.DataFrame(rows)[contracts.RESPONSES]
     write_parquet(responses, run.responses)
@@ -144,12 +157,14 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
             fixed = []
             for j, r in enumerate(given):
                 rater = next(rater_cycle)
+                shown = swapped != (order == "counterbalanced" and j % 2 == 1)
                 ratings.append({"rating_id": stable_id("rt_", pair_id, rater), "pair_id": pair_id,
-                                "question_id": question_id, "response_a_id": a,
-                                "response_b_id": b, "swapped": swapped,
-                                "rater_key": keys[rater], "rating": r,
+                                "question_id": question_id,
+                                "response_a_id": second if shown else first,
+                                "response_b_id": first if shown else second, "swapped": shown,
+                                "rater_key": keys[rater], "source": origin[rater], "rating": r,
                                 "submitted_at": t0 + pd.Timedelta(hours=1, minutes=pair_no * 3 + j)})
-                fixed.append(k + 1 - r if swapped else r)
+                fixed.append(k + 1 - r if shown else r)
             mean = sum(fixed) / len(fixed)
             assert mean != mid
             chosen, rejected = (first, second) if mean < mid else (second, first)
@@ -189,25 +204,35 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
                     "warnings": [], "limitations": "Trained on talk-page comments; misses sarcasm."},
                    run.file("screening.json"))  # as crowdpref.screening writes it
     if stats:
+        rated = pd.DataFrame(ratings)
+        balance = order_balance(pd.factorize(rated["pair_id"])[0], rated["swapped"].to_numpy(),
+                                len(pairs))
         write_json({"scale_points": 8, "pairs": len(pairs), "rated_pairs": len(pairs),
                     "unrated_pairs": 0, "excluded_pairs": 0, "incomplete_pairs": 0,
                     "incomplete_dropped": 0, "ties": 0, "kept": len(prefs), "alpha": 0.4321,
                     "mean_agreement": 0.83, "mean_spread": 1.1,
                     "position_bias": {"raw_shift": -0.12, "raw_share_a": 0.55},
+                    "order_balance": asdict(balance),
+                    "answer_sources": responses["source"].value_counts().to_dict(),
+                    "rating_sources": rated["source"].value_counts().to_dict(),
                     "per_category": [{"category": c, "pairs": 3, "kept": 3, "mean_agreement": 0.8}
                                      for c in cats]},
                    run.file("aggregation.json"))  # keys as crowdpref.aggregation writes them
+        # the collection as the study store records it: each study's first participant drops
+        # out, the released slots are claimed by a later participant
+        store = Store(f"sqlite:///{run.path.parent / 'store.sqlite'}")
         for study, users, items in (("study1", writers, questions["question_id"].tolist()),
                                     ("study2", raters, [p["pair_id"] for p in pairs])):
-            participants = [{"username": u, "items": items[:2], "origin": "allocation",
-                             "status": "complete", "released_items": []} for u in users]
-            participants[0].update(status="released", released_items=items[:1])
-            participants.append({"username": f"{users[0]}-x", "items": items[:1],
-                                 "origin": "reallocation-1", "status": "complete",
-                                 "released_items": []})
-            write_json({"key": study, "copies": 3, "per_participant": 2, "seed": 0,
-                        "items": items, "participants": participants, "pool": [],
-                        "reallocation_rounds": 1}, run.file(study) / "ledger.json")
+            info = store.collection(config.name, study, items, copies=3, per_participant=2, seed=0,
+                                    username_prefix=f"{config.name}-{study}")
+            claims = [store.claim(info, user, "simulated") for user in users]
+            first = claims[0].participant
+            store.record_progress(info.id, first.id, {first.items[0]: 1.0}, None)
+            store.begin_release(info.id, first.id, "no activity")
+            store.finish_release(info.id, first.id)
+            store.claim(info, f"{users[0]}-x", "simulated")
+        planted.collection = collection_stats(store, config.name)
+        store.close()
     return planted
 
 
@@ -222,7 +247,7 @@ def build(planted: PlantedRun, **kwargs: object) -> Path:
         run, planted.config,
         aggregation=json.loads(run.file("aggregation.json").read_text()),
         screening=json.loads(run.file("screening.json").read_text()),
-        collection=collection_stats(run), forbidden=planted.forbidden, **kwargs)
+        collection=planted.collection, forbidden=planted.forbidden, **kwargs)
 
 
 def load(folder: Path, name: str | None, tmp_path: Path) -> datasets.Dataset:
@@ -277,7 +302,8 @@ def test_card_yaml_and_every_column_documented(planted: PlantedRun) -> None:
     # this run's numbers, the stats, loading, licence, citation, warning
     for text in ("| Questions | 2 |", "| Written answers | 6 |", "| Ratings | 18 |",
                  "| Rated pairs | 6 |", "planned / observed) | 3 / 3 |",
-                 "| Study 1 drop-outs (work handed to others) | 1 |",
+                 "| Study 1 drop-outs (their unanswered work returned to the pool) | 1 |",
+                 "| Study 1 released slots / claimed again by later participants | 1 / 1 |",
                  "| 0.432 |", "| 0.83 |", "left out) | 0 |", "(negative favours A) | -0.12 |",
                  "| empathy | 3 | 3 | 0.8 |", "| Answers flagged | 1 |",
                  "| Classifier | detoxify:original |", "misses sarcasm",
@@ -293,7 +319,7 @@ def test_missing_stats_are_stated_not_invented(tmp_path: Path) -> None:
                            repo_id="me/social-rlhf")
     body = (folder / "README.md").read_text()
     assert "Krippendorff's alpha (ordinal, over all ratings) | not available |" in body
-    assert "Study 2 drop-outs (work handed to others) | not available |" in body
+    assert "Study 2 drop-outs (their unanswered work returned to the pool) | not available |" in body
     assert "Screening results are not available" in body
     assert "Content warning" not in body
     assert 'load_dataset("me/social-rlhf"' in body
@@ -323,6 +349,187 @@ def test_subsets_cover_the_contracts(planted: PlantedRun) -> None:
         assert sources <= set(contract), (name, sources - set(contract))
     assert {"participant_key", "rater_key"}.isdisjoint(
         c.name for s in subsets.values() for c in s.columns)
+
+
+# --- provenance: where the answers and ratings came from ----------------------------------------
+def card_of(folder: Path) -> tuple[dict, str]:
+    import yaml
+
+    card = (folder / "README.md").read_text()
+    return yaml.safe_load(card.split("---\n")[1]), card.split("---\n", 2)[2]
+
+
+def test_source_is_published_with_its_column_documented(planted: PlantedRun) -> None:
+    folder = build(planted)
+    for name, source_file in (("responses", planted.run.responses), ("ratings", planted.run.ratings)):
+        published = pd.read_parquet(folder / f"data/{name}/train-00000-of-00001.parquet")
+        assert published["source"].tolist() == pd.read_parquet(source_file)["source"].tolist()
+    _, body = card_of(folder)
+    for who in ("writer", "rater"):
+        row = f"| `source` | string | `simulated`, `prolific` or `invite` | Where the {who} came from: "
+        assert row in body, who
+    subsets = {s.name: [c.name for c in s.columns] for s in release_subsets(planted.config)}
+    assert subsets["responses"].index("source") == subsets["responses"].index("participant_id") + 1
+    assert subsets["ratings"].index("source") == subsets["ratings"].index("rater_id") + 1
+
+
+def test_card_says_plainly_that_simulated_data_is_simulated(planted: PlantedRun) -> None:
+    header, body = card_of(build(planted))
+    assert ("All answers and ratings come from `simulated` participants: this data is SIMULATED."
+            in body)
+    assert "not written or given by people" in body
+    assert body.count("## Where the data comes from") == 1
+    assert "SIMULATED preference data on social reasoning: no person wrote or rated" in body
+    assert "Human preference data" not in body and "MIXES" not in body
+    assert "different people" not in body  # "3 different participants"
+    assert header["annotations_creators"] == ["machine-generated"]
+    assert "crowdsourced" not in header["language_creators"] and "synthetic" in header["tags"]
+
+
+def test_card_for_prolific_participants_only(tmp_path: Path) -> None:
+    planted = write_study_run(tmp_path / "run", small_config(), source="prolific")
+    header, body = card_of(build(planted))
+    assert ("All answers and ratings come from `prolific` participants (people recruited on "
+            "Prolific).") in body
+    assert "SIMULATED" not in body and "MIXES" not in body
+    assert "Human preference data on social reasoning, collected with people" in body
+    assert header["annotations_creators"] == ["crowdsourced"]
+    assert "crowdsourced" in header["language_creators"] and "synthetic" not in header["tags"]
+
+
+@pytest.mark.parametrize(("sources", "expected"), [
+    (("prolific", "prolific", "invite"),
+     {"prolific": (4, 12), "invite": (2, 6)}),  # writers p, p, i; raters p, p, i, p, p, i
+    (("simulated", "prolific"),
+     {"simulated": (4, 9), "prolific": (2, 9)}),
+])
+def test_card_says_the_release_mixes_sources_with_counts(tmp_path: Path, sources: tuple[str, ...],
+                                                         expected: dict[str, tuple[int, int]]) -> None:
+    planted = write_study_run(tmp_path / "run", small_config(), source=sources)
+    folder = build(planted)
+    header, body = card_of(folder)
+    assert "This release MIXES sources: " in body  # fails if the mix sentence is missing
+    assert "All answers and ratings come from" not in body
+    answers = pd.read_parquet(folder / "data/responses/train-00000-of-00001.parquet")["source"]
+    ratings = pd.read_parquet(folder / "data/ratings/train-00000-of-00001.parquet")["source"]
+    for source, (n_answers, n_ratings) in expected.items():
+        assert (answers == source).sum() == n_answers and (ratings == source).sum() == n_ratings
+        assert f"{n_answers} answers and {n_ratings} ratings come from `{source}` participants" in body
+    simulated = "simulated" in expected
+    assert ("Answers and ratings with source `simulated` are SIMULATED" in body) == simulated
+    assert ("synthetic" in header["tags"]) == simulated
+    assert set(header["annotations_creators"]) == (
+        {"crowdsourced", "machine-generated"} if simulated else {"crowdsourced"})
+
+
+def test_provenance_text_from_counts() -> None:
+    assert provenance_text({"invite": 5}, {"invite": 7}) == (
+        "All answers and ratings come from `invite` participants (people who joined through the "
+        "study team's invite link, e.g. a pilot or an own panel).")
+    mixed = provenance_text({"prolific": 5}, {"invite": 7})  # writers and raters differ
+    assert mixed.startswith("This release MIXES sources: 5 answers and 0 ratings come from "
+                            "`prolific` participants")
+    assert "0 answers and 7 ratings come from `invite` participants" in mixed
+    assert provenance_text({"simulated": 3, "prolific": 0}, {"simulated": 4}).startswith(
+        "All answers and ratings come from `simulated` participants: this data is SIMULATED.")
+
+
+@pytest.mark.parametrize(("name", "stage"), [("responses", "collect-responses"),
+                                             ("ratings", "collect-ratings")])
+def test_missing_source_column_is_the_one_line_contract_error(planted: PlantedRun, name: str,
+                                                               stage: str) -> None:
+    path = planted.run.file(f"{name}.parquet")
+    write_parquet(pd.read_parquet(path).drop(columns="source"), path)
+    with pytest.raises(CrowdprefError) as info:
+        build_release(planted.run, planted.config)
+    assert str(info.value) == (f"{path}: missing column(s) source: rerun the stage that writes it "
+                               f"(the {stage} flow)")
+
+
+@pytest.mark.parametrize("bad", ["mturk", None])
+def test_source_outside_the_allowed_values_is_refused(planted: PlantedRun, bad: str | None) -> None:
+    ratings = pd.read_parquet(planted.run.ratings).astype({"source": object})
+    ratings.loc[3, "source"] = bad
+    write_parquet(ratings, planted.run.ratings)
+    with pytest.raises(CrowdprefError, match="1 ratings have a source that is missing or not one "
+                                             "of simulated, prolific, invite") as info:
+        build_release(planted.run, planted.config)
+    assert "\n" not in str(info.value)
+    assert not (planted.run.path / "release").exists()
+
+
+# --- the A/B display order: counterbalanced or not ---------------------------------------------
+CANCELS = "so position bias cancels within each pair"
+
+
+def aggregated(planted: PlantedRun) -> dict:
+    """aggregation.json as crowdpref.aggregation computes it from the run folder's files."""
+    run = planted.run
+    result = aggregate(pd.read_parquet(run.ratings), pd.read_parquet(run.pairs),
+                       pd.read_parquet(run.responses), pd.read_parquet(run.questions))
+    return json.loads(json.dumps(result.stats.to_dict()))
+
+
+def one_pair_on_a_single_order(planted: PlantedRun) -> str:
+    """Show the one rater of the first pair who saw the other order the pair's majority order
+    instead (same judgement: the rating is mirrored), so all three saw the same order."""
+    ratings = pd.read_parquet(planted.run.ratings)
+    pair_id = ratings["pair_id"].iloc[0]
+    rows = ratings.index[ratings["pair_id"] == pair_id]
+    majority = ratings.loc[rows, "swapped"].mode().iloc[0]
+    odd = rows[(ratings.loc[rows, "swapped"] != majority).to_numpy()]
+    assert len(odd) == 1
+    ratings.loc[odd, ["response_a_id", "response_b_id"]] = ratings.loc[
+        odd, ["response_b_id", "response_a_id"]].to_numpy()
+    ratings.loc[odd, "swapped"] = majority
+    ratings.loc[odd, "rating"] = 9 - ratings.loc[odd, "rating"]
+    write_parquet(ratings, planted.run.ratings)
+    return pair_id
+
+
+def test_counterbalanced_orders_give_the_cancels_within_each_pair_sentence(planted: PlantedRun) -> None:
+    stats = aggregated(planted)
+    assert stats["order_balance"]["unbalanced_pairs"] == 0
+    _, body = card_of(build_release(planted.run, planted.config, aggregation=stats))
+    assert "The A/B display order was counterbalanced per rating" in body and CANCELS in body
+    assert "(position bias cancels within them) | 6 of 6 (100%) |" in body
+    assert "randomised per pair" not in body and "in a randomised order" not in body
+    assert "not balanced" not in body
+
+
+def test_a_pair_with_every_rater_on_one_order_is_not_claimed_balanced(planted: PlantedRun) -> None:
+    before = aggregated(planted)
+    one_pair_on_a_single_order(planted)
+    stats = aggregated(planted)
+    assert stats["kept"] == before["kept"]  # the same judgements, only the display changed
+    assert stats["order_balance"]["unbalanced_pairs"] == 1
+    _, body = card_of(build_release(planted.run, planted.config, aggregation=stats))
+    assert CANCELS not in body
+    assert ("The A/B display order was not balanced for 1 of the 6 rated pairs" in body
+            and "only averages out across pairs" in body)
+    assert "The other 5 pairs were counterbalanced per rating" in body
+    assert "(position bias cancels within them) | 5 of 6 (83%) |" in body
+
+
+def test_without_aggregation_figures_the_balance_is_measured_on_the_ratings(tmp_path: Path) -> None:
+    planted = write_study_run(tmp_path / "run", small_config(), order="pair", stats=False)
+    _, body = card_of(build_release(planted.run, planted.config))
+    assert CANCELS not in body
+    assert "not balanced for any of the 6 rated pairs" in body and "50% of all ratings" in body
+    assert ("(position bias cancels within them) (measured on the `ratings` configuration) | "
+            "0 of 6 (0%) |") in body
+    balanced = write_study_run(tmp_path / "ok", small_config(), stats=False)
+    assert CANCELS in card_of(build_release(balanced.run, balanced.config))[1]
+
+
+def test_display_order_text_from_figures() -> None:
+    assert CANCELS in display_order_text({"rated_pairs": 36, "unbalanced_pairs": 0})
+    partly = display_order_text({"rated_pairs": 36, "unbalanced_pairs": 4}, 0.5)
+    assert CANCELS not in partly and "not balanced for 4 of the 36 rated pairs" in partly
+    assert "The other 32 pairs" in partly and "(50% of all ratings were shown swapped)" in partly
+    assert CANCELS not in display_order_text({"rated_pairs": 36, "unbalanced_pairs": 36})
+    assert "not available" in display_order_text(None)
+    assert "No pair was rated" in display_order_text({"rated_pairs": 0, "unbalanced_pairs": 0})
 
 
 # --- privacy ------------------------------------------------------------------------------------
