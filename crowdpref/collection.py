@@ -144,9 +144,13 @@ class Collection:
         with self._refill_lock:
             self.store.plan_pool(self.info, self.spec.pool_size if size is None else size)
             made = 0
-            for account in self.store.lease_unbound_creating(self.info):
-                self._provision_account(account)
-                self.store.account_ready(self.info, account.id)
+            while leased := self.store.lease_unbound_creating(self.info):  # one at a time
+                try:
+                    self._provision_account(leased[0])
+                except Exception:
+                    self.store.drop_lease(self.info, leased[0].id)
+                    raise
+                self.store.account_ready(self.info, leased[0].id)
                 made += 1
             return made
 

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -309,21 +310,34 @@ class Store:
                 self._new_account(conn, info, CREATING)
             return max(0, size - unbound)
 
-    def lease_unbound_creating(self, info: CollectionInfo, lease_s: float = 120.0) -> list[Account]:
-        """Unbound accounts still being created whose lease is free (a crashed provisioner's
-        lease runs out): leased to the caller, who provisions them in Argilla."""
+    def lease_unbound_creating(self, info: CollectionInfo, lease_s: float = 120.0, limit: int = 1) -> list[Account]:
+        """Up to ``limit`` unbound accounts still being created whose lease is free, leased to
+        the caller (who provisions them in Argilla). A lease is free when it ran out, or when
+        the process holding it is gone (same host: its pid no longer runs) - so a rerun after a
+        kill takes over at once, while two live processes never build the same account."""
         now = self.clock()
         a = t.accounts.c
+        me = _process_id()
         with self._write(info.id) as conn:
-            rows = conn.execute(select(a.id, a.username, a.state, t.credentials.c.password)
+            rows = conn.execute(select(a.id, a.username, a.state, a.lease_until, a.lease_owner,
+                                       t.credentials.c.password)
                                 .join(t.credentials, t.credentials.c.account_id == a.id)
                                 .where(a.collection_id == info.id, a.state == CREATING,
-                                       ~a.id.in_(select(t.participants.c.account_id)),
-                                       (a.lease_until.is_(None)) | (a.lease_until < now))
+                                       ~a.id.in_(select(t.participants.c.account_id)))
                                 .order_by(a.id)).all()
-            if rows:
-                conn.execute(update(t.accounts).where(a.id.in_([r.id for r in rows])).values(lease_until=now + lease_s))
-        return [Account(r.id, r.username, r.state, r.password) for r in rows]
+            free = [r for r in rows if r.lease_until is None or r.lease_until < now
+                    or _owner_gone(r.lease_owner)][:limit]
+            if free:
+                conn.execute(update(t.accounts).where(a.id.in_([r.id for r in free]))
+                             .values(lease_until=now + lease_s, lease_owner=me))
+        return [Account(r.id, r.username, r.state, r.password) for r in free]
+
+    def drop_lease(self, info: CollectionInfo, account_id: int) -> None:
+        """Give a lease back (provisioning failed with an error, not a kill): the next refill
+        retries the account at once."""
+        with self._write(info.id) as conn:
+            conn.execute(update(t.accounts).where(t.accounts.c.id == account_id, t.accounts.c.state == CREATING)
+                         .values(lease_until=None, lease_owner=None))
 
     def account_ready(self, info: CollectionInfo, account_id: int) -> None:
         """Argilla holds the account (user, workspace, empty dataset): it joins the pool, or,
@@ -332,7 +346,8 @@ class Store:
         with self._write(info.id) as conn:
             bound = conn.execute(select(t.participants.c.id).where(t.participants.c.account_id == account_id)).first()
             conn.execute(update(t.accounts).where(a.id == account_id, a.state == CREATING)
-                         .values(state=BOUND if bound else READY, ready_at=self.clock(), lease_until=None))
+                         .values(state=BOUND if bound else READY, ready_at=self.clock(), lease_until=None,
+                                 lease_owner=None))
             self._event(conn, info.id, "account_ready", participant_id=bound[0] if bound else None)
 
     def accounts(self, cid: int) -> list[Account]:
@@ -697,6 +712,26 @@ def upgrade(engine: Engine) -> None:
             return
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+
+
+def _process_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_gone(owner: str | None) -> bool:
+    """True when ``owner`` (host:pid) is a process on this host that no longer runs."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's process: only its lease running out frees the account
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _tiebreak(*parts: object) -> str:

@@ -69,7 +69,8 @@ accounts = Table(
     Column("state", String(20), nullable=False),  # creating | ready | bound
     Column("created_at", Float, nullable=False),
     Column("ready_at", Float),
-    Column("lease_until", Float),  # a provisioner working on a 'creating' account
+    Column("lease_until", Float),  # a provisioner working on a 'creating' account ...
+    Column("lease_owner", String(100)),  # ... and which process it is (host:pid)
     UniqueConstraint("collection_id", "username", name="uq_accounts_username"),
     Index("ix_accounts_state", "collection_id", "state"),
 )
