@@ -154,8 +154,12 @@ class Collection:
                 made += 1
             return made
 
-    def refill_in_background(self) -> threading.Thread:
-        """Refill the pool in a daemon thread (after a claim took a warm account)."""
+    def refill_in_background(self) -> threading.Thread | None:
+        """Refill the pool in a daemon thread (after a claim took a warm account); None when a
+        refill of this collection is already running in this process. A process that exits
+        mid-refill leaves accounts the next refill finishes (their lease holder is gone)."""
+        if self._refill_lock.locked():
+            return None
         thread = threading.Thread(target=self.refill_pool, name=f"refill-{self.spec.key}", daemon=True)
         thread.start()
         return thread
@@ -167,16 +171,20 @@ class Collection:
         return self.owner.ensure_dataset(self.dataset_name, workspace, self.spec.dataset_settings())
 
     # claims -------------------------------------------------------------------------------------
-    def claim(self, key: str, source: str) -> ClaimResult:
+    def claim(self, key: str, source: str, refill: bool = False) -> ClaimResult:
         """Give the participant known by ``key`` (a Prolific id, an invite key, a simulated
         name) their work, and make it visible in their dataset. Idempotent: the same key gets
-        the same account and items back (and a half-finished earlier claim is completed)."""
+        the same account and items back (and a half-finished earlier claim is completed).
+        ``refill``: when the claim took a warm account, top the pool up in the background (a
+        long-running process such as the portal; collection runs refill anyway)."""
         exclude = None
         if self.spec.exclude_from is not None:
             exclude = self.store.find_collection(self.spec.study_name, self.spec.exclude_from)
         result = self.store.claim(self.info, key, source, exclude_collection=exclude)
         if isinstance(result, Claimed):
             self.make_visible(result.participant, result.password)
+            if refill and result.new:
+                self.refill_in_background()
         return result
 
     def make_visible(self, participant: ParticipantState, password: str | None = None) -> None:

@@ -7,6 +7,7 @@ answers per question."""
 from __future__ import annotations
 
 import stat
+import time
 
 import httpx
 import pandas as pd
@@ -240,3 +241,19 @@ def test_unreachable_argilla_and_wrong_key_are_one_line(argilla_server):
     with pytest.raises(CrowdprefError, match="rejected the API key") as err:
         check_server(argilla_server.api_url, "wrong-key-123456")
     assert "wrong-key" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_claim_can_refill_the_pool_in_the_background(argilla_server, tmp_path, unique):
+    config = _config(f"b{unique}")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    store = _store(tmp_path, Clock())
+    collection = study1_collection(config, _questions(), owner, tmp_path, store)
+    collection.refill_pool()  # K = 2
+    claimed = collection.claim("person-1", "simulated", refill=True)
+    assert isinstance(claimed, Claimed) and claimed.participant.username == f"{config.study1.username_prefix}-0001"
+    for _ in range(200):  # the background refill makes a new account ready
+        if [a.state for a in store.accounts(collection.info.id)].count("ready") == 2:
+            break
+        time.sleep(0.1)
+    states = [a.state for a in store.accounts(collection.info.id)]
+    assert states == ["bound", "ready", "ready"], states
