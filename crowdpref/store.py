@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from crowdpref import store_schema as t
@@ -190,7 +190,7 @@ class Store:
         self.engine = _engine(url)
         try:
             upgrade(self.engine)
-        except OperationalError as exc:
+        except DatabaseError as exc:  # OperationalError, or a damaged file ('not a database')
             self.engine.dispose()
             raise StoreError(
                 f"the study store at {_redacted(url)} cannot be opened ({_first_line(exc)}): check "
@@ -221,13 +221,19 @@ class Store:
         ))
 
     def _key_salt(self) -> str:
-        with self._write() as conn:
-            row = conn.execute(select(t.meta.c.value).where(t.meta.c.name == "key_salt")).first()
-            if row is not None:
-                return row[0]
-            salt = secrets.token_hex(16)
-            conn.execute(insert(t.meta).values(name="key_salt", value=salt))
-            return salt
+        for attempt in range(2):
+            try:
+                with self._write() as conn:
+                    row = conn.execute(select(t.meta.c.value).where(t.meta.c.name == "key_salt")).first()
+                    if row is not None:
+                        return row[0]
+                    salt = secrets.token_hex(16)
+                    conn.execute(insert(t.meta).values(name="key_salt", value=salt))
+                    return salt
+            except IntegrityError:
+                if attempt:  # PostgreSQL: a concurrent first open stored its salt: the second pass reads it
+                    raise
+        raise AssertionError("unreachable")
 
     def key_hash(self, key: str) -> str:
         """The salted hash that stands for an external participant id everywhere in the store."""
