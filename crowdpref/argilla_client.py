@@ -37,6 +37,14 @@ class ArgillaError(CrowdprefError):
 
 
 @dataclass(frozen=True)
+class DatasetRef:
+    """A dataset known by its server id (no lookup needed): what the record calls use."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
 class SubmittedAnswer:
     """One response as the owner reads it back: which record (our external id), who, what."""
 
@@ -178,13 +186,20 @@ class ArgillaOwner:
             _raise_for_status(response, self.api_url, f"deleting dataset {dataset_id}")
 
     def find_dataset(self, name: str, workspace: str) -> rg.Dataset | None:
+        """The dataset, or None when it (or its workspace) does not exist. A server error is
+        NOT "missing": it is raised as a transient error, worth a retry."""
         try:
             with _quiet_lookup():
                 return self.client.datasets(name, workspace=workspace)
-        except SDKError:
+        except ArgillaAPIError as exc:
+            if exc.status_code == 404:
+                return None
+            raise ArgillaError(f"Argilla at {self.api_url} answered {exc.status_code} while looking up dataset "
+                               f"'{workspace}/{name}'", transient=exc.status_code >= 500) from None
+        except SDKError:  # the SDK's own "workspace not found"
             return None
 
-    def log_records(self, dataset: rg.Dataset, records: Sequence[rg.Record]) -> None:
+    def log_records(self, dataset: rg.Dataset | DatasetRef, records: Sequence[rg.Record]) -> None:
         """Upsert by record id: the id becomes the server's ``external_id``, and logging the same
         id again updates that record, never duplicates it. Sent straight to the bulk-upsert
         endpoint (what the SDK does underneath, without its per-call progress bar)."""
@@ -196,11 +211,11 @@ class ArgillaOwner:
             response = self._http.put(f"/api/v1/datasets/{dataset.id}/records/bulk", json={"items": items})
             _raise_for_status(response, self.api_url, f"logging records to dataset '{dataset.name}'")
 
-    def record_ids(self, dataset: rg.Dataset) -> dict[str, str]:
+    def record_ids(self, dataset: rg.Dataset | DatasetRef) -> dict[str, str]:
         """external id -> server id of every record in the dataset."""
         return {item["external_id"]: item["id"] for item in self._iter_records(dataset, include_responses=False)}
 
-    def delete_records(self, dataset: rg.Dataset, external_ids: Iterable[str]) -> int:
+    def delete_records(self, dataset: rg.Dataset | DatasetRef, external_ids: Iterable[str]) -> int:
         """Delete records by our ids (their responses, drafts included, go with them)."""
         wanted = set(external_ids)
         server_ids = [sid for ext, sid in self.record_ids(dataset).items() if ext in wanted]
@@ -210,7 +225,7 @@ class ArgillaOwner:
             _raise_for_status(response, self.api_url, f"deleting records of dataset '{dataset.name}'")
         return len(server_ids)
 
-    def answers(self, dataset: rg.Dataset) -> list[SubmittedAnswer]:
+    def answers(self, dataset: rg.Dataset | DatasetRef) -> list[SubmittedAnswer]:
         """Every response (any status) on the dataset's records, with the record's external id."""
         out = []
         for item in self._iter_records(dataset, include_responses=True):
@@ -226,7 +241,7 @@ class ArgillaOwner:
                 )
         return out
 
-    def _iter_records(self, dataset: rg.Dataset, include_responses: bool) -> Iterator[dict[str, Any]]:
+    def _iter_records(self, dataset: rg.Dataset | DatasetRef, include_responses: bool) -> Iterator[dict[str, Any]]:
         offset = 0
         params: dict[str, Any] = {"limit": SEARCH_PAGE_MAX}
         if include_responses:
@@ -343,6 +358,7 @@ def _parse_time(value: str | None) -> datetime | None:
 __all__ = [
     "AnnotatorSession",
     "ArgillaAPIError",
+    "DatasetRef",
     "ArgillaCredentialsError",
     "ArgillaError",
     "ArgillaOwner",

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import argilla as rg
 
-from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
+from crowdpref.argilla_client import ArgillaOwner, DatasetRef, SubmittedAnswer
 from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
 from crowdpref.store import (
@@ -146,11 +146,11 @@ class Collection:
             made = 0
             while leased := self.store.lease_unbound_creating(self.info):  # one at a time
                 try:
-                    self._provision_account(leased[0])
+                    dataset = self._provision_account(leased[0])
                 except Exception:
                     self.store.drop_lease(self.info, leased[0].id)
                     raise
-                self.store.account_ready(self.info, leased[0].id)
+                self.store.account_ready(self.info, leased[0].id, str(dataset.id))
                 made += 1
             return made
 
@@ -197,9 +197,9 @@ class Collection:
             account = Account(participant.account_id, participant.username, CREATING,
                               password or self.store.password(participant.account_id))
             dataset = self._provision_account(account)
-            self.store.account_ready(self.info, account.id)
+            self.store.account_ready(self.info, account.id, str(dataset.id))
         else:
-            dataset = self._dataset_of(participant.username)
+            dataset = self._dataset_of(participant)
         if not participant.records_logged:
             records = [self.spec.record(a.item_id, a.swapped) for a in participant.assignments if a.status != RELEASED]
             check = self.spec.attention_record()
@@ -241,7 +241,7 @@ class Collection:
     def _read_progress(self, participant: ParticipantState) -> None:
         """Record the participant's submitted answers and their latest activity (any response
         they saved - a draft counts)."""
-        own = self._own_answers(participant.username)
+        own = self._own_answers(participant)
         held = set(participant.held)
         submitted = {}
         for answer in own:
@@ -301,7 +301,12 @@ class Collection:
         self.store.request_drop(self.info.id, username)
 
     # Argilla reads ---------------------------------------------------------------------------------
-    def _dataset_of(self, username: str) -> rg.Dataset:
+    def _dataset_of(self, participant: ParticipantState) -> rg.Dataset | DatasetRef:
+        """The participant's dataset: by the id the store kept at provisioning (no lookup), else
+        looked up by workspace and name."""
+        username = participant.username
+        if participant.dataset_id is not None:
+            return DatasetRef(participant.dataset_id, f"{username}/{self.dataset_name}")
         dataset = self.owner.find_dataset(self.dataset_name, workspace=username)
         if dataset is None:
             raise CrowdprefError(
@@ -310,11 +315,11 @@ class Collection:
             )
         return dataset
 
-    def _own_answers(self, username: str) -> list[SubmittedAnswer]:
+    def _own_answers(self, participant: ParticipantState) -> list[SubmittedAnswer]:
         """The participant's own responses, any status (someone else answering in their
         workspace, e.g. the owner trying the UI, never counts)."""
-        user_id = self.owner.user_id(username)
-        return [a for a in self.owner.answers(self._dataset_of(username)) if a.user_id == user_id]
+        user_id = self.owner.user_id(participant.username)
+        return [a for a in self.owner.answers(self._dataset_of(participant)) if a.user_id == user_id]
 
     # export ------------------------------------------------------------------------------------------
     def participants(self) -> list[ParticipantState]:
@@ -324,7 +329,7 @@ class Collection:
         """Every participant's own submitted answers (attention check included), one read per
         participant."""
         return [(p, answer) for p in self.participants()
-                for answer in self._own_answers(p.username) if answer.status == "submitted"]
+                for answer in self._own_answers(p) if answer.status == "submitted"]
 
     def collected_answers(
         self, submitted: Sequence[tuple[ParticipantState, SubmittedAnswer]] | None = None
@@ -347,7 +352,7 @@ class Collection:
         participants = self.participants()
         workspaces_ok = 0
         for participant in participants:
-            held = set(self.owner.record_ids(self._dataset_of(participant.username))) - {ATTENTION_CHECK_ID}
+            held = set(self.owner.record_ids(self._dataset_of(participant))) - {ATTENTION_CHECK_ID}
             expected = set(participant.visible)
             if held == expected:
                 workspaces_ok += 1

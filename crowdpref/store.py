@@ -89,6 +89,7 @@ class ParticipantState:
     assignments: tuple[Assignment, ...]
     released_at: float | None = None
     release_reason: str | None = None
+    dataset_id: str | None = None  # the account's Argilla dataset (None until provisioned)
 
     @property
     def items(self) -> list[str]:
@@ -345,7 +346,7 @@ class Store:
             conn.execute(update(t.accounts).where(t.accounts.c.id == account_id, t.accounts.c.state == CREATING)
                          .values(lease_until=None, lease_owner=None))
 
-    def account_ready(self, info: CollectionInfo, account_id: int) -> None:
+    def account_ready(self, info: CollectionInfo, account_id: int, dataset_id: str | None = None) -> None:
         """Argilla holds the account (user, workspace, empty dataset): it joins the pool, or,
         when a participant was bound to it while it was created, becomes theirs."""
         a = t.accounts.c
@@ -354,6 +355,8 @@ class Store:
             conn.execute(update(t.accounts).where(a.id == account_id, a.state == CREATING)
                          .values(state=BOUND if bound else READY, ready_at=self.clock(), lease_until=None,
                                  lease_owner=None))
+            if dataset_id is not None:
+                conn.execute(update(t.accounts).where(a.id == account_id).values(dataset_id=dataset_id))
             self._event(conn, info.id, "account_ready", participant_id=bound[0] if bound else None)
 
     def accounts(self, cid: int) -> list[Account]:
@@ -485,7 +488,7 @@ class Store:
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         query = select(p.id, p.source, p.status, p.claimed_at, p.last_activity_at, p.records_logged,
                        p.drop_requested, p.released_at, p.release_reason, p.account_id, a.username,
-                       a.state.label("account_state")).join(t.accounts, a.id == p.account_id).order_by(p.id)
+                       a.state.label("account_state"), a.dataset_id).join(t.accounts, a.id == p.account_id).order_by(p.id)
         if pids is not None:
             query = query.where(p.id.in_(list(pids)))
         if cid is not None:
@@ -512,6 +515,7 @@ class Store:
             status=r.status, claimed_at=r.claimed_at, last_activity_at=r.last_activity_at,
             records_logged=bool(r.records_logged), drop_requested=bool(r.drop_requested),
             assignments=tuple(by_pid[r.id]), released_at=r.released_at, release_reason=r.release_reason,
+            dataset_id=r.dataset_id,
         ) for r in rows]
 
     def participants(self, cid: int, statuses: Sequence[str] | None = None) -> list[ParticipantState]:

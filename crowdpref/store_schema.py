@@ -71,6 +71,7 @@ accounts = Table(
     Column("ready_at", Float),
     Column("lease_until", Float),  # a provisioner working on a 'creating' account ...
     Column("lease_owner", String(100)),  # ... and which process it is (host:pid)
+    Column("dataset_id", String(64)),  # the account's Argilla dataset, once provisioned
     UniqueConstraint("collection_id", "username", name="uq_accounts_username"),
     Index("ix_accounts_state", "collection_id", "state"),
 )
