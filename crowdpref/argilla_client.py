@@ -33,7 +33,7 @@ SEARCH_PAGE_MAX = 1000  # server limit for the search endpoint's `limit`
 
 
 class ArgillaError(CrowdprefError):
-    """Argilla refused, is unreachable, or holds something that contradicts our ledger."""
+    """Argilla refused, is unreachable, or holds something that contradicts the study store."""
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ def drop(
     username: str = typer.Argument(..., help="The participant's Argilla username."),
     study: Path = typer.Option(..., "--study", help="The study config the participant belongs to."),
 ) -> None:
-    """Mark a participant as dropped (the next collect run re-allocates their items).
+    """Mark a participant as dropped (the next collect run releases their items to the pool).
 
     Their submitted answers stay; their unanswered items leave their dataset and return to the
     pool, where the next participant's claim takes them."""

@@ -60,7 +60,7 @@ class RunFolder:
 
     @property
     def private_dir(self) -> Path:
-        """Files that must never be published (credentials roster, participant key mapping)."""
+        """Files that must never be published (key salt, participant key mapping, the crowd's truth)."""
         return self.file("private")
 
 

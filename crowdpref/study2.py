@@ -1,6 +1,6 @@
 """Study 2, pairwise ratings: what is specific to it on top of :mod:`crowdpref.collection`
-(the dataset raters see, the record for a pair, the export). Allocation, provisioning,
-monitoring, drop-out release and re-allocation are the same mechanism as study 1."""
+(the dataset raters see, the record for a pair, the export). Claims, the warm pool, monitoring and drop-out release are the same mechanism as study 1;
+what differs is that each rating's A/B order is chosen at the claim, counterbalanced."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ def publish_dataset(study: str = "studies/demo.yaml", push: bool = True) -> Push
     """Build ``<runs>/<study>/release/`` from ``preferences.parquet`` (the default
     configuration: prompt/chosen/rejected/margin + metadata), ``responses``, ``ratings``,
     ``questions`` and, when present, ``screening``; write a dataset card from the run's
-    numbers and the statistics in ``aggregation.json``, the screening stats and the collection
-    ledgers; replace participant keys by random 10-character ids (kept in ``private/``); scan
+    numbers and the statistics in ``aggregation.json``, the screening stats and the study
+    store's collection counts; replace participant keys by random 10-character ids (kept in ``private/``); scan
     every file for usernames, passwords, Prolific ids and API keys (a hit stops the flow).
 
     With ``push`` and both a repo (``CROWDPREF_HF_REPO_ID`` or ``publish.repo_id``) and a

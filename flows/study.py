@@ -41,7 +41,7 @@ def study(
         study: the study config (YAML), e.g. studies/demo.yaml.
         simulate: let the simulated crowd play the participants (demo, tests).
         max_wait_s: with simulate, how long a run may wait for quiet participants to count as
-            dropped out (their work is then re-allocated); 0 = never wait.
+            dropped out (their work then returns to the pool); 0 = never wait.
         max_visits: with simulate, how many crowd visits per collection in one run (each visit
             brings crowd.arrivals_per_visit new participants, who claim their work).
     """
