@@ -717,8 +717,9 @@ class StudyConfig(_Section):
     """Human-readable title; None: derived from the name."""
     description: Str = ""
     """What the study is for (shown in the summary and the dataset card)."""
-    seed: Int = 0
-    """Seed for every random choice (sampling, allocation, simulated crowd)."""
+    seed: Int = Field(0, ge=0, le=2**31 - 1)
+    """Seed for every random choice (sampling, allocation, simulated crowd); 0 .. 2147483647
+    (the study store keeps it as a 32-bit integer, on PostgreSQL too)."""
     participants: Literal["prolific", "invite", "simulated"] = "prolific"
     """Who does the work: people recruited on Prolific (the method), people with invite links
     (pilots, an own panel), or the simulated crowd (demo, tests). The simulated crowd refuses to

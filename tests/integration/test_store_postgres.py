@@ -32,7 +32,7 @@ from tests.unit.test_store import (
 pytestmark = pytest.mark.integration
 
 # one database per test (function-scoped fixture); every example makes its own collection in it
-_PROPERTY = settings(max_examples=12, deadline=None,
+_PROPERTY = settings(max_examples=20, deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

@@ -376,3 +376,17 @@ def test_dump_round_trips(name: str) -> None:
     cfg = load_study(STUDIES / name)
     again = parse_study(cfg.model_dump(mode="json"), source="snapshot")
     assert again.model_dump() == cfg.model_dump()
+
+
+def test_seed_must_fit_the_study_store(tmp_path):
+    """The store keeps the seed as a 32-bit integer (PostgreSQL INTEGER): a larger one is a
+    one-line config error, not a database error mid-study."""
+    import pytest
+
+    from crowdpref.config import parse_study
+    from crowdpref.errors import ConfigError
+
+    assert parse_study({"name": "s", "seed": 2**31 - 1}, source="t").seed == 2**31 - 1
+    for bad in (2**31, -1):
+        with pytest.raises(ConfigError, match="seed"):
+            parse_study({"name": "s", "seed": bad}, source="t")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from crowdpref.store import (
@@ -147,6 +147,7 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
             before = _missing(store, info)
             result = store.claim(info, key, "simulated")
             _check_new_claim(result, before, info)
+            event(f"new claim: {result.status}")
             if isinstance(result, Claimed):
                 p = result.participant
                 people.append(_Person(key, p.id, p.username, result.password, p.items))
@@ -155,6 +156,7 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
                 takeable = [i for i in pending_released if before[i] == top]
                 if takeable and sum(gap == top for gap in before.values()) <= info.per_participant:
                     assert set(takeable) <= set(p.items), f"released {takeable} not re-taken by {p.items}"
+                    event("released slots re-taken")
                 pending_released = [i for i in pending_released if i not in p.items]
         elif kind == "claim_again":
             person = pick(op[1])
@@ -163,6 +165,7 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
             result = store.claim(info, person.key, "simulated")
             if person.status in (RELEASING, RELEASED):
                 assert result == Refused("released")
+                event("released key refused")
             else:
                 assert isinstance(result, Claimed), result
                 assert not result.new
@@ -246,7 +249,8 @@ OPERATIONS = st.lists(
         st.tuples(st.just("finish"), _INDEX),
         st.tuples(st.just("drop"), _INDEX),
     ),
-    max_size=20,
+    min_size=5,
+    max_size=25,
 )
 SHAPE = dict(n_items=st.integers(1, 8), copies=st.integers(1, 3), per_participant=st.integers(1, 4),
              seed=st.integers(0, 2**31 - 1))
