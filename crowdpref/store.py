@@ -554,11 +554,14 @@ class Store:
 
     def record_progress(self, cid: int, pid: int, submitted: Mapping[str, float], last_activity: float | None) -> int:
         """Mark held items as submitted (at the given times) and move the participant's last
-        activity forward; touches nothing else (a concurrent drop request stays). Returns how
-        many items became submitted."""
+        activity forward; touches nothing else (a concurrent drop request stays). Only for an
+        active participant: once a release has begun, their unsubmitted records are on their
+        way out of Argilla and nothing more counts. Returns how many items became submitted."""
         s, p = t.assignments.c, t.participants.c
         marked = 0
         with self._write(cid) as conn:
+            if conn.execute(select(p.status).where(p.id == pid)).scalar_one() != ACTIVE:
+                return 0  # being released (maybe by another run, whose delete may take these records)
             for item, at in submitted.items():
                 result = conn.execute(update(t.assignments).where(
                     s.participant_id == pid, s.item_id == item, s.status == HELD).values(status=SUBMITTED, submitted_at=at))

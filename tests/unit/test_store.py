@@ -182,9 +182,12 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
             subset = [item for n, item in enumerate(held) if op[2] >> n & 1]
             at = float(next(t))
             marked = store.record_progress(info.id, person.pid, {item: at for item in subset}, last_activity=at)
+            if person.status != ACTIVE:  # a release has begun: nothing more counts
+                assert marked == 0
+                continue
             assert marked == len(subset)
             person.submitted |= set(subset)
-            if person.status == ACTIVE and set(held) == set(subset):
+            if set(held) == set(subset):
                 person.status = COMPLETE
         elif kind == "release":
             person = pick(op[1])
