@@ -279,8 +279,11 @@ class SimulatedCrowd:
                 budget = len(pending)
                 if self.drops_out(key):
                     report.dropouts.append(participant.username)
-                    total = len(participant.assignments) + extra_items
-                    budget = max(0, self.answers_before_leaving(key, total) - (total - len(pending)))
+                    answered = len(participant.assignments) + extra_items - len(pending)
+                    # 1 .. Q-1 answers over all their records, so at least one assigned item stays
+                    # undone whatever order the queue shows (an extra record may be among them)
+                    leave_after = self.answers_before_leaving(key, len(participant.assignments))
+                    budget = max(0, leave_after - answered)
                 submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
                 report.answers_submitted += session.submit(submissions) if submissions else 0
             finally:
