@@ -38,20 +38,12 @@ import pytest
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.collection import ATTENTION_CHECK_ID, Collection
 from crowdpref.config import parse_study
-from crowdpref.ids import stable_id
 from crowdpref.store import ACTIVE, BOUND, COMPLETE, READY, RELEASED, Claimed, Store
 from crowdpref.study1 import study1_collection
+from tests.integration.test_study1_collection import _questions as study1_questions
 
 pytestmark = pytest.mark.integration
 
-QUESTIONS = [
-    ("How would you tell a friend their new partner makes you uneasy?", "communication-skills"),
-    ("What would you do if a colleague kept taking credit for shared work?", "conflict-resolution"),
-    ("How should you respond when a joke at a party offends someone nearby?", "social-norms"),
-    ("How would you comfort a neighbour whose pet has just died?", "empathy"),
-    ("What is a fair way to split chores with a flatmate who works nights?", "negotiation-strategies"),
-    ("How can you tell whether a friend's 'I'm fine' means they are fine?", "reading-social-cues"),
-]
 LEASE_S = 120.0  # Store.lease_unbound_creating: a LIVE provisioner holds an account this long
 INACTIVE_MIN = 30
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -85,8 +77,8 @@ def _config_dict(name: str) -> dict[str, Any]:
 
 
 def _questions() -> list[dict[str, str]]:
-    return [{"question_id": stable_id("q_", text.casefold()), "question": text, "category": cat}
-            for text, cat in QUESTIONS]
+    """The study-1 collection test's six questions, as plain rows (they travel to a child process)."""
+    return study1_questions().to_dict("records")
 
 
 # --- one tiny study; each open() is what a new process would build ----------------------------
@@ -477,6 +469,7 @@ from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import parse_study
 from crowdpref.store import Store
 from crowdpref.study1 import study1_collection
+from tests.integration.test_study1_collection import _questions as study1_questions
 
 args = json.loads(os.environ["FI_ARGS"])
 owner = ArgillaOwner(args["api_url"], os.environ["FI_KEY"])
