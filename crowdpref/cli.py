@@ -52,7 +52,7 @@ def _settings() -> Settings:
 @friendly_errors
 def up(
     only: list[str] = typer.Option(
-        None, "--only", help="Start only these components: argilla, prefect (default: both)."
+        None, "--only", help="Start only these components: argilla, prefect, portal (default: all)."
     ),
 ) -> None:
     """Start the embedded services that are not running yet and print the UI URLs."""
@@ -71,6 +71,9 @@ def up(
             f"API key {masked(creds['api_key'])}; full credentials in {settings.owner_credentials_file})",
             highlight=False,
         )
+    if "portal" in components:
+        console.print(f"Portal:      {settings.portal_public_url}  (participants' study links start here)",
+                      highlight=False)
     if "prefect" in components:
         console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
         console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}", highlight=False)

@@ -52,6 +52,13 @@ from crowdpref.store import (
 
 ATTENTION_CHECK_ID = "attention-check"
 
+FINISH_NOTE = """
+
+### When you are done
+When you have submitted every item, open **[this page to finish]({url})**: it checks that
+everything is submitted and gives you your completion code.
+"""
+
 
 class CollectionSpec(Protocol):
     """What one study contributes to the shared collection mechanism."""
@@ -110,11 +117,13 @@ class Progress:
 class Collection:
     """One study's collection on one Argilla server, backed by the study store."""
 
-    def __init__(self, spec: CollectionSpec, owner: ArgillaOwner, folder: Path, store: Store):
+    def __init__(self, spec: CollectionSpec, owner: ArgillaOwner, folder: Path, store: Store,
+                 finish_url: str | None = None):
         self.spec = spec
         self.owner = owner
         self.folder = folder
         self.store = store
+        self.finish_url = finish_url  # the portal's "I am done" page, linked from the guidelines
         self._info: CollectionInfo | None = None
         self._refill_lock = threading.Lock()
 
@@ -168,7 +177,10 @@ class Collection:
         """User, workspace and empty dataset for one account; idempotent and self-repairing."""
         workspace = self.owner.ensure_workspace(account.username)
         self.owner.ensure_annotator(account.username, account.password, workspace)
-        return self.owner.ensure_dataset(self.dataset_name, workspace, self.spec.dataset_settings())
+        settings = self.spec.dataset_settings()
+        if self.finish_url:
+            settings.guidelines = settings.guidelines + FINISH_NOTE.format(url=self.finish_url)
+        return self.owner.ensure_dataset(self.dataset_name, workspace, settings)
 
     # claims -------------------------------------------------------------------------------------
     def claim(self, key: str, source: str, refill: bool = False) -> ClaimResult:
@@ -237,6 +249,31 @@ class Collection:
                 released_now.append(participant.username)
         ready_now = self.refill_pool()
         return self.progress(released_now, ready_now)
+
+    def refresh(self, participant: ParticipantState) -> ParticipantState:
+        """Read the participant's answers from Argilla now (what the portal's finish page does):
+        record what they submitted, mark them complete when everything is. Returns their state."""
+        if participant.status == ACTIVE:
+            if not participant.records_logged or participant.account_state == CREATING:
+                self.make_visible(participant)
+            self._read_progress(participant)
+        return self.store.participant(self.info.id, participant.username)
+
+    def release(self, participant: ParticipantState, reason: str) -> bool:
+        """Give an active participant's unsubmitted work back to the pool now (they returned the
+        study, timed out, were rejected): their submitted answers are read first and stay. False
+        when they were not active. If Argilla fails half-way, the release stays recorded as
+        begun and the next :meth:`monitor` finishes it."""
+        if participant.status != ACTIVE:
+            return False
+        try:
+            self._read_progress(participant)
+        except Exception:  # noqa: BLE001 - Argilla down: release anyway, answers read later count only if held
+            pass
+        if not self.store.begin_release(self.info.id, participant.id, reason):
+            return False
+        self._finish_release(self.store.participant(self.info.id, participant.username))
+        return True
 
     def _read_progress(self, participant: ParticipantState) -> None:
         """Record the participant's submitted answers and their latest activity (any response

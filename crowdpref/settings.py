@@ -48,6 +48,16 @@ class Settings(BaseSettings):
     argilla_port: int = Field(default=6900, validation_alias=_env("CROWDPREF_ARGILLA_PORT"))
     prefect_port: int = Field(default=4200, validation_alias=_env("CROWDPREF_PREFECT_PORT"))
     redis_port: int = Field(default=6479, validation_alias=_env("CROWDPREF_REDIS_PORT"))
+    portal_port: int = Field(
+        default=6910,
+        validation_alias=_env("CROWDPREF_PORTAL_PORT"),
+        description="Port of the participant portal (crowdpref up starts it).",
+    )
+    fake_prolific_port: int = Field(
+        default=6920,
+        validation_alias=_env("CROWDPREF_FAKE_PROLIFIC_PORT"),
+        description="Port of the fake Prolific the demo starts for simulated studies.",
+    )
     argilla_venv: Path = Field(
         default=Path(".venv-argilla"),
         validation_alias=_env("CROWDPREF_ARGILLA_VENV"),
@@ -86,6 +96,32 @@ class Settings(BaseSettings):
         default="https://api.prolific.com/api/v1/",
         validation_alias=_env("CROWDPREF_PROLIFIC_API_URL"),
     )
+    prolific_app_url: str = Field(
+        default="https://app.prolific.com",
+        validation_alias=_env("CROWDPREF_PROLIFIC_APP_URL"),
+        description="Where participants finish: <this>/submissions/complete?cc=CODE.",
+    )
+    prolific_workspace_id: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_PROLIFIC_WORKSPACE_ID"),
+        description="The Prolific workspace for webhooks and participant groups.",
+    )
+    portal_url: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_PORTAL_URL"),
+        description="The portal's public base URL (HTTPS behind a proxy for a real study): study links "
+        "on Prolific and webhook targets use it. Unset: http://HOST:PORTAL_PORT.",
+    )
+    portal_studies: Path = Field(
+        default=Path("studies"),
+        validation_alias=_env("CROWDPREF_PORTAL_STUDIES"),
+        description="Folder of study configs (*.yaml) the portal serves, by study name.",
+    )
+    argilla_public_url: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_ARGILLA_PUBLIC_URL"),
+        description="Argilla as participants' browsers reach it. Unset: the Argilla URL.",
+    )
     hf_token: SecretStr | None = Field(
         default=None, validation_alias=_env("CROWDPREF_HF_TOKEN", "HF_TOKEN")
     )
@@ -103,7 +139,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=_env("CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL")
     )
 
-    @field_validator("argilla_port", "prefect_port", "redis_port")
+    @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "fake_prolific_port")
     @classmethod
     def _port_in_range(cls, value: int) -> int:
         if not 1 <= value <= 65535:
@@ -174,6 +210,16 @@ class Settings(BaseSettings):
     @property
     def argilla_api_url(self) -> str:
         return (self.argilla_url or f"http://{self.host}:{self.argilla_port}").rstrip("/")
+
+    @property
+    def portal_public_url(self) -> str:
+        """The portal as participants and Prolific reach it (no trailing slash)."""
+        return (self.portal_url or f"http://{self.host}:{self.portal_port}").rstrip("/")
+
+    @property
+    def argilla_participant_url(self) -> str:
+        """Argilla as participants' browsers reach it (no trailing slash)."""
+        return (self.argilla_public_url or self.argilla_api_url).rstrip("/")
 
     @property
     def prefect_url(self) -> str:

@@ -8,7 +8,8 @@ without a migration fails.
                    ``ready`` (the warm pool) -> ``bound`` (to a participant at their claim).
 - ``credentials``  account passwords; only here, never logged (owner-only store).
 - ``participants`` people who claimed work: salted hash of their key (never the raw
-                   external id), source (simulated / prolific / invite), status, activity.
+                   external id), source (simulated / prolific / invite), status, activity,
+                   the hash of their platform session (the submission webhooks name).
 - ``assignments``  participant x item: held -> submitted, or held -> released; for study 2 the
                    display order of that one rating (``swapped``).
 - ``releases``     a release in progress or done (two-phase, so a kill mid-release is
@@ -16,7 +17,10 @@ without a migration fails.
 - ``events``       the append-only log: account_created, claimed, records_logged,
                    submitted, completed, drop_requested, release_started, released,
                    reallocated, refused ...
-- ``meta``         store-wide values (the key salt).
+- ``platform_studies`` the Prolific study each collection was published as (never two).
+- ``webhook_deliveries`` webhook events already handled (de-duplicated on their event id).
+- ``meta``         store-wide values and secrets (the key salt, the portal's signing key, the
+                   Prolific webhook secret).
 """
 
 from __future__ import annotations
@@ -99,9 +103,11 @@ participants = Table(
     Column("completed_at", Float),
     Column("released_at", Float),
     Column("release_reason", String(200)),
+    Column("session_hash", String(64)),  # salted hash of the platform session (Prolific SESSION_ID)
     UniqueConstraint("collection_id", "key_hash", name="uq_participants_key"),
     UniqueConstraint("account_id", name="uq_participants_account"),
     Index("ix_participants_status", "collection_id", "status"),
+    Index("ix_participants_session", "session_hash"),
 )
 
 assignments = Table(
@@ -150,4 +156,27 @@ meta = Table(
     metadata,
     Column("name", String(50), primary_key=True),
     Column("value", String(200), nullable=False),
+)
+
+platform_studies = Table(
+    "platform_studies",
+    metadata,
+    Column("collection_id", Integer, ForeignKey("collections.id"), primary_key=True),
+    Column("platform", String(20), nullable=False),  # prolific
+    Column("external_id", String(64), nullable=False),  # the Prolific study id
+    Column("state", String(20), nullable=False),  # draft | published | paused | stopped
+    Column("group_id", String(64)),  # study 1: the participant group its completers join
+    Column("places", Integer),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("event_id", String(100), primary_key=True),
+    Column("source", String(20), nullable=False),  # prolific | argilla
+    Column("kind", String(60), nullable=False),
+    Column("received_at", Float, nullable=False),
+    Column("outcome", String(200), nullable=False),
 )

@@ -155,19 +155,21 @@ def responses_frame(
 
 
 def study1_collection(config: StudyConfig, questions: pd.DataFrame, owner: Any, run_folder: Path,
-                      store: Store) -> Collection:
-    return Collection(Study1Spec(config, questions), owner, run_folder / "study1", store)
+                      store: Store, finish_url: str | None = None) -> Collection:
+    return Collection(Study1Spec(config, questions), owner, run_folder / "study1", store, finish_url)
 
 
 def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
     """The study-1 collection for a config on the configured Argilla (reads questions.parquet)."""
     from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.portal.links import finish_url
     from crowdpref.runfolder import RunFolder, read_parquet
 
     run = RunFolder.for_study(settings.runs_dir, config.name)
     questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study1_collection(config, questions, owner, run.path, store or open_store(settings))
+    return study1_collection(config, questions, owner, run.path, store or open_store(settings),
+                             finish_url(settings, config.name, "study1"))
 
 
 def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:

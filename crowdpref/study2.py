@@ -142,8 +142,8 @@ class Study2Spec:
 
 
 def study2_collection(config: StudyConfig, pairs: pd.DataFrame, responses: pd.DataFrame, questions: pd.DataFrame,
-                      owner: Any, run_folder: Path, store: Store) -> Collection:
-    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", store)
+                      owner: Any, run_folder: Path, store: Store, finish_url: str | None = None) -> Collection:
+    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", store, finish_url)
 
 
 def study1_complete(run: RunFolder) -> pd.DataFrame:
@@ -158,13 +158,15 @@ def study1_complete(run: RunFolder) -> pd.DataFrame:
 def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
     """The study-2 collection on the configured Argilla (reads pairs/responses/questions)."""
     from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.portal.links import finish_url
 
     run = RunFolder.for_study(settings.runs_dir, config.name)
     pairs = read_parquet(run.pairs, needed_by="run the collect-ratings flow (it builds pairs first)")
     responses = study1_complete(run)
     questions = read_parquet(run.questions, needed_by="run generate-questions first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study2_collection(config, pairs, responses, questions, owner, run.path, store or open_store(settings))
+    return study2_collection(config, pairs, responses, questions, owner, run.path, store or open_store(settings),
+                             finish_url(settings, config.name, "study2"))
 
 
 def ratings_frame(

@@ -7,17 +7,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import redis
+from services import portal, redis
 from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager
 
-COMPONENTS = ("argilla", "prefect")
+COMPONENTS = ("argilla", "prefect", "portal")
 # what runs flows: a worker on the `crowdpref` pool (crowdpref deploy) or a serve process
 # (deployments/serve.py); started by deployments/deploy.py, stopped and reported here
 WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this start order
-SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, SERVE, WORKER)
+SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
+                 SERVE, WORKER)
+# reported only once started (the fake Prolific: by the demo, for simulated studies)
+ON_DEMAND = (SERVE, WORKER, portal.FAKE_PROLIFIC)
 
 
 @dataclass
@@ -34,6 +37,8 @@ def _urls(settings: Settings) -> dict[str, str]:
         argilla.SERVER: settings.argilla_api_url,
         argilla.WORKER: f"rq worker on redis://{settings.host}:{settings.redis_port}",
         prefect.NAME: settings.prefect_ui_url,
+        portal.NAME: settings.portal_public_url,
+        portal.FAKE_PROLIFIC: f"http://{settings.host}:{settings.fake_prolific_port} (simulated studies only)",
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
     }
@@ -45,6 +50,8 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         argilla.SERVER: lambda: argilla.server_healthy(settings),
         argilla.WORKER: lambda: argilla.worker_healthy(settings),
         prefect.NAME: lambda: prefect.healthy(settings),
+        portal.NAME: lambda: portal.healthy(settings),
+        portal.FAKE_PROLIFIC: lambda: portal.fake_prolific_healthy(settings),
         SERVE: lambda: _deploy().serve_healthy(settings),
         WORKER: lambda: _deploy().worker_healthy(settings),
     }
@@ -79,7 +86,15 @@ def up(
     if "prefect" in wanted and settings.embedded_prefect:
         on_step("prefect server")
         manager.start(prefect.spec(settings), settings.host)
+    if "portal" in wanted:
+        on_step("participant portal")
+        manager.start(portal.spec(settings), settings.host)
     return status(settings)
+
+
+def start_fake_prolific(settings: Settings) -> None:
+    """The fake Prolific simulated studies recruit on (the demo); ``down`` stops it."""
+    ProcessManager(settings.state_dir).start(portal.fake_prolific_spec(settings), settings.host)
 
 
 def down(settings: Settings) -> list[str]:
@@ -95,7 +110,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     rows = []
     for name in SERVICE_NAMES:
         running = manager.running(name)
-        if name in (SERVE, WORKER) and running is None:
+        if name in ON_DEMAND and running is None:
             continue
         rows.append(
             ServiceStatus(

@@ -38,6 +38,8 @@ def isolated_settings(home: Path, **overrides: object) -> Settings:
         argilla_port=free_port(),
         prefect_port=free_port(),
         redis_port=free_port(),
+        portal_port=free_port(),
+        fake_prolific_port=free_port(),
         argilla_venv=REPO / ".venv-argilla",
         argilla_url=None,
         argilla_api_key=None,

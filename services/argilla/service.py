@@ -117,6 +117,8 @@ def server_spec(settings: Settings) -> ServiceSpec:
         argv=[
             str(server_python(settings)), str(LAUNCHER), "start",
             "--host", settings.host, "--port", str(settings.argilla_port),
+            # no access log: the portal's one-hop sign-in URL carries a participant's credentials
+            "--no-access-log",
         ],
         env=env(settings),
         health=lambda: server_healthy(settings),
