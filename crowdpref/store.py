@@ -215,7 +215,10 @@ class Store:
     # transactions ---------------------------------------------------------------------------
     @contextmanager
     def _read(self) -> Iterator[Connection]:
+        """A read-only transaction: one consistent snapshot (SQLite WAL: a deferred BEGIN, which
+        never waits for writers; writes take the lock up front, see :func:`_engine`)."""
         with self.engine.connect() as conn:
+            conn.execution_options(crowdpref_read_only=True)
             yield conn
 
     @contextmanager
@@ -649,14 +652,14 @@ class Store:
                 t.participants.c.session_hash == self.key_hash(session_id))).first()
             if row is None:
                 return None
-            return self._info(row.collection_id), self._participant(conn, row.id)
+            return self._info(row.collection_id, conn), self._participant(conn, row.id)
 
     def find_by_key(self, key: str) -> list[tuple[CollectionInfo, ParticipantState]]:
         """Every participation of the person known by ``key`` (a Prolific id), any collection."""
         with self._read() as conn:
             rows = conn.execute(select(t.participants.c.id, t.participants.c.collection_id).where(
                 t.participants.c.key_hash == self.key_hash(key))).all()
-            return [(self._info(r.collection_id), self._participant(conn, r.id)) for r in rows]
+            return [(self._info(r.collection_id, conn), self._participant(conn, r.id)) for r in rows]
 
     def platform_study(self, cid: int) -> PlatformStudy | None:
         with self._read() as conn:
@@ -788,9 +791,11 @@ class Store:
                 problems.append(f"item {item} has {n} copies in flight or done (R = {info.copies})")
         return problems
 
-    def _info(self, cid: int) -> CollectionInfo:
-        with self._read() as conn:
-            row = conn.execute(select(t.collections).where(t.collections.c.id == cid)).one()
+    def _info(self, cid: int, conn: Connection | None = None) -> CollectionInfo:
+        if conn is None:
+            with self._read() as own:
+                return self._info(cid, own)
+        row = conn.execute(select(t.collections).where(t.collections.c.id == cid)).one()
         return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
                               bool(row.counterbalance), row.username_prefix)
 
@@ -824,7 +829,10 @@ def _engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")  # take the write lock up front: no upgrade deadlocks
+            if conn.get_execution_options().get("crowdpref_read_only"):
+                conn.exec_driver_sql("BEGIN")  # a snapshot for reads: readers never queue behind writers
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")  # writes take the lock up front: no upgrade deadlocks
 
         return engine
     try:
