@@ -638,7 +638,13 @@ class CrowdConfig(_Section):
     """New simulated participants who arrive (and claim work) at each crowd visit."""
     never_start_rate: Float = Field(0.05, ge=0, le=1)
     """Share of simulated participants who claim work and never start (released when their
-    inactivity window ends)."""
+    inactivity window ends, or at once when they time out on Prolific)."""
+    arrive_via: Literal["direct", "prolific"] = "direct"
+    """How simulated participants reach their work: ``direct`` claims from the collection (what
+    the portal calls); ``prolific`` arrives as people do - the fake Prolific hands out their ids,
+    they open the portal link, are sent into Argilla, return the study or time out there, and
+    finish through the portal's completion page (needs the portal and the fake Prolific:
+    ``crowdpref demo`` starts both)."""
 
     @model_validator(mode="after")
     def _check(self) -> CrowdConfig:
@@ -761,6 +767,10 @@ class StudyConfig(_Section):
         if self.study1.username_prefix == self.study2.username_prefix:
             raise _problem("study2.username_prefix", "same prefix as study1.username_prefix",
                            "give the two studies different prefixes")
+        if self.crowd.arrive_via == "prolific" and self.participants != "simulated":
+            raise _problem("crowd.arrive_via", "the simulated crowd arrives through the fake Prolific only in a "
+                           f"simulation, but participants is '{self.participants}'",
+                           "set participants: simulated, or crowd.arrive_via: direct")
         if self.prolific.enabled and self.participants != "prolific":
             raise _problem("participants", f"prolific.enabled is true but participants is '{self.participants}'",
                            "set participants: prolific, or prolific.enabled: false")

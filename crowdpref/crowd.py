@@ -34,11 +34,12 @@ import pandas as pd
 
 from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref.crowd_arrivals import DirectDoor, Door
 from crowdpref.config import CrowdConfig, StudyConfig
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
-from crowdpref.store import Claimed, ParticipantState
+from crowdpref.store import ParticipantState
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
 
@@ -176,6 +177,7 @@ def llm_answer_writer(client: object, model: str, crowd: CrowdConfig, base_url: 
 @dataclass
 class CrowdReport:
     arrived: int = 0  # new participants who claimed work at this visit
+    finished: int = 0  # participants who got their completion code at this visit
     full: bool = False  # an arrival found every item's copies in flight or done
     participants_played: int = 0
     answers_submitted: int = 0
@@ -245,49 +247,66 @@ class SimulatedCrowd:
         answer: Callable[[ParticipantState, dict], dict],
         arrivals: int | None = None,
         extra_items: int = 0,
+        door: Door | None = None,
     ) -> CrowdReport:
-        """One visit: ``arrivals`` new participants claim work (default: the config's
-        ``arrivals_per_visit``; none once the study is full), then everyone who holds work logs
-        in and answers what is pending with ``answer(participant, record) -> values``;
-        drop-outs stop after their share, never-starters do nothing. ``extra_items``: records
-        beyond the assignments (the attention check)."""
+        """One visit: ``arrivals`` new participants come in through ``door`` and claim work
+        (default: the config's ``arrivals_per_visit``; none once the study is full), then
+        everyone who holds work comes back, logs in and answers what is pending with
+        ``answer(participant, record) -> values``. Never-starters do nothing (and at their next
+        visit let the study time out); drop-outs stop after their share and return the study;
+        the others finish through the door (their completion code). ``extra_items``: records
+        beyond the assignments (the attention check). ``door``: default, claims straight from
+        the collection (:class:`~crowdpref.crowd_arrivals.DirectDoor`)."""
         report = CrowdReport()
         study_key = collection.spec.key
-        known = len(collection.participants())
-        for n in range(known + 1, known + 1 + (self.crowd.arrivals_per_visit if arrivals is None else arrivals)):
-            result = collection.claim(self.key(study_key, n), "simulated")
-            if not isinstance(result, Claimed):
-                report.full = result.status == "full"
-                break
-            report.arrived += 1
-        for n in range(1, known + report.arrived + 1):
-            key = self.key(study_key, n)
-            claimed = collection.claim(key, "simulated")  # a returning participant: same account, same work
-            if not isinstance(claimed, Claimed) or claimed.participant.status != "active":
-                continue
-            participant = claimed.participant
-            if self.never_starts(key):
-                report.never_started.append(participant.username)
-                continue
-            session = AnnotatorSession(api_url, participant.username, claimed.password)
-            try:
-                dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
-                if dataset is None:
+        door = door or DirectDoor(collection)
+        try:
+            known = len(collection.participants())
+            new_keys = set()
+            for n in range(known + 1, known + 1 + (self.crowd.arrivals_per_visit if arrivals is None else arrivals)):
+                key = self.key(study_key, n)
+                if door.arrive(key) is None:
+                    report.full = True
+                    break
+                report.arrived += 1
+                new_keys.add(key)
+            for n in range(1, known + report.arrived + 1):
+                key = self.key(study_key, n)
+                if self.never_starts(key):
+                    if key not in new_keys:
+                        door.leave(key, "time-out")
+                    report.never_started.append(key)
                     continue
-                report.participants_played += 1
-                pending = session.pending_records(dataset["id"])
-                budget = len(pending)
-                if self.drops_out(key):
-                    report.dropouts.append(participant.username)
-                    answered = len(participant.assignments) + extra_items - len(pending)
-                    # 1 .. Q-1 answers over all their records, so at least one assigned item stays
-                    # undone whatever order the queue shows (an extra record may be among them)
-                    leave_after = self.answers_before_leaving(key, len(participant.assignments))
-                    budget = max(0, leave_after - answered)
-                submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
-                report.answers_submitted += session.submit(submissions) if submissions else 0
-            finally:
-                session.close()
+                arrival = door.come_back(key)  # a returning participant: same account, same work
+                if arrival is None or arrival.participant.status != "active":
+                    continue
+                participant = arrival.participant
+                session = AnnotatorSession(api_url, participant.username, arrival.password)
+                try:
+                    dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
+                    if dataset is None:
+                        continue
+                    report.participants_played += 1
+                    pending = session.pending_records(dataset["id"])
+                    budget = len(pending)
+                    dropping = self.drops_out(key)
+                    if dropping:
+                        report.dropouts.append(participant.username)
+                        answered = len(participant.assignments) + extra_items - len(pending)
+                        # 1 .. Q-1 answers over all their records, so at least one assigned item stays
+                        # undone whatever order the queue shows (an extra record may be among them)
+                        leave_after = self.answers_before_leaving(key, len(participant.assignments))
+                        budget = max(0, leave_after - answered)
+                    submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
+                    report.answers_submitted += session.submit(submissions) if submissions else 0
+                finally:
+                    session.close()
+                if dropping:
+                    door.leave(key, "return")
+                elif door.finish(key) is not None:
+                    report.finished += 1
+        finally:
+            door.close()
         return report
 
     def play_study1(
@@ -298,6 +317,7 @@ class SimulatedCrowd:
         truth_path: Path,
         attention_answer: str | None = None,
         arrivals: int | None = None,
+        door: Door | None = None,
     ) -> CrowdReport:
         """Writers arrive, claim and answer their pending questions; each answer's hidden
         quality goes to the truth file (``truth_path``, appended)."""
@@ -319,7 +339,7 @@ class SimulatedCrowd:
             return {"response": written.text, "quality": rating}
 
         extra = int(collection.spec.attention_record() is not None)
-        report = self.visit(collection, api_url, write, arrivals=arrivals, extra_items=extra)
+        report = self.visit(collection, api_url, write, arrivals=arrivals, extra_items=extra, door=door)
         report.kinds = dict(kinds)
         _append_truth(truth_path, truth)
         return report
@@ -331,6 +351,7 @@ class SimulatedCrowd:
         hidden_quality: Mapping[str, float],
         scale_points: int,
         arrivals: int | None = None,
+        door: Door | None = None,
     ) -> CrowdReport:
         """Raters arrive, claim and rate their pending pairs from the hidden qualities of the
         answers as THEY were shown them (the display order of their rating; answers without a
@@ -346,7 +367,7 @@ class SimulatedCrowd:
                                 hidden_quality.get(shown_b, 0.5), scale_points)
             return {"preference": value}
 
-        report = self.visit(collection, api_url, rate, arrivals=arrivals)
+        report = self.visit(collection, api_url, rate, arrivals=arrivals, door=door)
         report.kinds = dict(kinds)
         return report
 

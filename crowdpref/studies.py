@@ -8,14 +8,14 @@ from typing import Literal
 
 from crowdpref.collection import Collection
 from crowdpref.config import load_study
-from crowdpref.settings import load_settings
+from crowdpref.settings import Settings, load_settings
 
 StudyKey = Literal["study1", "study2"]
 
 
-def open_collection(study: str | Path, key: StudyKey) -> Collection:
+def open_collection(study: str | Path, key: StudyKey, settings: Settings | None = None) -> Collection:
     config = load_study(study)
-    settings = load_settings()
+    settings = settings or load_settings()
     if key == "study1":
         from crowdpref.study1 import open_collection as open_study1
 

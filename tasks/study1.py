@@ -6,6 +6,7 @@ from prefect import task
 
 from crowdpref.config import load_study
 from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
+from crowdpref.crowd_arrivals import open_door
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
@@ -42,4 +43,5 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None, force: 
         collection.spec.questions,  # type: ignore[attr-defined]
         run.private_dir / "crowd-truth-study1.parquet",
         attention_answer=check.expected if check else None,
+        door=open_door(config, settings, collection),
     )

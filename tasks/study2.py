@@ -8,6 +8,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from crowdpref.config import load_study
 from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play
+from crowdpref.crowd_arrivals import open_door
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.runfolder import RunFolder, read_parquet, write_parquet
@@ -83,9 +84,11 @@ def simulate_study2_crowd(study: str, dropouts: list[str] | None = None, force: 
     truth_file = run.private_dir / "crowd-truth-responses.parquet"
     truth = pd.read_parquet(truth_file) if truth_file.exists() else pd.DataFrame(columns=["response_id", "hidden_quality"])
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts)
+    settings = load_settings()
     return crowd.play_study2(
         collection,
-        load_settings().argilla_api_url,
+        settings.argilla_api_url,
         dict(zip(truth["response_id"], truth["hidden_quality"])),
         config.study2.scale_points,
+        door=open_door(config, settings, collection),
     )

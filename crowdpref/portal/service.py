@@ -121,7 +121,7 @@ class Portal:
         self.store = store
         self.registry = StudyRegistry(Path(settings.portal_studies))
         self.clock = clock
-        self._open_collection = open_collection or _open_collection
+        self._open_collection = open_collection or (lambda path, key: _open_collection(path, key, settings))
         self._prolific_factory = prolific_factory or _prolific_client
         self._collections: dict[tuple[str, str], Collection] = {}
         self._clients: dict[str, Any] = {}
@@ -378,10 +378,10 @@ class Portal:
         return f"{status}: work released" if released else f"{status}: nothing held"
 
 
-def _open_collection(path: Path, key: Key) -> Collection:
+def _open_collection(path: Path, key: Key, settings: Any) -> Collection:
     from crowdpref.studies import open_collection
 
-    return open_collection(path, key)
+    return open_collection(path, key, settings)
 
 
 def _prolific_client(target: ProlificTarget) -> Any:

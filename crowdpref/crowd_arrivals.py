@@ -1,0 +1,198 @@
+"""How simulated participants reach their work - a "door" the :class:`~crowdpref.crowd.SimulatedCrowd`
+walks through:
+
+- :class:`DirectDoor`: the crowd claims straight from the collection (what the portal calls);
+  people who leave simply go quiet and the inactivity window releases their work. Used by the
+  tests of the collection mechanism.
+- :class:`ProlificDoor`: the way people arrive for real. The FAKE Prolific hands out a
+  PROLIFIC_PID and SESSION_ID for the study's Prolific study; the participant opens the portal
+  link, is verified, claims, presses Start and is sent to Argilla's sign-in page with their
+  credentials (which is all the crowd learns of them); drop-outs return the study on Prolific
+  and never-starters time out there (Prolific's webhook tells the portal, which frees the work
+  at once); finishers open the portal's finish page and follow the completion redirect with
+  their code. Used by the demo.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from crowdpref.collection import Collection
+from crowdpref.errors import CrowdprefError
+from crowdpref.store import Claimed, ParticipantState
+
+CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    participant: ParticipantState
+    password: str = field(repr=False)
+
+
+class Door(Protocol):
+    def arrive(self, key: str) -> Arrival | None:
+        """A new participant comes in; None when there is no work for them (full / refused)."""
+
+    def come_back(self, key: str) -> Arrival | None:
+        """A participant who arrived before opens their link again; None when they may not."""
+
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
+        """They stop for good: return the study, or let it time out."""
+
+    def finish(self, key: str) -> str | None:
+        """They say they are done; returns the completion code they got (None: no code step)."""
+
+    def close(self) -> None: ...
+
+
+class DirectDoor:
+    """Claims straight from the collection; leaving is going quiet (no platform)."""
+
+    def __init__(self, collection: Collection):
+        self.collection = collection
+
+    def arrive(self, key: str) -> Arrival | None:
+        return self.come_back(key)
+
+    def come_back(self, key: str) -> Arrival | None:
+        result = self.collection.claim(key, "simulated")
+        return Arrival(result.participant, result.password) if isinstance(result, Claimed) else None
+
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
+        return None  # they go quiet: the inactivity window releases their work
+
+    def finish(self, key: str) -> str | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def simulated_prolific_id(seed: int, key: str) -> str:
+    """A stable, Prolific-shaped id (24 hex digits) for a simulated participant."""
+    return hashlib.sha256(f"{seed}\x1fprolific\x1f{key}".encode()).hexdigest()[:24]
+
+
+class ProlificDoor:
+    """Through the fake Prolific and the portal, as a person's browser would go."""
+
+    def __init__(self, collection: Collection, seed: int, portal_url: str, prolific: Any, fake_app_url: str,
+                 timeout_s: float = 60.0):
+        self.collection = collection
+        self.seed = seed
+        self.portal_url = portal_url.rstrip("/")
+        self.prolific = prolific  # a ProlificClient for the fake's API (reading submissions)
+        self.fake = httpx.Client(base_url=fake_app_url.rstrip("/"), timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self._browsers: dict[str, httpx.Client] = {}  # one cookie jar per participant, this visit
+        self._sessions: dict[str, Any] | None = None
+        platform = collection.store.platform_study(collection.info.id)
+        if platform is None:
+            raise CrowdprefError(f"{collection.dataset_name} has no Prolific study yet: run the recruit flow first")
+        self.study_id = platform.external_id
+
+    def _submissions(self) -> dict[str, Any]:
+        if self._sessions is None:
+            self._sessions = {s.participant_id: s for s in self.prolific.list_submissions(self.study_id)}
+        return self._sessions
+
+    def _browser(self, key: str) -> httpx.Client:
+        if key not in self._browsers:
+            self._browsers[key] = httpx.Client(timeout=self.timeout_s, follow_redirects=False)
+        return self._browsers[key]
+
+    def arrive(self, key: str) -> Arrival | None:
+        pid = simulated_prolific_id(self.seed, key)
+        reply = self.fake.post(f"/_fake/studies/{self.study_id}/arrive", json={"participant_id": pid})
+        if reply.status_code in (403, 409):  # no places / blocklisted: Prolific would not show the study
+            return None
+        reply.raise_for_status()
+        self._sessions = None
+        return self._enter(key, reply.json()["url"])
+
+    def come_back(self, key: str) -> Arrival | None:
+        submission = self._submissions().get(simulated_prolific_id(self.seed, key))
+        if submission is None or submission.status not in ("ACTIVE", "RESERVED"):
+            return None
+        url = (f"{self.portal_url}/s/{self.collection.spec.study_name}/{self.collection.spec.key}"
+               f"?PROLIFIC_PID={submission.participant_id}&STUDY_ID={self.study_id}&SESSION_ID={submission.id}")
+        return self._enter(key, url)
+
+    def _enter(self, key: str, url: str) -> Arrival | None:
+        browser = self._browser(key)
+        entry = browser.get(url)
+        if entry.status_code != 303:
+            if entry.status_code in (403, 409, 410):  # full, excluded, given back: the portal said no
+                return None
+            raise CrowdprefError(f"the portal answered {entry.status_code} to a simulated arrival: see its log")
+        welcome = browser.get(_absolute(url, entry.headers["location"]))
+        if welcome.status_code != 200:
+            raise CrowdprefError(f"the portal's welcome page answered {welcome.status_code}")
+        action = _absolute(url, re.search(r'<form method="post" action="([^"]+)"', welcome.text).group(1))
+        start = browser.post(action)
+        if start.status_code != 303:
+            raise CrowdprefError(f"the portal's start answered {start.status_code}")
+        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        username, password = base64.b64decode(auth).decode().split(":", 1)
+        participant = self.collection.store.participant(self.collection.info.id, username)
+        return Arrival(participant, password)
+
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
+        submission = self._submissions().get(simulated_prolific_id(self.seed, key))
+        if submission is None or submission.status not in ("ACTIVE", "RESERVED"):
+            return  # already returned, timed out or finished
+        self.fake.post(f"/_fake/submissions/{submission.id}/{how}").raise_for_status()
+        self._sessions = None
+
+    def finish(self, key: str) -> str | None:
+        """Open the portal's finish page, follow the way back to Prolific with the code."""
+        browser = self._browser(key)
+        done = browser.get(f"{self.portal_url}/s/{self.collection.spec.study_name}/{self.collection.spec.key}/done")
+        match = CODE_IN_PAGE.search(done.text) if done.status_code == 200 else None
+        if match is None:
+            return None
+        code = match.group(1)
+        href = re.search(r'href="([^"]*submissions/complete\?cc=[^"]+)"', done.text)
+        if href is not None:
+            browser.get(href.group(1).replace("&amp;", "&"))  # Prolific's completion page
+        submission = self._submissions().get(simulated_prolific_id(self.seed, key))
+        if submission is not None:  # what Prolific does when the participant lands there signed in
+            self.fake.post(f"/_fake/submissions/{submission.id}/complete", json={"code": code}).raise_for_status()
+            self._sessions = None
+        return code
+
+    def close(self) -> None:
+        for browser in self._browsers.values():
+            browser.close()
+        self._browsers.clear()
+        self.fake.close()
+
+
+def _absolute(base: str, location: str) -> str:
+    if location.startswith("http"):
+        return location
+    parts = urlsplit(base)
+    return f"{parts.scheme}://{parts.netloc}{location}"
+
+
+def open_door(config: Any, settings: Any, collection: Collection) -> Door:
+    """The door the study's config asks for (``crowd.arrive_via``)."""
+    if config.crowd.arrive_via == "direct":
+        return DirectDoor(collection)
+    from crowdpref.prolific import ProlificClient
+    from crowdpref.recruitment import prolific_target
+
+    target = prolific_target(config, settings)
+    if target is None or not target.fake:
+        raise CrowdprefError(f"study '{config.name}': the simulated crowd arrives only through the fake Prolific "
+                             "(participants: simulated)")
+    client = ProlificClient(target.api_url, target.token, timeout_s=30.0)
+    return ProlificDoor(collection, config.seed, settings.portal_public_url, client, target.app_url)
