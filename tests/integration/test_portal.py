@@ -1,0 +1,240 @@
+"""The participant portal on the real embedded Argilla and a real study store, through its HTTP
+interface (FastAPI's TestClient runs the app in-process): invite links, the welcome page, the
+one-hop sign-in, the finish page and its completion code; every refusal with its status and
+nothing allocated; two tabs at once; a burst from one person; a full study; Prolific webhooks
+(good, forged, stale, replayed, duplicated) releasing a returned participant's work at once.
+
+The whole lifecycle through the fake Prolific is in test_portal_prolific.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
+from crowdpref.portal.app import create_app
+from crowdpref.portal.links import finish_url
+from crowdpref.portal.service import WEBHOOK_SECRET, Portal
+from crowdpref.store import COMPLETE, RELEASED, Store
+from crowdpref.study1 import study1_collection
+from tests.conftest import isolated_settings
+from tests.integration.test_study1_collection import _questions
+
+pytestmark = pytest.mark.integration
+
+PID, OTHER_PID = "5f1e2d3c4b5a69788796a5b4", "60aa11bb22cc33dd44ee55ff"
+SESSION, STUDY_ID = "6123456789abcdef01234567", "64b0c0ffee0000000000beef"
+
+
+def _portal(tmp_path: Path, argilla_server, name: str, participants: str, *, copies: int = 2, per: int = 3,
+            questions: int = 6):
+    config_data = {
+        "name": name, "seed": 3, "participants": participants,
+        "study1": {"responses_per_question": copies, "questions_per_participant": per, "pool_size": 1},
+        "study2": {"pairs_per_participant": min(6, questions * copies * (copies - 1) // 2)},
+    }
+    studies = tmp_path / "studies"
+    studies.mkdir(parents=True, exist_ok=True)
+    (studies / f"{name}.yaml").write_text(yaml.safe_dump(config_data))
+    settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
+                                 argilla_api_key=argilla_server.owner_api_key, portal_studies=studies)
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    from crowdpref.config import load_study
+
+    config = load_study(studies / f"{name}.yaml")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    collection = study1_collection(config, _questions().head(questions), owner, tmp_path / "run", store,
+                                   finish_url(settings, name, "study1"))
+    portal = Portal(settings, store, open_collection=lambda path, key: collection)
+    return portal, collection, TestClient(create_app(portal), base_url="http://portal.test")
+
+
+def _sign_in(response) -> tuple[str, str]:
+    assert response.status_code == 303, response.text
+    query = parse_qs(urlsplit(response.headers["location"]).query)
+    username, password = base64.b64decode(query["auth"][0]).decode().split(":", 1)
+    return username, password
+
+
+def _answer_all(api_url: str, username: str, password: str, dataset_name: str) -> int:
+    session = AnnotatorSession(api_url, username, password)
+    try:
+        dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
+        pending = session.pending_records(dataset["id"])
+        return session.submit([(r["id"], {"response": "I would listen first, because it helps.", "quality": 4})
+                               for r in pending])
+    finally:
+        session.close()
+
+
+def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_code(argilla_server, tmp_path, unique):
+    portal, collection, client = _portal(tmp_path, argilla_server, f"p{unique}", "invite")
+    link = portal.invite_link(f"p{unique}", "study1", "inv-0001")
+    path = link.split(portal.settings.portal_public_url, 1)[1]
+
+    entry = client.get(path, follow_redirects=False)
+    assert entry.status_code == 303 and entry.headers["location"] == f"/s/p{unique}/study1/welcome"
+    assert entry.headers["cache-control"] == "no-store"
+    cookie = entry.headers["set-cookie"]
+    assert "httponly" in cookie.lower() and "samesite=lax" in cookie.lower() and "inv-0001" not in cookie
+
+    welcome = client.get(f"/s/p{unique}/study1/welcome")
+    assert welcome.status_code == 200
+    assert "3 items" in welcome.text and "Be respectful, honest and authentic" in welcome.text
+    assert f"/s/p{unique}/study1/done" in welcome.text and 'name="viewport"' in welcome.text
+
+    start = client.post(f"/s/p{unique}/study1/start", follow_redirects=False)
+    assert start.headers["location"].startswith(f"{argilla_server.api_url}/sign-in?auth=")
+    assert start.headers["referrer-policy"] == "no-referrer" and start.headers["cache-control"] == "no-store"
+    username, password = _sign_in(start)
+    participant = collection.store.participant(collection.info.id, username)
+    assert participant.source == "invite" and len(participant.assignments) == 3
+
+    not_yet = client.get(f"/s/p{unique}/study1/done")
+    assert not_yet.status_code == 200 and "0 of 3" in not_yet.text and "Not finished yet" in not_yet.text
+    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
+    done = client.get(f"/s/p{unique}/study1/done")
+    code = collection.store.completion_code(collection.info.id)
+    assert done.status_code == 200 and code in done.text and "Finished" in done.text
+    assert collection.store.participant(collection.info.id, username).status == COMPLETE
+    # coming back: the same account and work, still complete
+    again = client.get(path, follow_redirects=False)
+    assert again.status_code == 303
+    assert _sign_in(client.post(f"/s/p{unique}/study1/start", follow_redirects=False))[0] == username
+    assert len(collection.participants()) == 1
+    # the guidelines inside Argilla link the finish page
+    owner = collection.owner
+    dataset = owner.find_dataset(collection.dataset_name, workspace=username)
+    assert f"/s/p{unique}/study1/done" in dataset.settings.guidelines
+
+
+def test_refusals_have_their_status_and_allocate_nothing(argilla_server, tmp_path, unique):
+    name = f"r{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    base = f"/s/{name}/study1"
+    cases = {
+        f"{base}": 400,  # no ids at all
+        f"{base}?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}": 400,  # SESSION_ID missing
+        f"{base}?PROLIFIC_PID=not-an-id&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}": 400,
+        f"/s/nosuchstudy/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}": 404,
+        f"/s/{name}/study3?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}": 404,
+    }
+    for path, status in cases.items():
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == status, (path, response.text)
+        assert "<h1>" in response.text and PID not in response.text
+    assert client.get(f"{base}/welcome").status_code == 401  # no cookie: start from the link
+    assert client.post(f"{base}/start", follow_redirects=False).status_code == 401
+    assert client.get(f"{base}/done").status_code == 401
+    client.cookies.set(f"crowdpref-{name}-study1", "eyJjIjoxLCJ1IjoieCJ9.forged", path=f"{base}")
+    assert client.get(f"{base}/done").status_code == 401  # a forged cookie
+    invite_portal, _, invite_client = _portal(tmp_path / "inv", argilla_server, f"i{unique}", "invite")
+    assert invite_client.get(f"/s/i{unique}/study1?invite=made-up", follow_redirects=False).status_code == 403
+    assert collection.participants() == []
+    assert collection.store.events(collection.info.id, kinds=["claimed"]) == []
+
+
+def test_two_tabs_at_once_get_one_claim_and_a_burst_is_throttled(argilla_server, tmp_path, unique):
+    name = f"t{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    path = f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}"
+    statuses: list[int] = []
+    barrier = threading.Barrier(4)
+
+    def tab() -> None:
+        with TestClient(create_app(portal), base_url="http://portal.test") as own:
+            barrier.wait()
+            statuses.append(own.get(path, follow_redirects=False).status_code)
+
+    threads = [threading.Thread(target=tab) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [303] * 4
+    assert len(collection.participants()) == 1
+    held = collection.participants()[0]
+    records = collection.owner.record_ids(collection._dataset_of(held))
+    assert sorted(records) == sorted(held.items)  # logged once, no duplicates
+    # a burst: after ENTRIES_PER_WINDOW entries within the window, 429 (and still one participant)
+    codes = [client.get(path, follow_redirects=False).status_code for _ in range(10)]
+    assert codes[-1] == 429 and set(codes) <= {303, 429}
+    assert len(collection.participants()) == 1
+
+
+def test_a_full_study_says_to_return_it(argilla_server, tmp_path, unique):
+    name = f"f{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific", copies=2, per=3, questions=3)
+    for pid, session in ((PID, SESSION), (OTHER_PID, "7" * 24)):  # 3 questions x R=2 = two batches of 3
+        assert client.get(f"/s/{name}/study1?PROLIFIC_PID={pid}&STUDY_ID={STUDY_ID}&SESSION_ID={session}",
+                          follow_redirects=False).status_code == 303
+    third = client.get(f"/s/{name}/study1?PROLIFIC_PID={'c' * 24}&STUDY_ID={STUDY_ID}&SESSION_ID={'d' * 24}",
+                       follow_redirects=False)
+    assert third.status_code == 409 and "Return study" in third.text
+    assert len(collection.participants()) == 2
+
+
+def _signed(secret: str, body: bytes, timestamp: int, event_id: str) -> dict[str, str]:
+    """Prolific's signature, computed here independently of crowdpref.prolific."""
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + body, hashlib.sha256).digest()
+    return {"X-Prolific-Request-Signature": base64.b64encode(mac).decode(),
+            "X-Prolific-Request-Timestamp": str(timestamp), "X-Event-ID": event_id,
+            "Content-Type": "application/json"}
+
+
+def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_participant(argilla_server, tmp_path, unique):
+    name = f"w{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    assert client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
+                      follow_redirects=False).status_code == 303
+    held = collection.participants()[0]
+    body = json.dumps({"event_type": "submission.status.change", "resource_id": SESSION,
+                       "participant_id": PID, "status": "RETURNED"}).encode()
+    now = int(time.time())
+    # no secret configured yet: 503, nothing happens
+    assert client.post("/hooks/prolific", content=body, headers=_signed("s", body, now, "e0")).status_code == 503
+    secret = "whsec-" + unique
+    collection.store.set_meta(WEBHOOK_SECRET, secret)
+    forged = _signed("not-the-secret", body, now, "e1")
+    assert client.post("/hooks/prolific", content=body, headers=forged).status_code == 401
+    stale = _signed(secret, body, now - 3600, "e2")
+    assert client.post("/hooks/prolific", content=body, headers=stale).status_code == 401
+    tampered = _signed(secret, body, now, "e3")
+    assert client.post("/hooks/prolific", content=body.replace(b"RETURNED", b"APPROVED"), headers=tampered).status_code == 401
+    missing = {k: v for k, v in _signed(secret, body, now, "e4").items() if k != "X-Event-ID"}
+    assert client.post("/hooks/prolific", content=body, headers=missing).status_code == 400
+    assert collection.store.participant(collection.info.id, held.username).status == "active"
+
+    good = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, now, "evt-returned"))
+    assert good.status_code == 200 and good.json()["outcome"] == "RETURNED: work released"
+    after = collection.store.participant(collection.info.id, held.username)
+    assert after.status == RELEASED and after.held == []
+    assert collection.owner.record_ids(collection._dataset_of(after)) == []  # records left Argilla at once
+    # a replay (the same event id again, even freshly signed) changes nothing
+    replay = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-returned"))
+    assert replay.status_code == 200 and replay.json() == {"duplicate": True}
+    assert len(collection.store.deliveries("prolific")) == 1
+    # the returned participant cannot come back; the next arrival takes the freed questions
+    back = client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
+                      follow_redirects=False)
+    assert back.status_code == 410
+    nxt = client.get(f"/s/{name}/study1?PROLIFIC_PID={OTHER_PID}&STUDY_ID={STUDY_ID}&SESSION_ID={'8' * 24}",
+                     follow_redirects=False)
+    assert nxt.status_code == 303
+    newcomer = [p for p in collection.participants() if p.username != held.username][0]
+    assert set(held.items) & set(newcomer.items)
+    # an unknown participant's event is accepted (another study of the workspace) and recorded
+    other = json.dumps({"event_type": "submission.status.change", "resource_id": "9" * 24,
+                        "participant_id": "a" * 24, "status": "RETURNED"}).encode()
+    unknown = client.post("/hooks/prolific", content=other, headers=_signed(secret, other, int(time.time()), "evt-x"))
+    assert unknown.status_code == 200 and unknown.json()["outcome"] == "unknown participant"
