@@ -178,6 +178,7 @@ def llm_answer_writer(client: object, model: str, crowd: CrowdConfig, base_url: 
 class CrowdReport:
     arrived: int = 0  # new participants who claimed work at this visit
     finished: int = 0  # participants who got their completion code at this visit
+    left: int = 0  # participants who returned the study or let it time out at this visit
     full: bool = False  # an arrival found every item's copies in flight or done
     participants_played: int = 0
     answers_submitted: int = 0
@@ -272,10 +273,11 @@ class SimulatedCrowd:
                 new_keys.add(key)
             for n in range(1, known + report.arrived + 1):
                 key = self.key(study_key, n)
-                if self.never_starts(key):
-                    if key not in new_keys:
-                        door.leave(key, "time-out")
-                    report.never_started.append(key)
+                if self.never_starts(key):  # claimed at arrival, never opened; times out at the next visit
+                    if key in new_keys:
+                        report.never_started.append(key)
+                    elif door.leave(key, "time-out"):
+                        report.left += 1
                     continue
                 arrival = door.come_back(key)  # a returning participant: same account, same work
                 if arrival is None or arrival.participant.status != "active":
@@ -302,7 +304,7 @@ class SimulatedCrowd:
                 finally:
                     session.close()
                 if dropping:
-                    door.leave(key, "return")
+                    report.left += int(door.leave(key, "return"))
                 elif door.finish(key) is not None:
                     report.finished += 1
         finally:

@@ -44,8 +44,9 @@ class Door(Protocol):
     def come_back(self, key: str) -> Arrival | None:
         """A participant who arrived before opens their link again; None when they may not."""
 
-    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
-        """They stop for good: return the study, or let it time out."""
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> bool:
+        """They stop for good: return the study, or let it time out. True when that reached a
+        platform (their work is being freed now), False when they just go quiet."""
 
     def finish(self, key: str) -> str | None:
         """They say they are done; returns the completion code they got (None: no code step)."""
@@ -66,8 +67,8 @@ class DirectDoor:
         result = self.collection.claim(key, "simulated")
         return Arrival(result.participant, result.password) if isinstance(result, Claimed) else None
 
-    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
-        return None  # they go quiet: the inactivity window releases their work
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> bool:
+        return False  # they go quiet: the inactivity window releases their work
 
     def finish(self, key: str) -> str | None:
         return None
@@ -145,12 +146,13 @@ class ProlificDoor:
         participant = self.collection.store.participant(self.collection.info.id, username)
         return Arrival(participant, password)
 
-    def leave(self, key: str, how: Literal["return", "time-out"]) -> None:
+    def leave(self, key: str, how: Literal["return", "time-out"]) -> bool:
         submission = self._submissions().get(simulated_prolific_id(self.seed, key))
         if submission is None or submission.status not in ("ACTIVE", "RESERVED"):
-            return  # already returned, timed out or finished
+            return False  # already returned, timed out or finished
         self.fake.post(f"/_fake/submissions/{submission.id}/{how}").raise_for_status()
         self._sessions = None
+        return True
 
     def finish(self, key: str) -> str | None:
         """Open the portal's finish page, follow the way back to Prolific with the code."""
