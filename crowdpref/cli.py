@@ -173,6 +173,8 @@ FLOWS = {
     "screen-responses": ("flows.screen_responses", "screen_responses"),
     "aggregate-ratings": ("flows.aggregate_ratings", "aggregate_ratings"),
     "publish-dataset": ("flows.publish_dataset", "publish_dataset"),
+    "recruit": ("flows.recruit", "recruit"),
+    "sync-prolific": ("flows.sync_prolific", "sync_prolific"),
 }
 
 
@@ -217,6 +219,8 @@ def demo(
     from flows.study import study as study_flow
 
     started = time.perf_counter()
+    if config.crowd.arrive_via == "prolific":
+        _start_fake_prolific(config, settings)
     state = study_flow(str(study), simulate=True, max_wait_s=max_wait_s, return_state=True)
     run_url = f"{settings.prefect_ui_url}/runs/flow-run/{state.state_details.flow_run_id}"
     result = state.result(raise_on_failure=False)
@@ -277,6 +281,67 @@ def drop(
     console.print(f"{username}: marked dropped; the next collect run releases their unanswered items to the pool")
 
 
+@app.command("prolific-webhooks")
+@friendly_errors
+def prolific_webhooks(
+    study: Path = typer.Option(..., "--study", help="The study config (it must recruit on Prolific)."),
+    force: bool = typer.Option(False, help="Create a new secret and subscription even if one is recorded."),
+) -> None:
+    """Subscribe the portal to Prolific's submission webhooks: create the workspace's webhook
+    secret (kept in the owner-only study store), subscribe the portal's /hooks/prolific and
+    confirm it. The portal must be reachable from Prolific (CROWDPREF_PORTAL_URL, HTTPS)."""
+    from crowdpref.config import load_study
+    from crowdpref.portal.links import webhook_url
+    from crowdpref.recruitment import prolific_client, setup_webhooks
+    from crowdpref.store import open_store
+
+    config = load_study(study)
+    settings = _settings()
+    store = open_store(settings)
+    try:
+        with prolific_client(config, settings) as client:
+            recorded = store.get_meta("prolific_webhook_subscription")
+            subscription = setup_webhooks(settings, store, client, settings.prolific_workspace_id, force=force)
+    finally:
+        store.close()
+    if recorded and not force:
+        console.print(f"already subscribed ({subscription}); --force makes a new secret and subscription")
+    else:
+        console.print(f"subscribed {webhook_url(settings)} to submission.status.change ({subscription})", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def invite(
+    study: Path = typer.Argument(..., help="A study config with participants: invite."),
+    key: str = typer.Option("study1", "--key", help="study1 or study2."),
+    count: int = typer.Option(1, "-n", "--count", min=1, max=10000, help="How many links (one per person)."),
+) -> None:
+    """Print signed invitation links for a study without Prolific (pilots, an own panel): one
+    per participant; each claims one batch of work in the portal."""
+    import secrets
+
+    from crowdpref.config import load_study
+    from crowdpref.errors import ConfigError
+    from crowdpref.portal.service import Portal
+    from crowdpref.store import open_store
+
+    config = load_study(study)
+    if config.participants != "invite":
+        raise ConfigError(f"{study}: participants is '{config.participants}': invitation links are for "
+                          "participants: invite")
+    if key not in ("study1", "study2"):
+        raise ConfigError(f"--key must be study1 or study2 (got {key!r})")
+    settings = _settings()
+    store = open_store(settings)
+    try:
+        portal = Portal(settings, store)
+        for _ in range(count):
+            print(portal.invite_link(config.name, key, secrets.token_hex(6)))  # type: ignore[arg-type]
+    finally:
+        store.close()
+
+
 @app.command()
 @friendly_errors
 def password(
@@ -296,6 +361,29 @@ def password(
             print(account.password)
             return
     raise CrowdprefError(f"no account '{username}' in study '{config.name}': check the username (crowdpref demo prints one)")
+
+
+def _start_fake_prolific(config: Any, settings: Settings) -> None:
+    """The demo's participants come through the FAKE Prolific and the portal: start the fake,
+    check the portal runs, and subscribe the portal to the fake's webhooks (a fresh fake knows no
+    subscription, so this is done on every demo run)."""
+    from crowdpref.errors import ServiceError
+    from crowdpref.recruitment import prolific_client, setup_webhooks
+    from crowdpref.store import open_store
+    from services import portal, stack
+
+    if not portal.healthy(settings):
+        raise ServiceError(f"the participant portal is not running at {settings.portal_public_url}: run `crowdpref up`")
+    with console.status("starting the fake Prolific..."):
+        stack.start_fake_prolific(settings)
+    store = open_store(settings)
+    try:
+        with prolific_client(config, settings) as client:
+            setup_webhooks(settings, store, client, workspace_id="demo-workspace", force=True)
+    finally:
+        store.close()
+    console.print(f"Fake Prolific:          http://{settings.host}:{settings.fake_prolific_port}  "
+                  "(simulated participants arrive through it and the portal)", highlight=False)
 
 
 def _use_prefect(settings: Settings) -> None:

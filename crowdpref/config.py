@@ -661,6 +661,9 @@ class ProlificStudy(_Section):
     """Payment per participant in minor units of the workspace currency (pence, cents)."""
     estimated_completion_minutes: Int = Field(30, ge=1)
     """Estimated minutes to finish a batch (Prolific shows it and checks the hourly rate)."""
+    places: Int | None = Field(None, ge=1)
+    """Places to open at first; None: one per participant batch. The sync raises them when
+    returned or timed-out work waits in the pool."""
 
     @property
     def hourly_rate(self) -> float:
@@ -688,6 +691,9 @@ class ProlificConfig(_Section):
     """Study 2 (pairwise ratings)."""
     filters: ProlificFilters = Field(default_factory=ProlificFilters)
     """Eligibility filters."""
+    auto_approve: Bool = False
+    """Approve submissions whose work is complete and valid automatically; false: list them for
+    review (an artifact of the sync-prolific flow)."""
 
 
 # --- the whole study -----------------------------------------------------------------------

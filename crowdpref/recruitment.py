@@ -56,3 +56,236 @@ def prolific_client(config: StudyConfig, settings: Any, **options: Any) -> Any:
         raise ConfigError("PROLIFIC_TOKEN is not set: create an API token in Prolific (Settings > API tokens) "
                           "and export PROLIFIC_TOKEN=...")
     return ProlificClient(target.api_url, target.token, **options)
+
+
+def recruits_on_prolific(config: StudyConfig) -> bool:
+    """Whether the study's collections publish a Prolific study and reconcile its submissions:
+    real recruitment (``participants: prolific`` with ``prolific.enabled``), or a simulation whose
+    crowd arrives through the fake Prolific (``crowd.arrive_via: prolific``)."""
+    if config.participants == "simulated":
+        return config.crowd.arrive_via == "prolific"
+    return config.participants == "prolific" and config.prolific.enabled
+
+
+# --- the Prolific study ------------------------------------------------------------------------------
+PARTS = {"study1": "part 1: writing answers", "study2": "part 2: comparing answers"}
+GROUP_META = "prolific-group:{study}"  # study 1's completers (study 2 blocklists them)
+
+
+def internal_name(study: str, key: str) -> str:
+    """The idempotency key of a collection's Prolific study."""
+    return f"crowdpref:{study}:{key}"
+
+
+def default_places(collection: Any) -> int:
+    """One place per participant batch (the study's remainder batch included)."""
+    return int(collection.spec.batches.participants)
+
+
+def study_payload(config: StudyConfig, key: str, settings: Any, completion_code: str, *, places: int,
+                  completers_group: str | None = None, blocklist_group: str | None = None) -> dict[str, Any]:
+    """The body of ``POST /studies/`` for one collection."""
+    from crowdpref.portal.links import prolific_entry_url
+
+    part = config.prolific.study1 if key == "study1" else config.prolific.study2
+    actions: list[dict[str, Any]] = [{"action": "AUTOMATICALLY_APPROVE" if config.prolific.auto_approve
+                                      else "MANUALLY_REVIEW"}]
+    if key == "study1" and completers_group:
+        actions.append({"action": "ADD_TO_PARTICIPANT_GROUP", "participant_group": completers_group})
+    filters: list[dict[str, Any]] = [
+        {"filter_id": "approval_rate", "selected_range": {"lower": config.prolific.filters.approval_rate, "upper": 100}},
+        {"filter_id": "approval_numbers", "selected_range": {"lower": config.prolific.filters.min_completed}},
+    ]
+    if key == "study2" and blocklist_group:
+        filters.append({"filter_id": "participant_group_blocklist", "selected_values": [blocklist_group]})
+    what = ("write short answers to questions about everyday social situations" if key == "study1"
+            else "compare pairs of answers to questions about everyday social situations")
+    return {
+        "name": f"{config.title} - {PARTS[key]}",
+        "internal_name": internal_name(config.name, key),
+        "description": f"You will {what}, in a web tool called Argilla that opens from this study. "
+                       f"{config.description}".strip(),
+        "external_study_url": prolific_entry_url(settings, config.name, key),
+        "prolific_id_option": "url_parameters",
+        "completion_codes": [{"code": completion_code, "code_type": "COMPLETED", "actions": actions}],
+        "total_available_places": places,
+        "estimated_completion_time": part.estimated_completion_minutes,
+        "reward": part.reward,
+        "filters": filters,
+        "submissions_config": {"max_submissions_per_participant": 1},
+    }
+
+
+def _completers_group(config: StudyConfig, store: Any, client: Any, settings: Any) -> str:
+    """Study 1's completers' participant group: created once, its id kept in the store before
+    anything uses it."""
+    name = GROUP_META.format(study=config.name)
+    group = store.get_meta(name)
+    if group is None:
+        group = client.create_participant_group(f"{config.name}: completed part 1", settings.prolific_workspace_id)
+        store.set_meta(name, group)
+    return group
+
+
+def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, client: Any, *,
+                          publish: bool = True) -> Any:
+    """The collection's Prolific study, created at most once and published. Idempotent: the
+    store's record first; else a Prolific study with our internal name (a run killed between
+    creating and recording adopts it); else a new one. Returns the store's PlatformStudy."""
+    store, cid, key = collection.store, collection.info.id, collection.spec.key
+    platform = store.platform_study(cid)
+    if platform is None:
+        wanted = internal_name(config.name, key)
+        study = next((s for s in client.list_studies() if s.internal_name == wanted), None)
+        if study is None:
+            group = _completers_group(config, store, client, settings)
+            places = (config.prolific.study1 if key == "study1" else config.prolific.study2).places
+            payload = study_payload(config, key, settings, store.completion_code(cid),
+                                    places=places or default_places(collection),
+                                    completers_group=group if key == "study1" else None,
+                                    blocklist_group=group if key == "study2" else None)
+            study = client.create_study(payload)
+            store.log_event(cid, "platform_study_created", platform="prolific")
+        else:
+            store.log_event(cid, "platform_study_adopted", platform="prolific")
+        platform = store.save_platform_study(cid, "prolific", study.id, "draft", places=study.total_available_places)
+    if publish and platform.state in ("draft", "unpublished"):
+        study = client.get_study(platform.external_id)
+        if study.status == "UNPUBLISHED":
+            study = client.publish_study(platform.external_id)
+        platform = store.save_platform_study(cid, "prolific", platform.external_id, study.status.lower(),
+                                             places=study.total_available_places)
+    return platform
+
+
+# --- webhooks ---------------------------------------------------------------------------------------------
+WEBHOOK_SECRET_META = "prolific_webhook_secret"  # the portal reads it under this name
+WEBHOOK_SUBSCRIPTION_META = "prolific_webhook_subscription"
+
+
+def setup_webhooks(settings: Any, store: Any, client: Any, workspace_id: str | None, *, force: bool = False) -> str:
+    """Create the workspace's webhook secret (kept in the owner-only store, where the portal
+    reads it), subscribe the portal's ``/hooks/prolific`` to ``submission.status.change`` and
+    confirm the subscription. Returns the subscription id; with one already recorded and no
+    ``force``, does nothing and returns it."""
+    from crowdpref.errors import ConfigError
+    from crowdpref.portal.links import webhook_url
+
+    existing = store.get_meta(WEBHOOK_SUBSCRIPTION_META)
+    if existing and not force:
+        return existing
+    if not workspace_id:
+        raise ConfigError("prolific_workspace_id is not set: export CROWDPREF_PROLIFIC_WORKSPACE_ID=<the Prolific "
+                          "workspace id> (Prolific: workspace settings)")
+    secret = client.create_webhook_secret(workspace_id)
+    store.set_meta(WEBHOOK_SECRET_META, secret)
+    subscription, hook_secret = client.subscribe_webhook(workspace_id, "submission.status.change", webhook_url(settings))
+    client.confirm_webhook(subscription, hook_secret)
+    store.set_meta(WEBHOOK_SUBSCRIPTION_META, subscription)
+    return subscription
+
+
+# --- reconciliation ----------------------------------------------------------------------------------------
+# statuses that give the place back: the participant's unfinished work returns to the pool
+FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
+
+
+@dataclass
+class SyncReport:
+    """One reconciliation of a collection with its Prolific study (no Prolific ids in it)."""
+
+    key: str
+    places: int = 0
+    active: int = 0
+    returned: int = 0
+    timed_out: int = 0
+    rejected: int = 0
+    awaiting_review: int = 0
+    approved: int = 0
+    released_now: int = 0
+    approved_now: int = 0
+    places_raised_to: int | None = None
+    review: list[tuple[str, str]] | None = None  # (username, reason)
+
+    def row(self) -> dict[str, Any]:
+        return {"study": self.key, "places": self.places, "active": self.active, "returned": self.returned,
+                "timed out": self.timed_out, "rejected": self.rejected, "awaiting review": self.awaiting_review,
+                "approved": self.approved, "released now": self.released_now, "approved now": self.approved_now,
+                "places raised to": self.places_raised_to or "", "to review": len(self.review or [])}
+
+
+def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, private_dir: Any = None) -> SyncReport:
+    """Reconcile the collection's Prolific submissions with the store: release the work of
+    RETURNED / TIMED-OUT / REJECTED participants still active here (the backstop for lost
+    webhooks); approve AWAITING REVIEW submissions whose work is complete (``auto_approve``)
+    or list them for review; raise places when freed work waits for nobody. Submission ids for
+    review go to ``private_dir/prolific-review-<key>.json`` only."""
+    import math
+
+    from crowdpref.store import ACTIVE, COMPLETE
+
+    store, cid, key = collection.store, collection.info.id, collection.spec.key
+    report = SyncReport(key=key, review=[])
+    platform = store.platform_study(cid)
+    if platform is None:
+        return report
+    study = client.get_study(platform.external_id)
+    submissions = client.list_submissions(platform.external_id)
+    to_approve: list[str] = []
+    private: list[dict[str, str]] = []
+    for submission in submissions:
+        status = submission.status
+        report.active += status in ("ACTIVE", "RESERVED")
+        report.returned += status == "RETURNED"
+        report.timed_out += status == "TIMED-OUT"
+        report.rejected += status == "REJECTED"
+        report.approved += status == "APPROVED"
+        participant = store.participant_by_key(cid, submission.participant_id)
+        if status in FREEING:
+            if participant is not None and participant.status == ACTIVE:
+                if collection.release(participant, f"{status} on Prolific (sync)"):
+                    report.released_now += 1
+                    store.log_event(cid, "released_by_sync", participant.id, status=status)
+            continue
+        if status != "AWAITING REVIEW":
+            continue
+        report.awaiting_review += 1
+        if participant is None:
+            reason = "no work claimed through the portal"
+        elif participant.status != COMPLETE:
+            reason = "not every item submitted"
+        else:
+            reason = ""
+        if not reason and config.prolific.auto_approve:
+            to_approve.append(submission.id)
+            store.log_event(cid, "approved", participant.id)  # type: ignore[union-attr]
+            continue
+        username = participant.username if participant is not None else "(unknown)"
+        report.review.append((username, reason or "complete: approve"))  # type: ignore[union-attr]
+        private.append({"username": username, "submission_id": submission.id, "reason": reason or "complete"})
+        if participant is not None and not any(e["participant_id"] == participant.id and e["kind"] == "review"
+                                               for e in store.events(cid, kinds=["review"])):
+            store.log_event(cid, "review", participant.id, reason=reason or "complete")
+    if to_approve:
+        client.bulk_approve(to_approve)
+        report.approved_now = len(to_approve)
+        report.approved += len(to_approve)
+        report.awaiting_review -= len(to_approve)
+    # places: freed work needs someone to take it
+    report.places = study.total_available_places
+    holding = sum(1 for s in submissions if s.status not in FREEING)
+    progress = collection.progress()
+    needed = math.ceil(progress.unclaimed / collection.info.per_participant) if progress.unclaimed else 0
+    free = max(0, study.total_available_places - holding)
+    if needed > free and not progress.complete:
+        report.places_raised_to = study.total_available_places + (needed - free)
+        client.increase_places(platform.external_id, report.places_raised_to)
+        report.places = report.places_raised_to
+        store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=report.places)
+    if private_dir is not None and private:
+        from pathlib import Path
+
+        from crowdpref.runfolder import write_json
+
+        write_json(private, Path(private_dir) / f"prolific-review-{key}.json", private=True)
+    return report

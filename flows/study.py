@@ -9,11 +9,13 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from crowdpref.config import load_study
+from crowdpref.recruitment import recruits_on_prolific
 from flows.aggregate_ratings import aggregate_ratings
 from flows.collect_ratings import collect_ratings
 from flows.collect_responses import collect_responses
 from flows.generate_questions import generate_questions
 from flows.publish_dataset import publish_dataset
+from flows.recruit import recruit
 from flows.screen_responses import screen_responses
 from flows.simulate_crowd import simulate_crowd
 from tasks.collection import artifact_key, wait_for_release
@@ -28,6 +30,11 @@ def study(
 ) -> dict[str, Any]:
     """Run a study end to end: generate questions -> study 1 (written answers) -> hate-speech
     screening -> study 2 (pairwise ratings) -> aggregation -> publishing.
+
+    On Prolific (or in a simulation whose crowd arrives through the fake Prolific) each study's
+    Prolific study is published once, when its collection starts; returned and timed-out
+    submissions free their work through the portal's webhooks, and each collection run
+    reconciles the submissions (approvals, lost webhooks, places).
 
     Screening runs as soon as study 1 is complete and before study 2 builds its pairs, so that
     ``screening.policy: drop`` keeps flagged answers out of the pairs (nobody rates them).
@@ -55,8 +62,11 @@ def study(
         stages.append({"stage": name, "status": status, "seconds": round(time.perf_counter() - started, 1)})
         return result
 
+    on_prolific = recruits_on_prolific(config)
+
     def collection(key: str, collect: Any) -> str:
-        return timed(f"collect ({key})", lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits))
+        return timed(f"collect ({key})",
+                     lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits, on_prolific))
 
     timed("generate-questions", lambda: generate_questions(study))
     if collection("study1", collect_responses) != "complete":
@@ -70,10 +80,15 @@ def study(
     return _finish(config.name, "complete", stages)
 
 
-def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: float, max_visits: int) -> str:
-    """One collection: provision and read back; with a simulated crowd, let it visit (and wait
-    for drop-outs to be released when that is due soon) until complete or out of visits."""
+def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: float, max_visits: int,
+             on_prolific: bool) -> str:
+    """One collection: provision and read back (on Prolific, also reconcile its submissions);
+    on Prolific, make sure its Prolific study is published (once); with a simulated crowd, let
+    it visit (and wait for drop-outs to be released when that is due soon) until complete or
+    out of visits."""
     status = collect(study)
+    if on_prolific and status != "complete":
+        recruit(study, key)
     for visit in range(max_visits):
         if status == "complete" or not simulate:
             break
@@ -81,7 +96,7 @@ def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: flo
             # nobody had anything left to do: only quiet participants hold work
             if not wait_for_release(study, key, max_wait_s, visit):
                 break
-        status = collect(study)
+        status = collect(study)  # on Prolific each collection run also reconciles the submissions
     return status
 
 

@@ -92,6 +92,7 @@ def advance_collection(study: str, key: StudyKey, output: Path, export: Callable
     print(f"{key}: {progress.submitted}/{progress.needed} {noun} submitted, {progress.outstanding} held, "
           f"{progress.unclaimed} unclaimed, {len(progress.released_now)} participants released, "
           f"{progress.pool_ready} warm accounts")
+    _sync_prolific(study, key)
     if not progress.complete:
         return "waiting"
     print(f"{key} complete: {export(study)}")
@@ -111,3 +112,32 @@ def publish_validation(study_name: str, key: str, report: dict) -> None:
         markdown=report_markdown(f"{key} validation", report),
         description=f"{key}: every item has its answers; every workspace held exactly its allocation",
     )
+
+
+def _sync_prolific(study: str, key: StudyKey) -> None:
+    """On Prolific: reconcile its submissions (approvals, the backstop for lost webhooks, places)
+    and show their state. A Prolific failure is reported, never fails the collection run."""
+    from crowdpref.config import load_study
+    from crowdpref.recruitment import recruits_on_prolific
+    from crowdpref.settings import load_settings
+    from crowdpref.store import open_store
+    from tasks.prolific import sync_prolific_submissions
+
+    config = load_study(study)
+    if not recruits_on_prolific(config):
+        return
+    store = open_store(load_settings())
+    try:
+        info = store.find_collection(config.name, key)
+        published = info is not None and store.platform_study(info.id) is not None
+    finally:
+        store.close()
+    if not published:
+        return
+    state = sync_prolific_submissions(study, key, return_state=True)
+    if state.is_completed():
+        row = state.result()
+        print(f"{key} on Prolific: {row['places']} places, {row['active']} active, {row['returned']} returned, "
+              f"{row['timed out']} timed out, {row['awaiting review']} awaiting review, {row['approved']} approved")
+    else:
+        print(f"{key}: reading Prolific failed ({state.message}); the collection goes on, the next run retries")

@@ -26,7 +26,7 @@ from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import links
-from crowdpref.recruitment import ProlificTarget, prolific_target
+from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
 from crowdpref.store import ACTIVE, COMPLETE, Claimed, Full, ParticipantState, Refused, Store
 
 Key = Literal["study1", "study2"]
@@ -35,11 +35,8 @@ PROLIFIC_ID = re.compile(r"^[0-9a-fA-F]{24}$")
 # Prolific statuses under which the person may (still) work or see their code
 WORKING = ("RESERVED", "ACTIVE")
 FINISHED = ("AWAITING REVIEW", "APPROVED")
-# statuses that give the place back: the participant's unfinished work returns to the pool
-RELEASING_STATUSES = ("RETURNED", "TIMED-OUT", "REJECTED")
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
-WEBHOOK_SECRET = "prolific_webhook_secret"
 ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0
 
 
@@ -364,7 +361,7 @@ class Portal:
             return "unknown participant"
         info, participant = found
         self.store.log_event(info.id, "platform_status", participant.id, status=status)
-        if status not in RELEASING_STATUSES:
+        if status not in FREEING:
             return f"recorded {status}"
         try:
             collection = self.collection(info.study, info.key)  # type: ignore[arg-type]

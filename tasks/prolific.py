@@ -1,0 +1,62 @@
+"""Prefect tasks over :mod:`crowdpref.recruitment`: publish a collection's Prolific study
+(once), reconcile its submissions, and the artifacts a study team looks at (a link to the
+Prolific study, the state of its submissions - never a Prolific id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_link_artifact, create_table_artifact
+
+from crowdpref.config import load_study
+from crowdpref.recruitment import ensure_prolific_study, prolific_client, prolific_target, sync_prolific
+from crowdpref.runfolder import RunFolder
+from crowdpref.settings import load_settings
+from crowdpref.studies import StudyKey, open_collection
+from tasks.collection import artifact_key
+from tasks.retries import NETWORK
+
+
+def prolific_study_link(target: Any, study_id: str) -> str:
+    """Where a person sees the study: the researcher app, or the fake's API for a simulation."""
+    if target.fake:
+        return f"{target.api_url}studies/{study_id}/"
+    return f"https://app.prolific.com/researcher/workspaces/studies/{study_id}"
+
+
+@task(name="publish-prolific-study", **NETWORK)
+def publish_prolific_study(study: str, key: StudyKey) -> str:
+    """Create (at most once) and publish the collection's Prolific study; returns its id."""
+    config, settings = load_study(study), load_settings()
+    collection = open_collection(study, key)
+    with prolific_client(config, settings) as client:
+        platform = ensure_prolific_study(collection, config, settings, client)
+    target = prolific_target(config, settings)
+    create_link_artifact(
+        key=artifact_key(config.name, f"{key}-prolific-study"),
+        link=prolific_study_link(target, platform.external_id),
+        link_text=f"{key} on {'the FAKE ' if target.fake else ''}Prolific ({platform.state}, {platform.places} places)",
+        description=f"{key}: the Prolific study participants arrive from",
+    )
+    return platform.external_id
+
+
+@task(name="sync-prolific-submissions", **NETWORK)
+def sync_prolific_submissions(study: str, key: StudyKey) -> dict[str, Any]:
+    """Reconcile one collection's Prolific submissions with the store (see
+    :func:`crowdpref.recruitment.sync_prolific`); a table artifact with the counts."""
+    config, settings = load_study(study), load_settings()
+    collection = open_collection(study, key)
+    run = RunFolder.for_study(settings.runs_dir, config.name)
+    with prolific_client(config, settings) as client:
+        report = sync_prolific(collection, config, client, private_dir=run.private_dir)
+    create_table_artifact(
+        key=artifact_key(config.name, f"{key}-prolific"),
+        table=[report.row()] + [{"study": key, "to review": f"{user}: {reason}"} for user, reason in report.review or []],
+        description=(f"{key} on Prolific: {report.places} places, {report.active} active, {report.returned} returned, "
+                     f"{report.timed_out} timed out, {report.awaiting_review} awaiting review, {report.approved} "
+                     f"approved ({report.approved_now} now); submission ids for review are in the run folder's "
+                     "private part"),
+    )
+    return report.row()

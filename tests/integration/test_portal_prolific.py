@@ -1,0 +1,171 @@
+"""The whole participant lifecycle through the fake Prolific and the portal, on the real
+embedded Argilla, the real store and Prefect's test harness: the study flow publishes each
+study's Prolific study once, simulated participants take places on the fake Prolific, open the
+portal link, are verified, claim, are sent into Argilla, and either finish (completion redirect
+with the right code; approved by the sync), return the study (the signed webhook frees their
+work at once, and the next arrival claims it) or time out. A study-1 completer is kept out of
+study 2 by Prolific's blocklist AND, when they get the link anyway, by the portal. A webhook
+that never arrives is caught by the sync, which also raises places for freed work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from crowdpref.crowd_arrivals import ProlificDoor, simulated_prolific_id
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import Portal
+from crowdpref.prolific import ProlificClient
+from crowdpref.recruitment import ensure_prolific_study, internal_name, setup_webhooks, sync_prolific
+from crowdpref.settings import load_settings
+from crowdpref.store import open_store
+from tests.conftest import free_port
+from tests.fakes.prolific_server import FakeProlific
+from tests.portal_server import PortalThread
+
+pytestmark = pytest.mark.integration
+
+
+def _study(folder: Path, name: str, **overrides: object) -> str:
+    data = {
+        "name": name, "seed": 5, "participants": "simulated",
+        "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
+        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 30},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 30},
+        "screening": {"fallback": "profanity-check"},
+        "crowd": {"dropout_rate": 0.2, "never_start_rate": 0.1, "low_effort_rate": 0.1, "offensive_rate": 0.0,
+                  "arrive_via": "prolific"},
+        "prolific": {"auto_approve": True},
+    }
+    for key, value in overrides.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value  # type: ignore[dict-item]
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture()
+def prolific_stack(study_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The fake Prolific, and the portal over real HTTP serving the studies in ``tmp_path/studies``,
+    subscribed to the fake's webhooks."""
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    with FakeProlific(page_size=5, retry_delay_s=0.1) as fake:
+        monkeypatch.setenv("CROWDPREF_FAKE_PROLIFIC_PORT", str(fake.port))
+        monkeypatch.setenv("CROWDPREF_PORTAL_PORT", str(free_port()))
+        monkeypatch.setenv("CROWDPREF_PORTAL_STUDIES", str(studies))
+        settings = load_settings()
+        store = open_store(settings)
+        portal = Portal(settings, store)
+        with PortalThread(create_app(portal), port=settings.portal_port), \
+                ProlificClient(fake.base_url, fake.token) as client:
+            setup_webhooks(settings, store, client, "workspace", force=True)
+            yield fake, client, studies, settings
+        store.close()
+
+
+def test_both_studies_through_the_fake_prolific_and_the_portal(prefect_harness, prolific_stack, argilla_server, unique):
+    from flows.study import study as study_flow
+
+    fake, client, studies, settings = prolific_stack
+    name = f"l{unique}"
+    study = _study(studies, name)
+    result = study_flow(study, simulate=True, max_wait_s=5)
+    assert result["status"] == "complete", result
+    run_dir = settings.runs_dir / name
+
+    # exactly R answers per question and R ratings per pair
+    responses = pd.read_parquet(run_dir / "responses.parquet")
+    assert responses.groupby("question_id").size().tolist() == [4] * 6
+    ratings = pd.read_parquet(run_dir / "ratings.parquet")
+    assert ratings.groupby("pair_id").size().unique().tolist() == [3]
+
+    # one Prolific study per collection, published, with the portal's entry URL
+    ours = [s for s in client.list_studies() if s.internal_name and s.internal_name.startswith(f"crowdpref:{name}:")]
+    assert sorted(s.internal_name for s in ours) == [internal_name(name, "study1"), internal_name(name, "study2")]
+    by_key = {s.internal_name.rsplit(":", 1)[1]: s for s in ours}
+    assert by_key["study1"].external_study_url.startswith(f"{settings.portal_public_url}/s/{name}/study1?PROLIFIC_PID=")
+
+    store = open_store(settings)
+    s1, s2 = store.find_collection(name, "study1"), store.find_collection(name, "study2")
+    released = [p for p in store.participants(s1.id) if p.status == "released"]
+    assert any(p.release_reason == "RETURNED on Prolific" for p in released), [p.release_reason for p in released]
+    assert store.events(s1.id, kinds=["reallocated"]), "the freed work was claimed by a later arrival"
+    assert len(store.deliveries("prolific")) >= len(released)
+    # everyone who finished got the right code, landed on Prolific's completion page, and was approved
+    code1, code2 = store.completion_code(s1.id), store.completion_code(s2.id)
+    completed1 = [p for p in store.participants(s1.id) if p.status == "complete"]
+    assert fake.completion_visits.count(code1) == len(completed1) and code2 in fake.completion_visits
+    subs1 = client.list_submissions(by_key["study1"].id)
+    assert sum(s.status == "APPROVED" for s in subs1) == len(completed1)
+    assert {s.study_code for s in subs1 if s.status == "APPROVED"} == {code1}
+
+    # study 1's completers are in the group study 2 blocklists ...
+    group = store.get_meta(f"prolific-group:{name}")
+    assert {"filter_id": "participant_group_blocklist", "selected_values": [group]} in by_key["study2"].filters
+    members = set(client.participant_group_members(group))
+    assert len(members) == len(completed1)
+    # ... so Prolific does not let one take study 2, and if they get the link anyway, the portal refuses
+    completer = sorted(members)[0]
+    import httpx
+
+    assert httpx.post(f"{fake.app_url}/_fake/studies/{by_key['study2'].id}/arrive",
+                      json={"participant_id": completer}).status_code == 403
+    with fake.lock:  # Prolific's filter missed them (a stale group): they hold a real session
+        fake.studies[by_key["study2"].id]["filters"] = []
+    arrival = httpx.post(f"{fake.app_url}/_fake/studies/{by_key['study2'].id}/arrive",
+                         json={"participant_id": completer}).json()
+    entry = httpx.get(arrival["url"], follow_redirects=False)
+    assert entry.status_code == 403 and "first part of this project" in entry.text
+    assert store.participant_by_key(s2.id, completer) is None
+    assert not set(store.key_hashes(s1.id)) & set(store.key_hashes(s2.id))  # nobody from study 1 rated
+    store.close()
+
+
+def test_a_lost_webhook_is_caught_by_the_sync_which_raises_places(prolific_stack, argilla_server, unique):
+    from crowdpref.runfolder import write_parquet
+    from crowdpref.studies import open_collection
+    from tests.integration.test_study1_collection import _questions
+
+    fake, client, studies, settings = prolific_stack
+    name = f"s{unique}"
+    study = _study(studies, name, study1={"responses_per_question": 2, "questions_per_participant": 3},
+                   study2={"pairs_per_participant": 6}, prolific={"auto_approve": True, "study1": {"places": 2}})
+    write_parquet(_questions(), settings.runs_dir / name / "questions.parquet")
+    collection = open_collection(study, "study1")
+    from crowdpref.config import load_study
+
+    config = load_study(study)
+    platform = ensure_prolific_study(collection, config, settings, client)
+    assert ensure_prolific_study(collection, config, settings, client).external_id == platform.external_id
+    assert platform.state == "active" and platform.places == 2
+    assert len([s for s in client.list_studies() if s.internal_name == internal_name(name, "study1")]) == 1
+
+    fake.drop_webhooks = True  # Prolific's webhook never arrives
+    door = ProlificDoor(collection, config.seed, settings.portal_public_url, client, fake.app_url)
+    try:
+        first = door.arrive("sim-study1-0001")
+        assert first is not None and len(first.participant.held) == 3
+        assert door.leave("sim-study1-0001", "return")
+        assert fake.wait_for_deliveries()
+        assert collection.store.participant(collection.info.id, first.participant.username).status == "active"
+
+        report = sync_prolific(collection, config, client)
+        assert report.released_now == 1 and report.returned == 1
+        after = collection.store.participant(collection.info.id, first.participant.username)
+        assert after.status == "released" and after.release_reason == "RETURNED on Prolific (sync)"
+        # 12 slots free again, 3 per person: 4 people needed; 2 places, none held -> 2 more places
+        assert report.places_raised_to == 4 and client.get_study(platform.external_id).total_available_places == 4
+        assert sync_prolific(collection, config, client).places_raised_to is None  # nothing more to do
+
+        second = door.arrive("sim-study1-0002")
+        assert second is not None and set(second.participant.items) & set(first.participant.items)
+    finally:
+        door.close()
+    # the returned participant's Prolific id never reached the store in the clear
+    pid = simulated_prolific_id(config.seed, "sim-study1-0001")
+    store_bytes = b"".join(p.read_bytes() for p in settings.state_dir.glob("store.sqlite*"))
+    assert pid.encode() not in store_bytes
