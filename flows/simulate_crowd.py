@@ -25,9 +25,9 @@ def simulate_crowd(
     a browser uses: writers answer questions (study 1), raters compare answer pairs (study 2).
     Some never start, some go quiet part-way, some answer carelessly or rudely, some raters
     click at random - as configured in the study's `crowd` section. `stage: auto` plays study 1
-    until its export exists, then study 2. Returns the activity of the visit: items submitted
-    plus participants who left through Prolific (returned or timed out: their work is free
-    again), so 0 means nobody could do anything.
+    until its export exists, then study 2. Returns the activity of the visit: items submitted,
+    participants who arrived, and participants who left through Prolific (returned or timed
+    out: their work is free again) - 0 means nobody could do anything.
 
     Refuses a study whose config takes real participants (`participants: prolific` or
     `invite`) unless `force` is set."""
@@ -41,4 +41,4 @@ def simulate_crowd(
           f"{report.participants_played} participants played, {report.answers_submitted} submitted, "
           f"{report.finished} finished with their code, {len(report.never_started)} never started, "
           f"{len(report.dropouts)} drop-outs, kinds {report.kinds}")
-    return report.answers_submitted + report.left
+    return report.answers_submitted + report.left + report.arrived

@@ -116,6 +116,7 @@ def test_both_studies_through_the_fake_prolific_and_the_portal(prefect_harness, 
                       json={"participant_id": completer}).status_code == 403
     with fake.lock:  # Prolific's filter missed them (a stale group): they hold a real session
         fake.studies[by_key["study2"].id]["filters"] = []
+    client.increase_places(by_key["study2"].id, by_key["study2"].total_available_places + 5)
     arrival = httpx.post(f"{fake.app_url}/_fake/studies/{by_key['study2'].id}/arrive",
                          json={"participant_id": completer}).json()
     entry = httpx.get(arrival["url"], follow_redirects=False)
