@@ -170,3 +170,53 @@ def test_a_lost_webhook_is_caught_by_the_sync_which_raises_places(prolific_stack
     pid = simulated_prolific_id(config.seed, "sim-study1-0001")
     store_bytes = b"".join(p.read_bytes() for p in settings.state_dir.glob("store.sqlite*"))
     assert pid.encode() not in store_bytes
+
+
+def test_the_portal_verifies_prolific_visitors_before_allocating(prolific_stack, argilla_server, unique):
+    """A SESSION_ID of someone else, the wrong study, an unknown session, a returned submission,
+    a study not published yet: each refused with its status, and nothing is claimed."""
+    import httpx
+
+    from crowdpref.config import load_study
+    from crowdpref.runfolder import write_parquet
+    from crowdpref.studies import open_collection
+    from tests.integration.test_study1_collection import _questions
+
+    fake, client, studies, settings = prolific_stack
+    name = f"v{unique}"
+    study = _study(studies, name, study1={"responses_per_question": 2, "questions_per_participant": 3},
+                   study2={"pairs_per_participant": 6})
+    write_parquet(_questions(), settings.runs_dir / name / "questions.parquet")
+    collection = open_collection(study, "study1")
+    entry = f"{settings.portal_public_url}/s/{name}/study1"
+    ids = "PROLIFIC_PID={}&STUDY_ID={}&SESSION_ID={}"
+    not_yet = httpx.get(f"{entry}?{ids.format('a' * 24, 'b' * 24, 'c' * 24)}", follow_redirects=False)
+    assert not_yet.status_code == 409 and "not open yet" in not_yet.text
+
+    platform = ensure_prolific_study(collection, load_study(study), settings, client)
+    other = client.publish_study(client.create_study({
+        "name": "another", "external_study_url": by_placeholders(entry), "total_available_places": 5,
+        "completion_codes": [{"code": "X", "code_type": "COMPLETED", "actions": []}]}).id)
+    alice, bob = fake.arrive(platform.external_id), fake.arrive(platform.external_id)
+    elsewhere = fake.arrive(other.id, alice["participant_id"])
+    cases = [
+        (ids.format(bob["participant_id"], platform.external_id, alice["session_id"]), 403, "someone else"),
+        (ids.format(alice["participant_id"], other.id, elsewhere["session_id"]), 403, "another Prolific study"),
+        (ids.format(alice["participant_id"], platform.external_id, "0" * 24), 403, "does not know this session"),
+    ]
+    for query, status, words in cases:
+        response = httpx.get(f"{entry}?{query}", follow_redirects=False)
+        assert (response.status_code, words in response.text) == (status, True), (query, response.text)
+        assert alice["participant_id"] not in response.text and bob["participant_id"] not in response.text
+    fake.return_submission(bob["session_id"])
+    returned = httpx.get(f"{entry}?{ids.format(bob['participant_id'], platform.external_id, bob['session_id'])}",
+                         follow_redirects=False)
+    assert returned.status_code == 409 and "returned" in returned.text
+    assert collection.participants() == []  # nothing was allocated to anyone
+    good = httpx.get(f"{entry}?{ids.format(alice['participant_id'], platform.external_id, alice['session_id'])}",
+                     follow_redirects=False)
+    assert good.status_code == 303 and len(collection.participants()) == 1
+
+
+def by_placeholders(entry: str) -> str:
+    return f"{entry}?PROLIFIC_PID={{{{%PROLIFIC_PID%}}}}&STUDY_ID={{{{%STUDY_ID%}}}}&SESSION_ID={{{{%SESSION_ID%}}}}"
