@@ -262,7 +262,7 @@ class SimulatedCrowd:
         study_key = collection.spec.key
         door = door or DirectDoor(collection)
         try:
-            known = len(collection.participants())
+            known = door.known()
             new_keys = set()
             for n in range(known + 1, known + 1 + (self.crowd.arrivals_per_visit if arrivals is None else arrivals)):
                 key = self.key(study_key, n)

@@ -41,6 +41,9 @@ class Door(Protocol):
     def arrive(self, key: str) -> Arrival | None:
         """A new participant comes in; None when there is no work for them (full / refused)."""
 
+    def known(self) -> int:
+        """How many participants have arrived so far (the next newcomer gets number known + 1)."""
+
     def come_back(self, key: str) -> Arrival | None:
         """A participant who arrived before opens their link again; None when they may not."""
 
@@ -62,6 +65,9 @@ class DirectDoor:
 
     def arrive(self, key: str) -> Arrival | None:
         return self.come_back(key)
+
+    def known(self) -> int:
+        return len(self.collection.participants())
 
     def come_back(self, key: str) -> Arrival | None:
         result = self.collection.claim(key, "simulated")
@@ -117,7 +123,14 @@ class ProlificDoor:
             return None
         reply.raise_for_status()
         self._sessions = None
-        return self._enter(key, reply.json()["url"])
+        arrival = self._enter(key, reply.json()["url"])
+        if arrival is None:  # the portal said full / not eligible: they return the study, as it asks
+            self.fake.post(f"/_fake/submissions/{reply.json()['session_id']}/return").raise_for_status()
+        return arrival
+
+    def known(self) -> int:
+        """Everyone who took a place on the study so far (also those the portal turned away)."""
+        return len(self._submissions())
 
     def come_back(self, key: str) -> Arrival | None:
         submission = self._submissions().get(simulated_prolific_id(self.seed, key))
