@@ -19,7 +19,8 @@ def main() -> int:
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    logging.getLogger("crowdpref.portal").setLevel(logging.INFO)  # method, path, status: never a query
     try:
         settings = load_settings()
         app = build_app(settings)
