@@ -187,17 +187,24 @@ class Collection:
         """Give the participant known by ``key`` (a Prolific id, an invite key, a simulated
         name) their work, and make it visible in their dataset. Idempotent: the same key gets
         the same account and items back (and a half-finished earlier claim is completed).
-        ``refill``: when the claim took a warm account, top the pool up in the background (a
-        long-running process such as the portal; collection runs refill anyway)."""
+        ``refill``: when the claim left the pool below half its target, top it up in the
+        background (a long-running process such as the portal; collection runs refill anyway)."""
         exclude = None
         if self.spec.exclude_from is not None:
             exclude = self.store.find_collection(self.spec.study_name, self.spec.exclude_from)
         result = self.store.claim(self.info, key, source, exclude_collection=exclude)
         if isinstance(result, Claimed):
             self.make_visible(result.participant, result.password)
-            if refill and result.new:
+            if refill and result.new and self._pool_low():
                 self.refill_in_background()
         return result
+
+    def _pool_low(self) -> bool:
+        """Below half the target K ready accounts: time to refill. (Refilling after every claim
+        would provision accounts - bcrypt, workspace, dataset - on the same Argilla exactly while
+        a burst of arrivals needs it; half a pool still serves the next K/2 arrivals warm.)"""
+        ready = sum(a.state == "ready" for a in self.store.accounts(self.info.id))
+        return ready < max(1, self.spec.pool_size // 2)
 
     def make_visible(self, participant: ParticipantState, password: str | None = None) -> None:
         """Finish a claim in Argilla: the account exists (cold claims create it now) and the

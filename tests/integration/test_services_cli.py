@@ -34,6 +34,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
         CROWDPREF_ARGILLA_PORT=str(free_port()),
         CROWDPREF_PREFECT_PORT=str(free_port()),
         CROWDPREF_REDIS_PORT=str(free_port()),
+        CROWDPREF_PORTAL_PORT=str(free_port()),
         CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
         COLUMNS="200",
     )
@@ -47,6 +48,9 @@ def test_up_status_down_round_trip(cli_env):
         assert started.returncode == 0, started.stderr + started.stdout
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_ARGILLA_PORT']}" in started.stdout
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_PREFECT_PORT']}" in started.stdout
+        assert f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}" in started.stdout
+        portal = httpx.get(f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}/s/nosuchstudy/study1", timeout=10)
+        assert portal.status_code == 404 and "Study not found" in portal.text  # the portal serves pages
 
         creds_file = state / "secrets" / "argilla-owner.json"
         creds = json.loads(creds_file.read_text())
@@ -62,10 +66,10 @@ def test_up_status_down_round_trip(cli_env):
 
         status = run_cli(cli_env, "status")
         assert status.returncode == 0, status.stdout
-        assert status.stdout.count("healthy") == 4 and "unhealthy" not in status.stdout
+        assert status.stdout.count("healthy") == 5 and "unhealthy" not in status.stdout
 
         records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
-        assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server"}
+        assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server", "portal"}
 
         # a flow run against both services, recorded by the embedded Prefect server
         smoke = run_cli(cli_env, "smoke")
@@ -90,7 +94,7 @@ def test_up_status_down_round_trip(cli_env):
     assert stopped.returncode == 0, stopped.stderr
     for name, record in records.items():
         assert group_members(record["pid"]) == [], f"{name} left processes behind"
-    for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT"):
+    for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT", "CROWDPREF_PORTAL_PORT"):
         assert not port_in_use("127.0.0.1", int(cli_env[port])), port
     assert list((state / "run").glob("*.json")) == []
     after = run_cli(cli_env, "status")

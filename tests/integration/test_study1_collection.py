@@ -251,9 +251,12 @@ def test_a_claim_can_refill_the_pool_in_the_background(argilla_server, tmp_path,
     collection.refill_pool()  # K = 2
     claimed = collection.claim("person-1", "simulated", refill=True)
     assert isinstance(claimed, Claimed) and claimed.participant.username == f"{config.study1.username_prefix}-0001"
-    for _ in range(200):  # the background refill makes a new account ready
+    time.sleep(1.0)  # half the pool is still ready: no refill yet (none during a burst of arrivals)
+    assert [a.state for a in store.accounts(collection.info.id)] == ["bound", "ready"]
+    assert isinstance(collection.claim("person-2", "simulated", refill=True), Claimed)
+    for _ in range(200):  # below half: the background refill makes new accounts ready
         if [a.state for a in store.accounts(collection.info.id)].count("ready") == 2:
             break
         time.sleep(0.1)
     states = [a.state for a in store.accounts(collection.info.id)]
-    assert states == ["bound", "ready", "ready"], states
+    assert states == ["bound", "bound", "ready", "ready"], states
