@@ -121,6 +121,7 @@ class Portal:
         self._open_collection = open_collection or (lambda path, key: _open_collection(path, key, settings))
         self._prolific_factory = prolific_factory or _prolific_client
         self._collections: dict[tuple[str, str], Collection] = {}
+        self._configs: dict[Path, tuple[int, StudyConfig]] = {}
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._person_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -136,7 +137,18 @@ class Portal:
         if path is None:
             raise Refusal(404, "Study not found",
                           "We could not find this study. Please check the link, or contact the researchers.")
-        return load_study(path), path
+        try:
+            mtime = path.stat().st_mtime_ns
+            with self._lock:
+                cached = self._configs.get(path)
+            if cached is None or cached[0] != mtime:  # parsed once per version of the file
+                cached = (mtime, load_study(path))
+                with self._lock:
+                    self._configs[path] = cached
+        except (OSError, CrowdprefError) as exc:  # the config broke while the study runs
+            raise Refusal(503, "Study unavailable", "This study cannot be opened right now. Please try again "
+                          "in a few minutes, or contact the researchers.") from exc
+        return cached[1], path
 
     def collection(self, study: str, key: Key) -> Collection:
         config, path = self.config(study, key)
@@ -293,7 +305,7 @@ class Portal:
         except CrowdprefError as exc:
             raise Refusal(503, "Please try again",
                           "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
-        total = len([a for a in participant.assignments])
+        total = len(participant.assignments)
         submitted = len(participant.submitted)
         if participant.status != COMPLETE:
             dataset = participant.dataset_id
@@ -312,7 +324,7 @@ class Portal:
         return Finish(True, submitted, total, code=code, completion_url=completion)
 
     def welcome(self, study: str, key: Key, cookie: str | None) -> tuple[StudyConfig, ParticipantState]:
-        collection, participant = self.participant(study, key, cookie)
+        _, participant = self.participant(study, key, cookie)
         config, _ = self.config(study, key)
         return config, participant
 

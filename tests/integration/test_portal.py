@@ -138,6 +138,9 @@ def test_refusals_have_their_status_and_allocate_nothing(argilla_server, tmp_pat
     assert client.get(f"{base}/done").status_code == 401
     client.cookies.set(f"crowdpref-{name}-study1", "eyJjIjoxLCJ1IjoieCJ9.forged", path=f"{base}")
     assert client.get(f"{base}/done").status_code == 401  # a forged cookie
+    (tmp_path / "studies" / "broken.yaml").write_text(f"name: broken{unique}\nstudy1: {{responses_per_question: 1}}\n")
+    broken = client.get(f"/s/broken{unique}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}")
+    assert broken.status_code == 503 and "cannot be opened" in broken.text  # a config broken mid-study
     invite_portal, _, invite_client = _portal(tmp_path / "inv", argilla_server, f"i{unique}", "invite")
     assert invite_client.get(f"/s/i{unique}/study1?invite=made-up", follow_redirects=False).status_code == 403
     assert collection.participants() == []
