@@ -137,4 +137,7 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
         assert all(v == {"response": TEXT, "quality": 4} for v in values), values
     else:
         assert all(v == {"preference": 2} for v in values), values
+    # the one hop that carried the credentials left no trace in the embedded Argilla's log
+    log = (argilla_server.settings.logs_dir / "argilla-server.log").read_text(errors="replace")
+    assert "sign-in?auth=" not in log and participant.username not in log
     assert httpx.get(f"{argilla_server.api_url}/api/v1/status").status_code == 200

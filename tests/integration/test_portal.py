@@ -118,6 +118,21 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     assert f"/s/p{unique}/study1/done" in dataset.settings.guidelines
 
 
+def test_the_portal_logs_paths_never_ids(argilla_server, tmp_path, unique, caplog):
+    name = f"l{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    with caplog.at_level("INFO", logger="crowdpref.portal"):
+        assert client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
+                          follow_redirects=False).status_code == 303
+        start = client.post(f"/s/{name}/study1/start", follow_redirects=False)
+    username, password = _sign_in(start)
+    assert f"GET /s/{name}/study1 303" in caplog.text and f"POST /s/{name}/study1/start 303" in caplog.text
+    for secret in (PID, SESSION, STUDY_ID, password):
+        assert secret not in caplog.text
+    assert PID not in repr(portal.visitor(name, "study1", {"PROLIFIC_PID": PID, "STUDY_ID": STUDY_ID,
+                                                             "SESSION_ID": SESSION}))
+
+
 def test_refusals_have_their_status_and_allocate_nothing(argilla_server, tmp_path, unique):
     name = f"r{unique}"
     portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
