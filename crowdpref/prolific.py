@@ -1,12 +1,17 @@
 """A small client for Prolific's REST API (httpx, explicit timeouts, typed errors) and the
-signature check of Prolific's webhooks.
+signature check of Prolific's webhooks. No Prefect here: tasks wrap it.
 
-Retries: only where a repeat cannot do harm. Reads and idempotent writes retry on 429, 5xx and
-transport errors with exponential backoff and jitter (``Retry-After`` honoured). Calls that
-create something (a study, a participant group, a webhook secret or subscription, a bonus)
-retry only when the request certainly never reached Prolific (429, a refused connection);
-after a 5xx or a dropped read they fail at once and the caller reconciles (the recruit step
-looks its study up by internal name). Paying bonuses is never retried.
+    with ProlificClient.from_settings(settings) as client:
+        study = client.create_study(payload)
+        client.publish_study(study.id)
+
+Retries (one rule, :func:`retry_decision`): only where a repeat cannot do harm. Reads and
+idempotent writes retry on 429, 5xx and transport errors with exponential backoff and jitter
+(``Retry-After`` honoured). Calls that create something (a study, a participant group, a
+webhook secret or subscription, a bonus) retry only when the request certainly was not
+processed (429, a refused or timed-out connection); after a 5xx or a dropped read they fail at
+once with :class:`ProlificUnavailable` and the caller reconciles (the recruit step looks its
+study up by internal name). Paying bonuses is never retried.
 
 The token is sent in a header and never appears in an error, a repr or a log line.
 """
@@ -16,17 +21,27 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
+import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from crowdpref.errors import ConfigError, CrowdprefError
 
+log = logging.getLogger(__name__)
+
 CallKind = Literal["read", "idempotent", "create", "never"]
+"""How a call may be repeated: ``read`` / ``idempotent`` whenever the failure is transient,
+``create`` only when the request certainly was not processed, ``never`` not at all."""
+
+MAX_WAIT_S = 60.0  # the longest single pause between attempts (a larger Retry-After is capped)
 
 
 class ProlificError(CrowdprefError):
@@ -46,7 +61,7 @@ class ProlificNotFound(ProlificError):
 
 
 class ProlificRequestError(ProlificError):
-    """Another 4xx: Prolific refused the request as made (validation...)."""
+    """Another 4xx: Prolific refused the request as made (validation, a bad transition...)."""
 
 
 class ProlificUnavailable(ProlificError):
@@ -77,11 +92,13 @@ class Study:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Study:
-        return cls(id=str(data["id"]), name=str(data.get("name", "")), internal_name=data.get("internal_name"),
-                   status=str(data.get("status", "")), total_available_places=int(data.get("total_available_places") or 0),
-                   external_study_url=str(data.get("external_study_url", "")),
+        taken = data.get("places_taken")
+        return cls(id=str(data["id"]), name=str(data.get("name") or ""), internal_name=data.get("internal_name"),
+                   status=str(data.get("status") or ""),
+                   total_available_places=int(data.get("total_available_places") or 0),
+                   external_study_url=str(data.get("external_study_url") or ""),
                    completion_codes=list(data.get("completion_codes") or []), filters=list(data.get("filters") or []),
-                   places_taken=data.get("places_taken"), raw=dict(data))
+                   places_taken=None if taken is None else int(taken), raw=dict(data))
 
 
 @dataclass(frozen=True)
@@ -97,8 +114,8 @@ class Submission:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Submission:
-        return cls(id=str(data["id"]), participant_id=str(data.get("participant_id") or data.get("participant", "")),
-                   study_id=str(data.get("study_id", "")), status=str(data.get("status", "")),
+        return cls(id=str(data["id"]), participant_id=str(data.get("participant_id") or data.get("participant") or ""),
+                   study_id=str(data.get("study_id") or data.get("study") or ""), status=str(data.get("status") or ""),
                    started_at=data.get("started_at"), completed_at=data.get("completed_at"),
                    study_code=data.get("study_code"), raw=dict(data))
 
@@ -107,8 +124,8 @@ class Submission:
 
 
 def retry_decision(kind: CallKind, outcome: httpx.Response | BaseException) -> bool:
-    """Whether a failed attempt may be repeated. ``outcome`` is the response (a status worth
-    judging) or the transport exception."""
+    """Whether a failed attempt of a ``kind`` call may be repeated. ``outcome`` is the response
+    (its status is judged) or the exception the attempt raised. Pure: no I/O, no state."""
     if kind == "never":
         return False
     if isinstance(outcome, httpx.Response):
@@ -122,6 +139,13 @@ def retry_decision(kind: CallKind, outcome: httpx.Response | BaseException) -> b
     return False
 
 
+def _ambiguous(outcome: httpx.Response | BaseException) -> bool:
+    """Whether the attempt may have been processed although it failed (a 5xx, a lost reply)."""
+    if isinstance(outcome, httpx.Response):
+        return outcome.status_code >= 500
+    return not isinstance(outcome, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
 class ProlificClient:
     """Prolific's API at ``base_url`` (``https://api.prolific.com/api/v1/``) with a token."""
 
@@ -129,18 +153,22 @@ class ProlificClient:
                  backoff_s: float = 0.5, transport: httpx.BaseTransport | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         self.base_url = base_url.rstrip("/") + "/"
-        self.max_attempts = max(1, max_attempts)
+        self.max_attempts = max(1, int(max_attempts))
         self.backoff_s = backoff_s
         self.sleep = sleep
+        self._secret = token  # only for redacting server text; never shown
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
                                   headers={"Authorization": f"Token {token}", "Accept": "application/json"})
 
     @classmethod
     def from_settings(cls, settings: Any, base_url: str | None = None, **options: Any) -> ProlificClient:
+        """A client for ``settings.prolific_api_url`` (or ``base_url``) with ``settings.prolific_token``."""
         if settings.prolific_token is None:
-            raise ConfigError("PROLIFIC_TOKEN is not set: create an API token in Prolific (Settings > API tokens) "
-                              "and export PROLIFIC_TOKEN=...")
-        return cls(base_url or settings.prolific_api_url, settings.prolific_token.get_secret_value(), **options)
+            raise ConfigError("PROLIFIC_TOKEN is not set: create an API token in Prolific (workspace settings > "
+                              "API tokens) and set PROLIFIC_TOKEN=... in the environment or .env")
+        token = settings.prolific_token
+        token = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
+        return cls(base_url or settings.prolific_api_url, token, **options)
 
     def __repr__(self) -> str:
         return f"ProlificClient({self.base_url!r})"
@@ -155,71 +183,142 @@ class ProlificClient:
         self.close()
 
     # the one request path ------------------------------------------------------------------------
-    def _request(self, method: str, path: str, kind: CallKind = "read", **kwargs: Any) -> Any:
-        call = f"{method} {path.split('?', 1)[0]}"
+    def _send(self, method: str, path: str, kind: CallKind = "read",
+              reconcile: Callable[[], Any] | None = None, **kwargs: Any) -> httpx.Response | Any:
+        """Send with the retries ``kind`` allows; the successful response, or raise a typed error.
+        ``reconcile`` answers a 409 that follows an attempt which may have been processed (the
+        repeat found the work done): its result, if not None, is returned instead."""
+        call = f"{method} /{path.split('?', 1)[0].lstrip('/')}"
+        maybe_done = False
         for attempt in range(1, self.max_attempts + 1):
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                if attempt < self.max_attempts and retry_decision(kind, exc):
-                    self._wait(attempt, None)
-                    continue
-                raise ProlificUnavailable(f"Prolific {call} failed: {exc.__class__.__name__} (network): check the "
-                                          "connection and retry", transient=True) from None
-            if response.status_code < 400:
-                return response.json() if response.content else {}
-            if attempt < self.max_attempts and retry_decision(kind, response):
-                self._wait(attempt, response.headers.get("Retry-After"))
+                outcome: httpx.Response | BaseException = exc
+                reason = f"{type(exc).__name__} (network)"
+                retry_after = None
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code == 409 and maybe_done and reconcile is not None:
+                    done = reconcile()
+                    if done is not None:
+                        log.info("Prolific %s: 409 after an unanswered attempt; the change had been made", call)
+                        return done
+                if not (response.status_code == 429 or response.status_code >= 500):
+                    raise self._error(call, response)
+                outcome, reason = response, str(response.status_code)
+                retry_after = response.headers.get("Retry-After") if response.status_code in (429, 503) else None
+            maybe_done = maybe_done or _ambiguous(outcome)
+            if attempt < self.max_attempts and retry_decision(kind, outcome):
+                delay = self._delay(attempt, retry_after)
+                log.info("Prolific %s: %s, retrying in %.1f s (attempt %d of %d)", call, reason, delay,
+                         attempt + 1, self.max_attempts)
+                self.sleep(delay)
                 continue
-            raise self._error(call, response)
+            raise self._unavailable(call, kind, reason, attempt, maybe_done,
+                                    outcome.status_code if isinstance(outcome, httpx.Response) else None)
         raise AssertionError("unreachable")
 
-    def _wait(self, attempt: int, retry_after: str | None) -> None:
-        delay = self.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 2)
+    def _request(self, method: str, path: str, kind: CallKind = "read", **kwargs: Any) -> Any:
+        """Like :meth:`_send`, returning the decoded JSON body (``{}`` when empty)."""
+        response = self._send(method, path, kind, **kwargs)
+        if not isinstance(response, httpx.Response):
+            return response  # reconciled
+        return self._json(f"{method} /{path.split('?', 1)[0].lstrip('/')}", response)
+
+    def _json(self, call: str, response: httpx.Response) -> Any:
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:
+            raise ProlificError(f"Prolific {call}: {response.status_code} but the reply is not JSON: "
+                                f"{self._excerpt(response.text)!r} (check PROLIFIC_API_URL)",
+                                response.status_code) from None
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        delay = self.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 2)  # exponential, 0-50 % jitter
         if retry_after is not None:
             try:
-                delay = max(delay, float(retry_after))
-            except ValueError:
-                pass
-        self.sleep(min(delay, 60.0))
+                asked = float(retry_after)
+            except ValueError:  # an HTTP date: keep our own backoff
+                asked = None
+            if asked is not None and math.isfinite(asked):
+                delay = max(delay, asked)
+        return min(delay, MAX_WAIT_S)
+
+    def _excerpt(self, text: str, limit: int = 200) -> str:
+        text = " ".join(str(text).split())
+        if self._secret:
+            text = text.replace(self._secret, "[token]")  # a server that echoes it must not make us show it
+        return text if len(text) <= limit else text[:limit - 3] + "..."
 
     @staticmethod
-    def _error(call: str, response: httpx.Response) -> ProlificError:
+    def _unavailable(call: str, kind: CallKind, reason: str, attempts: int, maybe_done: bool,
+                     status: int | None) -> ProlificUnavailable:
+        tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+        if kind in ("create", "never") and maybe_done:
+            fix = ("it may or may not have been done: check on Prolific before paying again" if kind == "never"
+                   else "it may or may not have been created: look it up before creating it again")
+            return ProlificUnavailable(f"Prolific {call}: {reason} after {tries}, not repeated: {fix}", status,
+                                       transient=True)
+        return ProlificUnavailable(f"Prolific {call}: {reason} after {tries}: Prolific is unreachable or busy, "
+                                   "try again later", status, transient=True)
+
+    def _error(self, call: str, response: httpx.Response) -> ProlificError:
         status = response.status_code
         try:
             body = response.json()
             detail = body.get("error", body) if isinstance(body, dict) else body
             if isinstance(detail, dict):
                 detail = detail.get("detail", detail)
-            excerpt = str(detail)[:200]
+            excerpt = self._excerpt(str(detail))
         except ValueError:
-            excerpt = response.text[:200]
+            excerpt = self._excerpt(response.text)
         if status in (401, 403):
             return ProlificAuthError(f"Prolific {call}: {status} (not allowed): check PROLIFIC_TOKEN and the "
                                      "workspace it belongs to", status)
         if status == 404:
-            return ProlificNotFound(f"Prolific {call}: 404 (not found)", status)
-        if status == 429 or status >= 500:
-            return ProlificUnavailable(f"Prolific {call}: {status} after retries: try again later", status,
-                                       transient=True)
-        return ProlificRequestError(f"Prolific {call}: {status}: {excerpt}", status)
+            return ProlificNotFound(f"Prolific {call}: 404 (not found): check the id", status)
+        return ProlificRequestError(f"Prolific {call}: {status}: {excerpt or 'refused'}", status)
+
+    def _next_path(self, href: str, current: str = "") -> str:
+        """A ``_links.next.href`` as a path under base_url: absolute, root-relative
+        (``/api/v1/studies/?page=2``), relative to the API (``studies/?page=2``) or a bare query
+        (``?page=2``, for the ``current`` page). Only the path and query are kept: the token goes
+        to our base URL and nowhere else, whatever host the link names."""
+        base = urlsplit(self.base_url)
+        page = urljoin(self.base_url, current.split("?", 1)[0]) if href.startswith("?") else self.base_url
+        target = urlsplit(urljoin(page, href))
+        path = target.path
+        if path.startswith(base.path):
+            path = path[len(base.path):]
+        elif base.path.rstrip("/") and base.path.rstrip("/") in path:  # another prefix before /api/v1/
+            path = path.split(base.path, 1)[-1]
+        return path.lstrip("/") + (f"?{target.query}" if target.query else "")
 
     def _pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-        """Every result of a paginated list (``results`` + ``_links.next.href``)."""
+        """Every result of a paginated list (``results`` + ``_links.next.href``, null at the end)."""
         data = self._request("GET", path, params=params)
+        current, seen = path, {path}
         while True:
-            yield from data.get("results", [])
+            if isinstance(data, list):  # an unpaginated list
+                yield from data
+                return
+            yield from data.get("results") or []
             nxt = ((data.get("_links") or {}).get("next") or {}).get("href")
             if not nxt:
                 return
-            if nxt.startswith(self.base_url):
-                nxt = nxt[len(self.base_url):]
-            elif nxt.startswith("http"):  # absolute elsewhere on the same API: keep the path
-                nxt = nxt.split("/api/v1/", 1)[-1]
-            data = self._request("GET", nxt.lstrip("/"))
+            nxt = self._next_path(nxt, current)
+            if nxt in seen:
+                raise ProlificError(f"Prolific GET /{path}: the next page link repeats an earlier page")
+            seen.add(nxt)
+            current, data = nxt, self._request("GET", nxt)
 
     # studies ---------------------------------------------------------------------------------------
     def create_study(self, payload: Mapping[str, Any]) -> Study:
+        """A draft study (status UNPUBLISHED). Not repeated after a 5xx: look it up by internal name."""
         return Study.from_json(self._request("POST", "studies/", "create", json=dict(payload)))
 
     def list_studies(self) -> list[Study]:
@@ -229,8 +328,19 @@ class ProlificClient:
         return Study.from_json(self._request("GET", f"studies/{study_id}/"))
 
     def transition_study(self, study_id: str, action: str) -> Study:
-        return Study.from_json(self._request("POST", f"studies/{study_id}/transition/", "idempotent",
-                                             json={"action": action}))
+        """``PUBLISH`` / ``PAUSE`` / ``START`` / ``STOP``. A repeat after an unanswered attempt that
+        finds the study already where the action leads (409) returns the study."""
+        target = {"PUBLISH": "ACTIVE", "PAUSE": "PAUSED", "START": "ACTIVE", "STOP": "COMPLETED"}.get(action)
+
+        def reconcile() -> Study | None:
+            study = self.get_study(study_id)
+            return study if study.status == target else None
+
+        result = self._send("POST", f"studies/{study_id}/transition/", "idempotent", reconcile,
+                            json={"action": action})
+        if isinstance(result, Study):
+            return result
+        return Study.from_json(self._json(f"POST /studies/{study_id}/transition/", result))
 
     def publish_study(self, study_id: str) -> Study:
         return self.transition_study(study_id, "PUBLISH")
@@ -245,12 +355,16 @@ class ProlificClient:
         return self.transition_study(study_id, "STOP")
 
     def increase_places(self, study_id: str, total: int) -> Study:
-        """Places can only go up once a study is published."""
-        current = self.get_study(study_id).total_available_places
-        if total < current:
-            raise ValueError(f"Prolific places can only increase (study has {current}, asked for {total})")
+        """Set the study's places to ``total``; once published places can only go up, so a lower
+        total is refused here (ValueError) after reading the current one."""
+        current = self.get_study(study_id)
+        if total < current.total_available_places:
+            raise ValueError(f"Prolific places can only increase (study has {current.total_available_places}, "
+                             f"asked for {total})")
+        if total == current.total_available_places:
+            return current
         return Study.from_json(self._request("PATCH", f"studies/{study_id}/", "idempotent",
-                                             json={"total_available_places": total}))
+                                             json={"total_available_places": int(total)}))
 
     # submissions -----------------------------------------------------------------------------------
     def list_submissions(self, study_id: str) -> list[Submission]:
@@ -260,20 +374,25 @@ class ProlificClient:
         return Submission.from_json(self._request("GET", f"submissions/{submission_id}/"))
 
     def submission_counts(self, study_id: str) -> dict[str, int]:
-        return {str(k): int(v) for k, v in self._request("GET", f"studies/{study_id}/submissions/counts/").items()}
+        data = self._request("GET", f"studies/{study_id}/submissions/counts/")
+        return {str(k): int(v) for k, v in data.items() if isinstance(v, (int, float))}
 
     def approve_submission(self, submission_id: str) -> Submission:
         return Submission.from_json(self._request("POST", f"submissions/{submission_id}/transition/", "idempotent",
                                                   json={"action": "APPROVE"}))
 
     def reject_submission(self, submission_id: str, message: str, category: str) -> Submission:
+        """Prolific requires a message of at least 100 characters and a rejection category."""
         if len(message) < 100:
             raise ValueError(f"Prolific needs a rejection message of at least 100 characters (got {len(message)})")
+        if not category:
+            raise ValueError("Prolific needs a rejection category (e.g. LOW_EFFORT)")
         return Submission.from_json(self._request(
             "POST", f"submissions/{submission_id}/transition/", "idempotent",
             json={"action": "REJECT", "message": message, "rejection_category": category}))
 
     def bulk_approve(self, submission_ids: list[str]) -> dict[str, Any]:
+        """Approve many at once (Prolific applies it asynchronously)."""
         return self._request("POST", "submissions/bulk-approve/", "idempotent",
                              json={"submission_ids": list(submission_ids)})
 
@@ -289,7 +408,8 @@ class ProlificClient:
         return str(self._request("POST", "participant-groups/", "create", json=body)["id"])
 
     def participant_group_members(self, group_id: str) -> list[str]:
-        return [str(m.get("participant_id")) for m in self._pages(f"participant-groups/{group_id}/participants/")]
+        return [str(m.get("participant_id") if isinstance(m, dict) else m)
+                for m in self._pages(f"participant-groups/{group_id}/participants/")]
 
     def add_to_participant_group(self, group_id: str, participant_ids: list[str]) -> None:
         self._request("POST", f"participant-groups/{group_id}/participants/", "idempotent",
@@ -301,6 +421,7 @@ class ProlificClient:
 
     # bonuses -------------------------------------------------------------------------------------------
     def create_bonus(self, study_id: str, csv_bonuses: str) -> str:
+        """Set up bonuses (``"<participant id>,<amount>\\n..."``); nothing is paid until :meth:`pay_bonus`."""
         return str(self._request("POST", "submissions/bonus-payments/", "create",
                                  json={"study_id": study_id, "csv_bonuses": csv_bonuses})["id"])
 
@@ -310,29 +431,24 @@ class ProlificClient:
 
     # webhooks ------------------------------------------------------------------------------------------
     def create_webhook_secret(self, workspace_id: str) -> str:
-        return str(self._request("POST", "hooks/secrets/", "create", json={"workspace_id": workspace_id})["secret"])
+        """A new signing secret for the workspace (it replaces the previous one)."""
+        data = self._request("POST", "hooks/secrets/", "create", json={"workspace_id": workspace_id})
+        if not data.get("secret"):
+            raise ProlificError("Prolific POST /hooks/secrets/: the reply carries no secret")
+        return str(data["secret"])
 
     def subscribe_webhook(self, workspace_id: str, event_type: str, target_url: str) -> tuple[str, str]:
-        call = "POST hooks/subscriptions/"
-        for attempt in range(1, self.max_attempts + 1):  # the hook secret is in a header: own loop
-            try:
-                response = self._http.post("hooks/subscriptions/", json={
-                    "workspace_id": workspace_id, "event_type": event_type, "target_url": target_url})
-            except httpx.TransportError as exc:
-                if attempt < self.max_attempts and retry_decision("create", exc):
-                    self._wait(attempt, None)
-                    continue
-                raise ProlificUnavailable(f"Prolific {call} failed: {exc.__class__.__name__} (network)",
-                                          transient=True) from None
-            if response.status_code < 400:
-                body = response.json()
-                secret = response.headers.get("X-Hook-Secret") or body.get("X-Hook-Secret") or body.get("secret")
-                return str(body["id"]), str(secret)
-            if attempt < self.max_attempts and retry_decision("create", response):
-                self._wait(attempt, response.headers.get("Retry-After"))
-                continue
-            raise self._error(call, response)
-        raise AssertionError("unreachable")
+        """Subscribe ``target_url``; returns (subscription id, hook secret) - the secret to send
+        back with :meth:`confirm_webhook` (the ``X-Hook-Secret`` response header)."""
+        response = self._send("POST", "hooks/subscriptions/", "create", json={
+            "workspace_id": workspace_id, "event_type": event_type, "target_url": target_url})
+        body = self._json("POST /hooks/subscriptions/", response)
+        body = body if isinstance(body, dict) else {}
+        secret = response.headers.get("X-Hook-Secret") or body.get("X-Hook-Secret")
+        if not body.get("id") or not secret:
+            raise ProlificError("Prolific POST /hooks/subscriptions/: the reply lacks the subscription id or "
+                                "the X-Hook-Secret to confirm it with")
+        return str(body["id"]), str(secret)
 
     def confirm_webhook(self, subscription_id: str, hook_secret: str) -> dict[str, Any]:
         return self._request("POST", f"hooks/subscriptions/{subscription_id}/", "idempotent",
@@ -340,12 +456,13 @@ class ProlificClient:
 
     def webhook_event_types(self) -> list[str]:
         data = self._request("GET", "hooks/event-types/")
-        items = data.get("results", data) if isinstance(data, dict) else data
-        return [str(i.get("event_type", i)) if isinstance(i, dict) else str(i) for i in items]
+        items = data.get("results", []) if isinstance(data, dict) else data
+        return [str(i.get("event_type")) if isinstance(i, dict) else str(i) for i in items]
 
 
 # --- webhook signatures ----------------------------------------------------------------------------------
 SIGNATURE, TIMESTAMP, EVENT_ID = "X-Prolific-Request-Signature", "X-Prolific-Request-Timestamp", "X-Event-ID"
+_DECIMAL = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")
 
 
 def sign_webhook(secret: str, timestamp: str, body: bytes) -> str:
@@ -356,20 +473,22 @@ def sign_webhook(secret: str, timestamp: str, body: bytes) -> str:
 
 def verify_webhook(secret: str, headers: Mapping[str, str], body: bytes, *, now: float,
                    tolerance_s: float = 300.0) -> str:
-    """Check a webhook's signature and freshness; returns its event id (for de-duplication).
-    Raises :class:`WebhookRejected` with the HTTP status to answer."""
-    lower = {k.lower(): v for k, v in headers.items()}
+    """Check a webhook's signature and freshness; returns its event id (the caller de-duplicates
+    on it). Raises :class:`WebhookRejected` with the HTTP status to answer: 400 for missing
+    headers or a timestamp that is not Unix seconds, 401 for a stale or future timestamp or a
+    bad signature."""
+    lower = {str(k).lower(): v for k, v in headers.items()}
     signature, timestamp, event_id = (lower.get(h.lower()) for h in (SIGNATURE, TIMESTAMP, EVENT_ID))
     missing = [h for h, v in ((SIGNATURE, signature), (TIMESTAMP, timestamp), (EVENT_ID, event_id)) if not v]
     if missing:
         raise WebhookRejected(f"missing {', '.join(missing)}", 400)
-    try:
-        sent = float(timestamp)  # type: ignore[arg-type]
-    except ValueError:
-        raise WebhookRejected("the timestamp is not a number", 400) from None
-    if abs(now - sent) > tolerance_s:
-        raise WebhookRejected(f"stale timestamp ({now - sent:+.0f} s)", 401)
-    expected = sign_webhook(secret, timestamp, body)  # type: ignore[arg-type]
-    if not hmac.compare_digest(expected.encode(), str(signature).encode()):
+    timestamp = str(timestamp).strip()
+    if not _DECIMAL.match(timestamp):
+        raise WebhookRejected("the timestamp is not Unix seconds", 400)
+    age = now - float(timestamp)
+    if abs(age) > tolerance_s:
+        raise WebhookRejected(f"{'stale' if age > 0 else 'future'} timestamp ({age:+.0f} s)", 401)
+    expected = sign_webhook(secret, timestamp, body)
+    if not hmac.compare_digest(expected.encode(), str(signature).strip().encode()):
         raise WebhookRejected("bad signature", 401)
     return str(event_id)

@@ -17,9 +17,16 @@ attempts), ``duplicate_deliveries`` sends every event twice with the same ``X-Ev
 Test control (not Prolific's API, no auth, also as methods): ``POST /_fake/studies/{id}/arrive``
 (a participant takes a place: their PROLIFIC_PID, SESSION_ID and the filled-in study URL),
 ``/_fake/submissions/{id}/return|time-out|complete``, ``/_fake/config``, ``/_fake/faults``
-(the next n API requests answer 503 or 429). ``GET /submissions/complete?cc=CODE`` is the
-completion page participants land on. Run as a process for the demo:
+(the next n API requests answer 503 or 429 - with ``retry_after`` if asked - or are cut off
+without a reply, ``disconnect: "before"`` unprocessed or ``"after"`` processed: the lost-reply
+case). ``GET /submissions/complete?cc=CODE`` is the completion page participants land on.
+Run as a process for the demo:
 ``python -m tests.fakes.prolific_server --host 127.0.0.1 --port 6920``.
+
+Python equivalents: :meth:`FakeProlific.arrive`, :meth:`~FakeProlific.return_submission`,
+:meth:`~FakeProlific.time_out`, :meth:`~FakeProlific.complete`, :meth:`~FakeProlific.configure`,
+:meth:`~FakeProlific.add_faults`; ``requests`` logs (method, path) of every API request,
+``deliveries`` every webhook attempt, ``completion_visits`` the codes seen on the completion page.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import argparse
 import base64
 import hashlib
 import hmac
+import html
 import json
 import queue
 import secrets
@@ -77,8 +85,10 @@ class FakeProlific:
         self.deliveries: list[tuple[str, str, int, int | None]] = []  # event id, status, attempt, http status
         self.completion_visits: list[str] = []
         self.requests: list[tuple[str, str]] = []  # method, path of every API request
-        self.faults: list[int] = []
-        self._events: queue.Queue[tuple[dict[str, Any], str, int] | None] = queue.Queue()
+        #: what the next API requests get instead of an answer: a status (int) or a dict
+        #: {"status", "retry_after"} / {"disconnect": "before" | "after"} (see add_faults)
+        self.faults: list[int | dict[str, Any]] = []
+        self._events: queue.Queue[tuple[dict[str, Any], str, list[str]] | None] = queue.Queue()
         self._pending = 0
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
@@ -94,16 +104,21 @@ class FakeProlific:
         return f"{self.app_url}/api/v1/"
 
     def start(self) -> FakeProlific:
-        for target in (self._server.serve_forever, self._deliver_forever):
+        for target in (lambda: self._server.serve_forever(poll_interval=0.05), self._deliver_forever):
             thread = threading.Thread(target=target, daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
 
     def stop(self) -> None:
+        if not self._threads:
+            return
         self._events.put(None)
         self._server.shutdown()
         self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []
 
     def __enter__(self) -> FakeProlific:
         return self.start()
@@ -114,6 +129,8 @@ class FakeProlific:
     # --- the API --------------------------------------------------------------------------------
     def api(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         parts = [p for p in path.strip("/").split("/") if p]
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
         with self.lock:
             if parts == ["studies"] and method == "POST":
                 return 201, self._create_study(body)
@@ -147,8 +164,12 @@ class FakeProlific:
                 return 202, {"status": "accepted"}
             if parts == ["submissions", "bonus-payments"] and method == "POST":
                 bonus_id = _hex_id()
+                if body.get("study_id") not in self.studies:
+                    raise ApiError(400, "study_id: unknown study")
+                if not str(body.get("csv_bonuses") or "").strip():
+                    raise ApiError(400, "csv_bonuses: required")
                 self.bonuses[bonus_id] = {"id": bonus_id, "study_id": body.get("study_id"), "paid": 0,
-                                          "csv_bonuses": body.get("csv_bonuses")}
+                                          "pay_calls": 0, "csv_bonuses": body.get("csv_bonuses")}
                 return 201, self.bonuses[bonus_id]
             if len(parts) >= 2 and parts[0] == "submissions":
                 sub = self._get(self.submissions, parts[1], "submission")
@@ -161,6 +182,7 @@ class FakeProlific:
                     return 200, sub
             if parts == ["bulk-bonus-payments", *parts[1:2], "pay"] and len(parts) == 3 and method == "POST":
                 bonus = self._get(self.bonuses, parts[1], "bonus")
+                bonus["pay_calls"] += 1
                 if bonus["paid"]:
                     raise ApiError(400, "this bonus has already been paid")
                 bonus["paid"] += 1
@@ -219,11 +241,16 @@ class FakeProlific:
         return {"results": chunk, "_links": {"next": {"href": nxt}}, "meta": {"count": len(items)}}
 
     def _create_study(self, body: dict[str, Any]) -> dict[str, Any]:
-        url = str(body.get("external_study_url", ""))
-        problems = [f for f in ("name", "external_study_url", "completion_codes") if not body.get(f)]
-        problems += [f"external_study_url lacks {p}" for p in PLACEHOLDERS if p not in url]
-        if int(body.get("total_available_places") or 0) < 1:
-            problems.append("total_available_places must be at least 1")
+        url = str(body.get("external_study_url") or "")
+        problems = [f"{f}: required" for f in ("name", "external_study_url", "completion_codes") if not body.get(f)]
+        if url:
+            problems += [f"external_study_url lacks {p}" for p in PLACEHOLDERS if p not in url]
+        codes = body.get("completion_codes")
+        if codes and (not isinstance(codes, list) or not all(isinstance(c, dict) and c.get("code") for c in codes)):
+            problems.append("completion_codes must be a list of {code, code_type, actions}")
+        places = body.get("total_available_places")
+        if not isinstance(places, int) or isinstance(places, bool) or places < 1:
+            problems.append("total_available_places must be an integer of at least 1")
         if problems:
             raise ApiError(400, "; ".join(problems))
         study = dict(body, id=_hex_id(), status="UNPUBLISHED", places_taken=0)
@@ -237,6 +264,10 @@ class FakeProlific:
                 raise ApiError(400, f"a published study can only change internal_name and places, not {sorted(extra)}")
             if "total_available_places" in body and int(body["total_available_places"]) < study["total_available_places"]:
                 raise ApiError(400, "places can only increase once a study is published")
+        if "total_available_places" in body:
+            places = body["total_available_places"]
+            if not isinstance(places, int) or isinstance(places, bool) or places < 1:
+                raise ApiError(400, "total_available_places must be an integer of at least 1")
         study.update(body)
         return study
 
@@ -260,6 +291,8 @@ class FakeProlific:
                 raise ApiError(400, "a rejection needs a message of at least 100 characters and a rejection_category")
             if sub["status"] == "REJECTED":
                 return sub
+            if sub["status"] != "AWAITING REVIEW":
+                raise ApiError(409, f"cannot reject a submission that is {sub['status']}")
             self._set_status(sub, "REJECTED")
             return sub
         raise ApiError(400, f"unknown action {action!r}")
@@ -328,6 +361,30 @@ class FakeProlific:
                     self._set_status(sub, "APPROVED")
             return sub
 
+    def configure(self, duplicate_deliveries: bool | None = None, drop_webhooks: bool | None = None) -> dict[str, bool]:
+        """Change the delivery options (None: leave as is); returns them."""
+        with self.lock:
+            if duplicate_deliveries is not None:
+                self.duplicate_deliveries = bool(duplicate_deliveries)
+            if drop_webhooks is not None:
+                self.drop_webhooks = bool(drop_webhooks)
+            return {"duplicate_deliveries": self.duplicate_deliveries, "drop_webhooks": self.drop_webhooks}
+
+    def add_faults(self, status: int = 503, count: int = 1, retry_after: float | str | None = None,
+                   disconnect: str | None = None) -> int:
+        """The next ``count`` API requests answer ``status`` (with ``Retry-After`` if given), or,
+        with ``disconnect``, get no reply at all: ``"before"`` the request is processed or
+        ``"after"`` it was (a lost reply). Returns how many faults are queued."""
+        if disconnect not in (None, "before", "after"):
+            raise ApiError(400, "disconnect must be 'before' or 'after'")
+        if disconnect is None and not 400 <= int(status) <= 599:
+            raise ApiError(400, "status must be an HTTP error status")
+        after = None if retry_after is None else str(retry_after)
+        fault: dict[str, Any] = {"disconnect": disconnect} if disconnect else {"status": int(status), "retry_after": after}
+        with self.lock:
+            self.faults += [dict(fault) for _ in range(int(count))]
+            return len(self.faults)
+
     # --- webhooks ---------------------------------------------------------------------------------------
     def _set_status(self, sub: dict[str, Any], status: str) -> None:
         sub["status"] = status
@@ -337,23 +394,24 @@ class FakeProlific:
         event = {"event_type": "submission.status.change", "resource_id": sub["id"],
                  "participant_id": sub["participant_id"], "study_id": sub["study_id"], "status": status}
         event_id = _hex_id()
-        if self.drop_webhooks:
+        targets = [s["id"] for s in self.subscriptions.values()
+                   if s["is_enabled"] and s["event_type"] == event["event_type"]]
+        if self.drop_webhooks or not targets:
             return
-        for copy in range(2 if self.duplicate_deliveries else 1):
+        for _copy in range(2 if self.duplicate_deliveries else 1):
             self._pending += 1
-            self._events.put((event, event_id, copy))
+            self._events.put((event, event_id, targets))
 
     def _deliver_forever(self) -> None:
         while True:
             item = self._events.get()
             if item is None:
                 return
-            event, event_id, _ = item
+            event, event_id, subscription_ids = item
             try:
-                with self.lock:
+                with self.lock:  # the workspace's secret as it is now (a new one replaces the old)
                     targets = [(s["target_url"], self.secrets.get(s["workspace_id"]))
-                               for s in self.subscriptions.values()
-                               if s["is_enabled"] and s["event_type"] == event["event_type"]]
+                               for s in (self.subscriptions.get(i) for i in subscription_ids) if s is not None]
                 for url, secret in targets:
                     if secret is not None:
                         self._deliver(url, secret, event, event_id)
@@ -384,6 +442,7 @@ class FakeProlific:
             time.sleep(self.retry_delay_s)
 
     def wait_for_deliveries(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued webhook was delivered or gave up; False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
@@ -396,6 +455,7 @@ class FakeProlific:
 def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
@@ -432,8 +492,9 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                     code = query.get("cc", "")
                     with fake.lock:
                         fake.completion_visits.append(code)
-                    return self._send(200, f"<!doctype html><html><body><h1>Prolific (fake)</h1><p>completion "
-                                           f"code {code} received</p></body></html>", content_type="text/html")
+                    return self._send(200, "<!doctype html><html><head><title>Prolific (fake)</title></head><body>"
+                                           f"<h1>Prolific (fake): completion code {html.escape(code)} received</h1>"
+                                           "</body></html>", content_type="text/html; charset=utf-8")
                 if split.path.startswith("/_fake/"):
                     return self._send(200, self._control(split.path[len("/_fake/"):].strip("/").split("/"), body))
                 if not split.path.startswith("/api/v1/"):
@@ -443,15 +504,27 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                 with fake.lock:
                     fake.requests.append((method, split.path))
                     fault = fake.faults.pop(0) if fake.faults else None
-                if fault is not None:
-                    return self._send(fault, {"error": {"detail": "injected fault"}}, {"Retry-After": "0"})
+                if isinstance(fault, int):  # the plain form: a status, Retry-After 0
+                    fault = {"status": fault, "retry_after": "0"}
+                if fault is not None and fault.get("disconnect") == "before":
+                    self.close_connection = True  # no reply, nothing done
+                    return None
+                if fault is not None and "status" in fault:
+                    after = fault.get("retry_after")
+                    return self._send(int(fault["status"]), {"error": {"detail": "injected fault"}},
+                                      None if after is None else {"Retry-After": str(after)})
                 status, payload = fake.api(method, split.path[len("/api/v1/"):], query, body)
+                if fault is not None:  # disconnect "after": done, but the reply is lost
+                    self.close_connection = True
+                    return None
                 headers = None
                 if isinstance(payload, tuple):
                     payload, headers = payload
                 self._send(status, payload, headers)
             except ApiError as exc:
                 self._send(exc.status, {"error": {"detail": exc.detail}})
+            except Exception as exc:  # noqa: BLE001 - a fake's bug still answers, as JSON
+                self._send(500, {"error": {"detail": f"fake prolific failed: {type(exc).__name__}: {exc}"}})
 
         def _control(self, parts: list[str], body: Any) -> Any:
             if parts[:1] == ["studies"] and parts[2:] == ["arrive"]:
@@ -463,16 +536,13 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                     return fake.time_out(parts[1])
                 if parts[2] == "complete":
                     return fake.complete(parts[1], str((body or {}).get("code", "")))
+            if not isinstance(body, dict):
+                raise ApiError(400, "the body must be a JSON object")
             if parts == ["config"]:
-                with fake.lock:
-                    for name in ("duplicate_deliveries", "drop_webhooks"):
-                        if name in body:
-                            setattr(fake, name, bool(body[name]))
-                return {"duplicate_deliveries": fake.duplicate_deliveries, "drop_webhooks": fake.drop_webhooks}
+                return fake.configure(body.get("duplicate_deliveries"), body.get("drop_webhooks"))
             if parts == ["faults"]:
-                with fake.lock:
-                    fake.faults += [int(body.get("status", 503))] * int(body.get("count", 1))
-                return {"faults": len(fake.faults)}
+                return {"faults": fake.add_faults(int(body.get("status", 503)), int(body.get("count", 1)),
+                                                  body.get("retry_after"), body.get("disconnect"))}
             raise ApiError(404, "unknown control endpoint")
 
         def do_GET(self) -> None:  # noqa: N802
@@ -495,8 +565,9 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6920)
     parser.add_argument("--token", default=DEFAULT_TOKEN)
+    parser.add_argument("--page-size", type=int, default=100)
     args = parser.parse_args()
-    fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=100).start()
+    fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=args.page_size).start()
     print(f"fake prolific on {fake.base_url}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
