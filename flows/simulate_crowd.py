@@ -19,15 +19,16 @@ def simulate_crowd(
     dropouts: list[str] | None = None,
     stage: Literal["auto", "study1", "study2"] = "auto",
     force: bool = False,
-) -> int:
+) -> dict[str, int | bool]:
     """Simulated participants arrive and claim work exactly as people do (the same claim the
     portal makes), log in to Argilla and work through their datasets through the annotator API
     a browser uses: writers answer questions (study 1), raters compare answer pairs (study 2).
     Some never start, some go quiet part-way, some answer carelessly or rudely, some raters
     click at random - as configured in the study's `crowd` section. `stage: auto` plays study 1
-    until its export exists, then study 2. Returns the activity of the visit: items submitted,
-    participants who arrived, and participants who left through Prolific (returned or timed
-    out: their work is free again) - 0 means nobody could do anything.
+    until its export exists, then study 2. Returns what happened at this visit: items
+    `submitted`, participants who `arrived`, who `left` through Prolific (returned or timed out:
+    their work is free again), who `finished` with their completion code, and whether the study
+    was `full` for a newcomer.
 
     Refuses a study whose config takes real participants (`participants: prolific` or
     `invite`) unless `force` is set."""
@@ -41,4 +42,5 @@ def simulate_crowd(
           f"{report.participants_played} participants played, {report.answers_submitted} submitted, "
           f"{report.finished} finished with their code, {len(report.never_started)} never started, "
           f"{len(report.dropouts)} drop-outs, kinds {report.kinds}")
-    return report.answers_submitted + report.left + report.arrived
+    return {"submitted": report.answers_submitted, "arrived": report.arrived, "left": report.left,
+            "finished": report.finished, "full": report.full}

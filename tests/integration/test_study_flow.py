@@ -122,7 +122,7 @@ def test_study_end_to_end_and_retry_from_cache(prefect_harness, study_env, argil
     # every artifact of the run, read back from the API: progress everywhere, secrets nowhere
     async def artifacts() -> list:
         async with get_client() as client:
-            return await client.read_artifacts()
+            return await client.read_artifacts(artifact_filter=_ours(name))
 
     found = [a for a in asyncio.run(artifacts()) if a.key and a.key.startswith(f"{name}-")]
     keys = {a.key for a in found}
@@ -198,3 +198,11 @@ def test_study_with_drop_policy_screens_before_pairing(prefect_harness, study_en
     assert len(release) == len(preferences)
     published = set(release["chosen_response_id"]) | set(release["rejected_response_id"])
     assert published and not published & flagged
+
+
+def _ours(name: str):
+    """Only this test's artifacts (the session's Prefect holds every test's: an unfiltered read
+    is cut off at the server's page limit)."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    return ArtifactFilter(key=ArtifactFilterKey(like_=f"{name}-"))
