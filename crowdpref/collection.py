@@ -275,8 +275,8 @@ class Collection:
             return False
         try:
             self._read_progress(participant)
-        except Exception:  # noqa: BLE001 - Argilla down: release anyway, answers read later count only if held
-            pass
+        except CrowdprefError:  # Argilla unreachable: release anyway - answers not read yet leave with
+            pass  # their records, and those slots are collected again (nothing counts twice)
         if not self.store.begin_release(self.info.id, participant.id, reason):
             return False
         self._finish_release(self.store.participant(self.info.id, participant.username))
