@@ -1,29 +1,54 @@
 """Benchmark: a burst of participants arriving at the portal from (fake) Prolific, then a burst
-of Prolific webhooks.
+of signed Prolific webhooks.
 
-Runs by hand (not a test). It starts its OWN embedded stack in a private state folder on free
-ports - Argilla (server + SQL search plug-in + Redis + rq worker), the fake Prolific
-(tests/fakes/prolific_server.py) and the portal as its own process, exactly as `crowdpref up`
-starts it - and stops everything at the end, also on error or Ctrl-C.
+Runs by hand (not a test). It starts its OWN stack in a private state folder on free ports -
+the embedded Argilla (server + SQL search plug-in, Redis, rq worker), the fake Prolific
+(``tests/fakes/prolific_server.py``) and the portal as its own process (``services.portal.spec``
+through the ProcessManager, exactly as ``crowdpref up`` starts it) - and stops every process it
+started at the end, also on an error, Ctrl-C or SIGTERM. The study store is the state folder's
+SQLite file, shared by this process and the portal, as in a deployment.
 
-1. A study-1 collection of ``--arrivals`` questions (R=4, Q=4: one batch per arrival) with a
-   WARM pool of one ready account per arrival (``refill_pool``; not timed, its duration printed),
-   its Prolific study published on the fake, and one Prolific submission per arrival.
-2. Baseline: one participant alone on the idle portal.
-3. Burst: ``--arrivals`` participants whose starts are spread evenly over ``--window`` seconds
-   (default 200 in 10 s), each in its own thread: entry link -> welcome page -> Start -> the
-   Argilla sign-in URL with their credentials -> token login at Argilla -> their dataset lists
-   their Q records. Seconds from the entry request to that moment: p50 / p95 (and the ratio
-   to the baseline).
-4. Webhooks: one signed RETURNED ``submission.status.change`` per participant, half of them
-   delivered twice with the same ``X-Event-ID``, from ``--workers`` threads: handled per second;
-   every distinct event recorded once, every participant released.
-5. Checks: no item over R copies (``store.check``), one account per participant, every
-   participant's dataset held exactly their Q records.
+1. Set-up (not timed, durations printed): a ``participants: simulated`` study-1 config (R=4,
+   Q=4: one batch per participant) in its own studies folder (the ``portal_studies`` setting),
+   its questions.parquet in the run folder, a WARM pool of one ready account per participant
+   (``Collection.refill_pool``, with a progress bar; the config's ``pool_size`` K is the burst's
+   size, so the portal starts its background refill once fewer than K/2 ready accounts are
+   left - half-way through the burst -, as it would in a deployment), the Prolific study
+   created and published on the fake through ``ProlificClient`` (external study URL: the
+   portal's entry link) and recorded in the store, the webhook secret in the store, one
+   Prolific place taken per participant (``POST /_fake/studies/{id}/arrive``).
+2. Baseline, in the same run: a warm-up arrival (the portal opens the collection), then
+   ``BASELINE`` arrivals one after another on the idle portal, and ``BARE`` bare
+   ``Collection.claim`` calls in this process (the claim without HTTP, Prolific or login).
+3. Burst: ``--arrivals`` participants whose entry requests are scheduled evenly over
+   ``--window`` seconds (default 200 in 10 s; by default one thread per participant, so a slow
+   arrival never delays the next one's start). Each, like a browser: entry link (the portal
+   checks the submission at Prolific, claims, logs the records) -> welcome page -> POST Start
+   -> the Argilla sign-in URL with their credentials -> ``POST /api/v1/token`` with them ->
+   ``/api/v1/me/datasets`` -> their dataset's pending records, until their Q records are
+   listed. Seconds from the entry request to that moment: p50 / p95 / max, per step, and the
+   ratio to the baseline. An error is retried as a person reloads (the entry link again after a
+   portal error - the same person gets the same work -, the Argilla call again after a 5xx),
+   after 1, 2, 4, 8 s; whoever has no records after ``GIVE_UP_S`` gives up and counts as
+   "never" (slowest) in the percentiles. The portal's own log gives its server-side time per
+   route, so queueing in front of the portal shows as the difference; the CPU seconds of each
+   process (from /proc) show which one is saturated.
+4. Checks right after the burst: no item over R copies (``store.check``), every participant
+   one account and every account one participant, each Prolific id mapped to the account it
+   was handed, each dataset listing exactly the participant's items.
+5. Webhooks (after the portal's background refill finished, ``--no-settle`` skips the wait):
+   one signed RETURNED ``submission.status.change`` per burst participant, every second one
+   delivered twice with the same ``X-Event-ID`` (the two copies side by side in the queue, so
+   they are handled concurrently), from ``--hook-workers`` threads; a delivery not answered 200
+   is sent again after 1 s, as Prolific retries. Handled per second; then every distinct event
+   recorded exactly once (``store.deliveries``), every participant released exactly once.
 
-Targets (issue 10): p95 < 3 s, 0 double allocations, 0 lost webhooks.
+Targets (the issue): p95 entry -> logged-in workspace with records < 3 s; 0 double
+allocations; 0 lost webhooks. Each is printed MET or MISSED; the exit status is 1 when one is
+missed.
 
-    .venv/bin/python benchmarks/portal.py [--arrivals 200] [--window 10] [--workers 50] [--quick]
+    .venv/bin/python benchmarks/portal.py [--arrivals 200] [--window 10] [--quick]
+                                          [--workers N] [--hook-workers 50] [--no-settle] [--home DIR]
 """
 
 from __future__ import annotations
@@ -31,14 +56,25 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
+import os
+import queue
+import random
+import re
+import secrets
 import shutil
+import signal
 import socket
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -50,20 +86,39 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from crowdpref.argilla_client import AnnotatorSession  # noqa: E402
+from crowdpref.argilla_client import SEARCH_PAGE_MAX  # noqa: E402
+from crowdpref.collection import ATTENTION_CHECK_ID, Collection  # noqa: E402
 from crowdpref.config import load_study  # noqa: E402
 from crowdpref.prolific import ProlificClient, sign_webhook  # noqa: E402
 from crowdpref.recruitment import FAKE_PROLIFIC_TOKEN, WEBHOOK_SECRET_META, ensure_prolific_study  # noqa: E402
 from crowdpref.runfolder import write_parquet  # noqa: E402
 from crowdpref.settings import Settings, load_settings  # noqa: E402
+from crowdpref.store import CREATING, READY, RELEASED, Claimed  # noqa: E402
 from crowdpref.studies import open_collection  # noqa: E402
 
-R, Q = 4, 4
-TARGET_P95_S = 3.0
+R, Q = 4, 4  # copies per question, questions per participant: one batch per participant
 NAME = "portal-bench"
-console = Console() if Console().is_terminal else Console(width=160)
+TARGET_P95_S = 3.0
+BASELINE = 5  # arrivals one after another on the idle portal
+BARE = 3  # bare Collection.claim calls in this process
+GIVE_UP_S = 300.0  # a participant without their records after this long gives up
+POLL_S = 0.05  # a participant whose records are not listed yet looks again after this
+PAUSE_FIRST_S, PAUSE_MAX_S = 1.0, 8.0  # a person reloading after an error: 1, 2, 4, 8 s
+SETTLE_MAX_S = 600.0  # the longest wait for the portal's background refill before the webhooks
+SETTLE_STALL_S = 20.0  # ... and the longest with no account becoming ready
+STEPS = ("entry", "welcome", "start", "login", "datasets", "records", "pauses after errors")
+FORM = re.compile(r'<form method="post" action="([^"]+)"')
+PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
+EXCEPTION_LINE = re.compile(r"^(Exception in thread|[\w.]+(Error|Exception)\b)")
+ARGILLA_ERROR = re.compile(r"ERROR +ERROR:argilla:(.*?)\s+\S+\.py:\d+")  # rich-wrapped: the first words
+
+console = Console()
+if not console.is_terminal:  # piped or logged: wide enough for the tables
+    console = Console(width=180)
+STOP = threading.Event()  # Ctrl-C / SIGTERM: waiting threads stop waiting
 
 
+# --- the private stack ------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -71,220 +126,764 @@ def free_port() -> int:
 
 
 def private_settings(home: Path) -> Settings:
+    """Own state folder, free ports, its own studies folder; nothing external (a developer's
+    CROWDPREF_* / ARGILLA_* environment cannot point the benchmark at a real server, store or
+    Prolific)."""
     return load_settings(
         home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
-        portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "studies",
-        argilla_venv=REPO / ".venv-argilla", argilla_url=None, argilla_api_key=None, prefect_api_url=None,
+        portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "portal-studies",
+        argilla_venv=REPO / ".venv-argilla", argilla_url=None, argilla_api_key=None, argilla_public_url=None,
+        prefect_api_url=None, database_url=None, portal_url=None, prolific_token=None,
     )
 
 
-def write_study(settings: Settings, n: int) -> Path:
-    folder = settings.portal_studies
+def write_study(settings: Settings, participants: int, pool: int) -> Path:
+    """The study config (in the portal's studies folder) and its questions (in the run folder):
+    one batch per participant plus a few spare; the pool's target K is ``pool`` (the burst's
+    size: the portal refills in the background once fewer than K/2 ready accounts are left)."""
+    folder = Path(settings.portal_studies)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump({
         "name": NAME, "seed": 1, "participants": "simulated",
-        "study1": {"responses_per_question": R, "questions_per_participant": Q, "pool_size": n + 1,
+        "study1": {"responses_per_question": R, "questions_per_participant": Q, "pool_size": pool,
                    "inactive_after_minutes": 600},
         "study2": {"pairs_per_participant": 4},
         "crowd": {"arrive_via": "prolific"},
-        "prolific": {"study1": {"places": n + 1}},
+        "prolific": {"study1": {"places": participants}},
     }))
+    n_questions = math.ceil(participants * Q / R) + 8
     questions = pd.DataFrame([{"question_id": f"q{i:05d}", "category": "empathy",
                                "question": f"Question {i}: how would you handle situation number {i} with a friend?"}
-                              for i in range(n + 1)])
+                              for i in range(n_questions)])
     write_parquet(questions, settings.runs_dir / NAME / "questions.parquet")
     return path
 
 
-def arrive(url: str, argilla_url: str, dataset_name: str) -> tuple[float, float]:
-    """One participant, from the entry request to their records listed; returns (seconds in
-    all, seconds until the portal handed over the sign-in link)."""
+# --- one participant ------------------------------------------------------------------------------
+class Transient(Exception):
+    """An answer a person retries (5xx, 429, no connection)."""
+
+
+class Fatal(Exception):
+    """An answer a person cannot get past (a refusal, a wrong password)."""
+
+
+@dataclass
+class Visit:
+    """One participant's arrival: their Prolific place and their browser (made before timing)."""
+
+    index: int
+    pid: str
+    session_id: str
+    url: str
+    browser: httpx.Client  # the portal tab: keeps the portal's cookie
+    argilla: httpx.Client  # the Argilla tab
+    scheduled: float = math.nan  # seconds after the burst's start when the entry request was due
+    started: float = math.nan  # ... when it was sent
+    ok: bool = False
+    total: float = math.nan  # entry request -> their records listed (retries and pauses included)
+    portal: float = math.nan  # entry request -> the sign-in link (entry, welcome, start)
+    steps: dict[str, float] = field(default_factory=dict)
+    reloads: int = 0  # portal errors: the entry link opened again
+    argilla_errors: int = 0  # Argilla 5xx / unreachable: the call repeated
+    polls: int = 0  # record searches until all Q were listed
+    error: str | None = None
+    usernames: set[str] = field(default_factory=set)  # every account the portal handed them (1 expected)
+    record_ids: set[str] = field(default_factory=set)  # what their dataset listed
+
+    def close(self) -> None:
+        self.browser.close()
+        self.argilla.close()
+
+
+def _check(response: httpx.Response, expected: int | tuple[int, ...], what: str) -> None:
+    if response.status_code in ((expected,) if isinstance(expected, int) else expected):
+        return
+    message = f"{what} answered {response.status_code}"
+    if response.status_code >= 500 or response.status_code == 429:
+        raise Transient(message)
+    raise Fatal(f"{message}: {response.text[:160]!r}")
+
+
+def _absolute(base: str, location: str) -> str:
+    if location.startswith("http"):
+        return location
+    parts = urlsplit(base)
+    return f"{parts.scheme}://{parts.netloc}{location}"
+
+
+def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
+    """What a participant's browser does, from the entry request to their records listed."""
+    begun = time.perf_counter()
+    deadline = begun + GIVE_UP_S
+    pauses = 0
+    jitter = random.Random(v.pid)
+
+    def step(name: str, call: Callable[[], httpx.Response]) -> httpx.Response:
+        started = time.perf_counter()
+        try:
+            return call()
+        finally:
+            v.steps[name] = v.steps.get(name, 0.0) + time.perf_counter() - started
+
+    def pause(exc: Exception) -> None:
+        nonlocal pauses
+        v.error = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+        if time.perf_counter() > deadline or STOP.is_set():
+            raise Fatal(f"gave up after {GIVE_UP_S:g} s; last error {v.error}")
+        seconds = min(PAUSE_MAX_S, PAUSE_FIRST_S * 2 ** pauses) * jitter.uniform(0.75, 1.25)
+        STOP.wait(seconds)
+        v.steps["pauses after errors"] = v.steps.get("pauses after errors", 0.0) + seconds
+        pauses += 1
+
+    try:
+        while True:  # the portal: entry -> welcome -> Start (the entry link again after an error)
+            try:
+                entry = step("entry", lambda: v.browser.get(v.url))
+                _check(entry, 303, "entry")
+                welcome_url = _absolute(v.url, entry.headers["location"])
+                welcome = step("welcome", lambda: v.browser.get(welcome_url))
+                _check(welcome, 200, "welcome")
+                form = FORM.search(welcome.text)
+                if form is None:
+                    raise Fatal("the welcome page has no Start form")
+                start = step("start", lambda: v.browser.post(_absolute(v.url, form.group(1))))
+                _check(start, 303, "start")
+                break
+            except (Transient, httpx.TransportError) as exc:
+                v.reloads += 1
+                pause(exc)
+        v.portal = time.perf_counter() - begun
+        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        username, password = base64.b64decode(auth).decode().split(":", 1)
+        v.usernames.add(username)
+
+        while True:  # Argilla's sign-in page posts the credentials for a token
+            try:
+                login = step("login", lambda: v.argilla.post(f"{argilla_url}/api/v1/token",
+                                                             data={"username": username, "password": password}))
+                _check(login, (200, 201), "Argilla login")
+                token = login.json()["access_token"]
+                break
+            except (Transient, httpx.TransportError) as exc:
+                v.argilla_errors += 1
+                pause(exc)
+        headers = {"Authorization": f"Bearer {token}"}
+        search = {"filters": {"and": [{"type": "terms", "scope": {"entity": "response", "property": "status"},
+                                       "values": ["pending"]}]}}
+        dataset_id = None
+        while True:  # their datasets, then their queue, until it holds their records
+            try:
+                if dataset_id is None:
+                    listed = step("datasets", lambda: v.argilla.get(f"{argilla_url}/api/v1/me/datasets",
+                                                                    headers=headers))
+                    _check(listed, 200, "Argilla datasets")
+                    dataset_id = next((d["id"] for d in listed.json()["items"] if d["name"] == dataset_name), None)
+                if dataset_id is not None:
+                    found = step("records", lambda: v.argilla.post(
+                        f"{argilla_url}/api/v1/me/datasets/{dataset_id}/records/search", json=search,
+                        params={"limit": SEARCH_PAGE_MAX}, headers=headers))
+                    _check(found, 200, "Argilla records search")
+                    v.polls += 1
+                    records = [item["record"] for item in found.json()["items"]]
+                    if len(records) >= expected:
+                        v.record_ids = {r.get("external_id") for r in records} - {ATTENTION_CHECK_ID}
+                        break
+                if time.perf_counter() > deadline:
+                    raise Fatal(f"records not listed after {GIVE_UP_S:g} s")
+                waited = time.perf_counter()
+                STOP.wait(POLL_S)
+                name = "records" if dataset_id else "datasets"
+                v.steps[name] = v.steps.get(name, 0.0) + time.perf_counter() - waited
+            except (Transient, httpx.TransportError) as exc:
+                v.argilla_errors += 1
+                pause(exc)
+        v.total = time.perf_counter() - begun
+        v.ok = True
+    except Fatal as exc:
+        v.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - anything else: shown, and counts as never
+        v.error = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+
+
+# --- threads ---------------------------------------------------------------------------------------------
+def run_jobs(jobs: list[Callable[[], None]], workers: int, progress: Progress, description: str) -> float:
+    """Run ``jobs`` in order on ``workers`` daemon threads with a progress bar; returns the wall
+    time. Daemon threads and a short join loop: Ctrl-C reaches the main thread at once."""
+    task = progress.add_task(description, total=len(jobs))
+    pending: queue.Queue[Callable[[], None]] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+
+    def worker() -> None:
+        while not STOP.is_set():
+            try:
+                job = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                job()
+            finally:
+                progress.advance(task)
+
     started = time.perf_counter()
-    with httpx.Client(timeout=120, follow_redirects=False) as browser:
-        entry = browser.get(url)
-        if entry.status_code != 303:
-            raise RuntimeError(f"entry answered {entry.status_code}")
-        base = f"{urlsplit(url).scheme}://{urlsplit(url).netloc}"
-        welcome = browser.get(base + entry.headers["location"])
-        if welcome.status_code != 200:
-            raise RuntimeError(f"welcome answered {welcome.status_code}")
-        start = browser.post(base + entry.headers["location"].replace("/welcome", "/start"))
-        if start.status_code != 303:
-            raise RuntimeError(f"start answered {start.status_code}")
-    portal_s = time.perf_counter() - started
-    auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
-    username, password = base64.b64decode(auth).decode().split(":", 1)
-    session = AnnotatorSession(argilla_url, username, password, timeout_s=120)
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    return time.perf_counter() - started
+
+
+# --- statistics -------------------------------------------------------------------------------------------
+def pct(values: list[float], p: float) -> float:
+    """Percentile by linear interpolation; NaN left out, inf (gave up) counts as the slowest."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    if not xs:
+        return math.nan
+    k = (len(xs) - 1) * p / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    if math.isinf(xs[hi]):
+        return math.inf
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def fmt(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "never"
+    return "-" if math.isnan(seconds) else f"{seconds:.2f} s"
+
+
+def ratio(value: float, base: float) -> str:
+    if math.isinf(value):
+        return "never"
+    if math.isnan(value) or math.isnan(base) or base <= 0:
+        return "-"
+    return f"{value / base:.1f}x"
+
+
+def verdict(ok: bool) -> str:
+    return "[green]MET[/]" if ok else "[red]MISSED[/]"
+
+
+def step_values(visits: list[Visit], name: str) -> list[float]:
+    """A step's seconds per participant. Totals: whoever gave up before reaching the end of it
+    counts as never. A single step: everyone who reached it (its time up to giving up, for one
+    who gave up in it); ``pauses after errors``: everyone (0 without errors)."""
+    started = [v for v in visits if not math.isnan(v.started) or v.ok]
+    if name == "total":
+        return [v.total if v.ok else math.inf for v in started]
+    if name == "portal":
+        return [v.portal if not math.isnan(v.portal) else math.inf for v in started]
+    if name == "argilla":
+        return [(v.total - v.portal) if v.ok else math.inf for v in started if not math.isnan(v.portal)]
+    if name == "pauses after errors":
+        return [v.steps.get(name, 0.0) for v in started]
+    return [v.steps[name] for v in started if name in v.steps]
+
+
+def portal_log(path: Path, start: int, end: int | None = None) -> tuple[dict[str, list[float]], list[str]]:
+    """The portal's own time per route (its log: method, path, status, ms) between two byte
+    offsets of its log; and the lines that look like errors."""
+    with open(path, "rb") as log:
+        log.seek(start)
+        text = log.read(None if end is None else end - start).decode(errors="replace")
+    routes: dict[str, list[float]] = {}
+    for method, path_, status, ms in PORTAL_LOG.findall(text):
+        route = {"welcome": "welcome", "start": "start"}.get(path_.rsplit("/", 1)[-1], "entry")
+        route = "webhook" if path_.startswith("/hooks/") else "health" if path_ == "/healthz" else route
+        routes.setdefault(f"{route} ({method} {status})", []).append(int(ms) / 1000)
+    problems = [line for line in text.splitlines() if EXCEPTION_LINE.match(line)]
+    return routes, problems
+
+
+def argilla_errors(path: Path, start: int, end: int) -> Counter[str]:
+    """The Argilla server's logged errors between two byte offsets of its log, by kind."""
+    if not path.exists():
+        return Counter()
+    with open(path, "rb") as log:
+        log.seek(start)
+        text = log.read(end - start).decode(errors="replace")
+    names = {"QueuePool limit": "QueuePool limit (no free DB connection within 30 s)",
+             "(sqlite3.Operatio": "sqlite3.OperationalError (e.g. database is locked)"}
+    return Counter(names.get(m.strip(), m.strip()) for m in ARGILLA_ERROR.findall(text))
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+# --- CPU: who was busy ------------------------------------------------------------------------------------
+TICK = os.sysconf("SC_CLK_TCK")
+ME = "this benchmark (the participants' browsers)"
+
+
+def _stat(pid: int | str) -> list[str] | None:
     try:
-        dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
-        records = session.pending_records(dataset["id"])
-        if len(records) != Q:
-            raise RuntimeError(f"{len(records)} records instead of {Q}")
-    finally:
-        session.close()
-    return time.perf_counter() - started, portal_s
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()  # fields from the 3rd on
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--arrivals", type=int, default=200)
-    parser.add_argument("--window", type=float, default=10.0)
-    parser.add_argument("--workers", type=int, default=50)
-    parser.add_argument("--quick", action="store_true", help="20 arrivals in 2 s")
-    args = parser.parse_args()
-    if args.quick:
-        args.arrivals, args.window = 20, 2.0
-    n = args.arrivals
+def cpu_seconds(settings: Settings) -> dict[str, float]:
+    """CPU seconds used so far by each service's process group, by this process, and by the
+    whole machine (every process, also others': the machine is shared)."""
     from services import stack
+    from services.process import ProcessManager
 
-    home = Path(tempfile.mkdtemp(prefix="crowdpref-portal-bench-"))
+    manager = ProcessManager(settings.state_dir)
+    groups: dict[int, str] = {}
+    for name in stack.SERVICE_NAMES:
+        running = manager.running(name)
+        if running is not None:
+            groups[running.pid] = name  # each service runs in its own session: pgid = pid
+    used = dict.fromkeys(groups.values(), 0.0)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(entry.name)) is not None and int(stat[2]) in groups:
+            used[groups[int(stat[2])]] += (int(stat[11]) + int(stat[12])) / TICK  # utime + stime
+    times = os.times()
+    used[ME] = times.user + times.system
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    used["(machine: busy)"] = (sum(fields) - fields[3] - fields[4]) / TICK  # all but idle and iowait
+    used["(machine: all)"] = sum(fields) / TICK
+    used["(wall)"] = time.perf_counter()
+    return used
+
+
+def cpu_table(phases: dict[str, tuple[dict[str, float], dict[str, float]]]) -> Table:
+    """CPU per process in each phase; 100% = one core busy for the whole phase."""
+    table = Table(title=f"CPU per process ({os.cpu_count()} cores; 100% = one core busy for the whole phase)")
+    table.add_column("process")
+    for label in phases:
+        table.add_column(f"{label}: CPU s", justify="right")
+        table.add_column("% of one core", justify="right")
+    names = [name for name in next(iter(phases.values()))[1] if not name.startswith("(")]
+    for name in names:
+        cells = [name]
+        for before, after in phases.values():
+            wall = after["(wall)"] - before["(wall)"]
+            used = after.get(name, 0.0) - before.get(name, 0.0)
+            cells += [f"{used:.1f}", f"{used / wall:.0%}" if wall > 0 else "-"]
+        table.add_row(*cells)
+    cells = ["whole machine, every process (busy / all cores)"]
+    for before, after in phases.values():
+        busy = after["(machine: busy)"] - before["(machine: busy)"]
+        share = busy / max(1e-9, after["(machine: all)"] - before["(machine: all)"])
+        cells += [f"{busy:.1f}", f"{share:.0%} of all cores"]
+    table.add_row(*cells)
+    return table
+
+
+# --- main ------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arrivals", type=int, default=200, help="participants in the burst (default 200)")
+    parser.add_argument("--window", type=float, default=None,
+                        help="seconds over which the burst's entry requests start (default 10)")
+    parser.add_argument("--quick", action="store_true", help="20 arrivals in 1 s (the full burst's rate)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="arrival threads (default: one per participant, so every start is on time)")
+    parser.add_argument("--hook-workers", type=int, default=50, help="webhook sender threads (default 50)")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="send the webhooks while the portal still refills its pool after the burst")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="state folder (default: a new temporary folder, removed after a clean run)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.arrivals = 20
+        args.window = 1.0 if args.window is None else args.window
+    window = 10.0 if args.window is None else args.window
+    n = args.arrivals
+    workers = args.workers or n
+    total_participants = 1 + BASELINE + n + BARE  # warm-up, baseline, burst, bare claims
+    home = (args.home or Path(tempfile.mkdtemp(prefix="crowdpref-portal-bench-"))).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the stack
+    from services import stack
+    from services.process import ProcessManager
+
     settings = private_settings(home)
+    portal_log_path = ProcessManager(settings.state_dir).log_path("portal")
+    argilla_log_path = ProcessManager(settings.state_dir).log_path("argilla-server")
+    bench_started = time.perf_counter()
+    load_at_start = os.getloadavg()
+    clean = False
+    met: list[bool] = []
+    visits: list[Visit] = []
     try:
-        with console.status("starting Argilla, the fake Prolific and the portal") as status:
+        started = time.perf_counter()
+        with console.status("starting the embedded Argilla and the fake Prolific") as status:
             stack.up(settings, components=["argilla"], on_step=lambda s: status.update(f"starting {s}"))
             stack.start_fake_prolific(settings)
-        path = write_study(settings, n)
+        console.print(f"Argilla at {settings.argilla_api_url}, fake Prolific on port {settings.fake_prolific_port}: "
+                      f"up in {time.perf_counter() - started:.0f} s (state folder {home})")
+        path = write_study(settings, total_participants, n)
         config = load_study(path)
-        collection = open_collection(path, "study1", settings)
-        started = time.perf_counter()
-        with Progress(TextColumn("warm pool"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        collection: Collection = open_collection(path, "study1", settings)
+        store, cid = collection.store, collection.info.id
+        expected = Q + (collection.spec.attention_record() is not None)
+
+        # the warm pool (not timed)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
-            task = progress.add_task("pool", total=n + 1)
-            for size in range(0, n + 2, 10):
-                collection.refill_pool(min(size, n + 1))
-                progress.update(task, completed=min(size, n + 1))
-            collection.refill_pool(n + 1)
-            progress.update(task, completed=n + 1)
-        pool_s = time.perf_counter() - started
+            task = progress.add_task(f"warm pool: provisioning {total_participants} accounts (refill_pool)",
+                                     total=total_participants)
+            done: dict[str, Any] = {}
+
+            def fill() -> None:
+                try:
+                    done["made"] = collection.refill_pool(total_participants)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    done["error"] = exc
+
+            started = time.perf_counter()
+            filler = threading.Thread(target=fill, daemon=True)
+            filler.start()
+            while filler.is_alive():
+                progress.update(task, completed=sum(a.state == READY for a in store.accounts(cid)))
+                filler.join(0.5)
+            pool_s = time.perf_counter() - started
+            if "error" in done:
+                raise RuntimeError(f"refill_pool failed: {done['error']!r}")
+            progress.update(task, completed=total_participants)
+        console.print(f"warm pool: {done['made']} accounts ready in {pool_s:.0f} s "
+                      f"({pool_s / max(1, done['made']):.2f} s each, one after another; not timed)")
+
+        # the Prolific study on the fake, the webhook secret, the portal, the places
         fake_api = f"http://{settings.host}:{settings.fake_prolific_port}"
         with ProlificClient(f"{fake_api}/api/v1/", FAKE_PROLIFIC_TOKEN) as client:
             platform = ensure_prolific_study(collection, config, settings, client)
-        secret = "bench-" + base64.b64encode(b"x" * 30).decode()
-        collection.store.set_meta(WEBHOOK_SECRET_META, secret)
+            study = client.get_study(platform.external_id)
+        secret = secrets.token_urlsafe(32)
+        store.set_meta(WEBHOOK_SECRET_META, secret)
+        started = time.perf_counter()
         with console.status("starting the portal"):
             stack.up(settings, components=["portal"])
+        console.print(f"portal at {settings.portal_public_url} (its own process) up in "
+                      f"{time.perf_counter() - started:.1f} s; Prolific study {study.status} with "
+                      f"{study.total_available_places} places, entry {study.external_study_url.split('?')[0]}")
+        argilla_url, dataset = settings.argilla_api_url, collection.dataset_name
         with httpx.Client(base_url=fake_api, timeout=30) as fake:
-            arrivals = [fake.post(f"/_fake/studies/{platform.external_id}/arrive").json() for _ in range(n + 1)]
-        argilla, dataset = settings.argilla_api_url, collection.dataset_name
+            for i in range(1 + BASELINE + n):
+                place = fake.post(f"/_fake/studies/{platform.external_id}/arrive")
+                place.raise_for_status()
+                p = place.json()
+                visits.append(Visit(i, p["participant_id"], p["session_id"], p["url"],
+                                    httpx.Client(timeout=GIVE_UP_S, follow_redirects=False),
+                                    httpx.Client(timeout=GIVE_UP_S)))
+        warmup, baseline, burst = visits[0], visits[1:1 + BASELINE], visits[1 + BASELINE:]
 
-        baseline, baseline_portal = arrive(arrivals[0]["url"], argilla, dataset)
-        console.print(f"warm pool of {n + 1} accounts ready in {pool_s:.0f} s; baseline (one arrival, idle "
-                      f"portal): {baseline:.2f} s")
+        # baseline: one at a time on the idle portal; the bare claim in this process
+        visit(warmup, argilla_url, dataset, expected)
+        for v in baseline:
+            visit(v, argilla_url, dataset, expected)
+        bare = []
+        for k in range(BARE):
+            started = time.perf_counter()
+            result = collection.claim(f"bench-bare-claim-{k}", "simulated")
+            bare.append(time.perf_counter() - started)
+            if not isinstance(result, Claimed):
+                raise RuntimeError(f"the bare claim answered {result!r}")
+        failed = [v for v in [warmup, *baseline] if not v.ok]
+        if failed:
+            raise RuntimeError(f"a baseline arrival failed: {failed[0].error} (portal log {portal_log_path})")
+        base = {name: statistics.median(step_values(baseline, name)) for name in ("total", "portal", "argilla", *STEPS)}
+        base["bare claim"] = statistics.median(bare)
+        console.print(f"baseline: warm-up arrival {fmt(warmup.total)}; {BASELINE} arrivals one after another on "
+                      f"the idle portal: median {fmt(base['total'])} (portal {fmt(base['portal'])}, Argilla "
+                      f"{fmt(base['argilla'])}); bare Collection.claim in this process: median "
+                      f"{fmt(base['bare claim'])}")
 
-        times: list[float] = []
-        portal_times: list[float] = []
-        errors: list[str] = []
-        lock = threading.Lock()
-        t0 = time.perf_counter() + 0.5
+        # the burst
+        accounts_before = Counter(a.state for a in store.accounts(cid))
+        log_start, argilla_log_start = log_size(portal_log_path), log_size(argilla_log_path)
+        cpu_before_burst = cpu_seconds(settings)
+        t0 = time.perf_counter() + 1.0
 
-        def one(i: int) -> None:
-            delay = t0 + i * args.window / n - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            try:
-                seconds, portal_s = arrive(arrivals[i + 1]["url"], argilla, dataset)
-                with lock:
-                    times.append(seconds)
-                    portal_times.append(portal_s)
-            except Exception as exc:  # noqa: BLE001 - counted and shown
-                with lock:
-                    errors.append(f"{exc.__class__.__name__}: {exc}"[:120])
-
-        with Progress(TextColumn("arrivals"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
-            task = progress.add_task("arrivals", total=n)
-            with ThreadPoolExecutor(max_workers=max(args.workers, int(n / max(args.window, 0.1) * 3))) as pool:
-                for future in [pool.submit(one, i) for i in range(n)]:
-                    future.result()
-                    progress.advance(task)
-        burst_s = time.perf_counter() - t0
-        p50, p95 = (percentile(times, 0.5), percentile(times, 0.95)) if times else (float("nan"),) * 2
-        if len(errors) > 0.05 * n:
-            p95 = float("inf")
-
-        # webhooks: one RETURNED per participant, half twice
-        store = collection.store
-        portal_url = settings.portal_public_url
-        events = []
-        for i, arrival in enumerate(arrivals):
-            body = json.dumps({"event_type": "submission.status.change", "resource_id": arrival["session_id"],
-                               "participant_id": arrival["participant_id"], "status": "RETURNED"}).encode()
-            events += [(f"evt-{i}", body)] * (2 if i % 2 else 1)
-        answered: list[int] = []
-
-        def send(event: tuple[str, bytes]) -> None:
-            event_id, body = event
-            timestamp = str(int(time.time()))
-            headers = {"X-Prolific-Request-Signature": sign_webhook(secret, timestamp, body),
-                       "X-Prolific-Request-Timestamp": timestamp, "X-Event-ID": event_id,
-                       "Content-Type": "application/json"}
-            for _ in range(5):  # Prolific retries a failed delivery
-                try:
-                    status = httpx.post(f"{portal_url}/hooks/prolific", content=body, headers=headers,
-                                        timeout=120).status_code
-                except httpx.HTTPError:
-                    status = 0
-                if status == 200:
-                    with lock:
-                        answered.append(1)
+        def arrival(v: Visit) -> Callable[[], None]:
+            def run() -> None:
+                v.scheduled = (v.index - 1 - BASELINE) * window / n
+                STOP.wait(max(0.0, t0 + v.scheduled - time.perf_counter()))
+                if STOP.is_set():
                     return
-                time.sleep(1)
+                v.started = time.perf_counter() - t0
+                visit(v, argilla_url, dataset, expected)
+            return run
 
-        started = time.perf_counter()
-        with Progress(TextColumn("webhooks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
-            task = progress.add_task("webhooks", total=len(events))
-            with ThreadPoolExecutor(max_workers=args.workers) as pool:
-                for future in [pool.submit(send, e) for e in events]:
-                    future.result()
-                    progress.advance(task)
-        hooks_s = time.perf_counter() - started
-        deliveries = {d["event_id"] for d in store.deliveries("prolific")}
-        lost = (n + 1) - len(deliveries & {f"evt-{i}" for i in range(n + 1)})
-        participants = collection.participants()
-        not_released = sum(p.status != "released" for p in participants)
+            run_jobs([arrival(v) for v in burst], workers, progress,
+                     f"burst: {n} arrivals starting within {window:g} s")
+        burst_s = time.perf_counter() - t0
+        cpu_after_burst = cpu_seconds(settings)
+        load_after_burst = os.getloadavg()
+        log_end, argilla_log_end = log_size(portal_log_path), log_size(argilla_log_path)
+        accounts_after = Counter(a.state for a in store.accounts(cid))
+        refilled_during_burst = sum(accounts_after.values()) - sum(accounts_before.values())
 
-        double = list(store.check(collection.info.id))
-        accounts = [p.account_id for p in participants]
-        double += [f"{len(accounts) - len(set(accounts))} accounts bound twice"] if len(set(accounts)) != len(accounts) else []
-        # every participant held exactly their Q items (checked before the webhooks released them:
-        # the store's assignments; the burst's own check read Q records from each dataset)
-        double += [f"{p.username} holds {len(p.items)} items" for p in participants if len(p.items) != Q]
+        # allocation checks, right after the burst
+        double: list[str] = list(store.check(cid))
+        participants = store.participants(cid)
+        by_account = Counter(p.account_id for p in participants)
+        by_username = Counter(p.username for p in participants)
+        double += [f"account {a} bound to {k} participants" for a, k in by_account.items() if k > 1]
+        double += [f"username {u} held by {k} participants" for u, k in by_username.items() if k > 1]
+        double += [f"{p.username} holds {len(set(p.items))} distinct items of {len(p.items)} (Q={Q})"
+                   for p in participants if len(set(p.items)) != Q or len(p.items) != Q]
+        by_name = {p.username: p for p in participants}
+        for v in [warmup, *baseline, *burst]:
+            if len(v.usernames) > 1:
+                double.append(f"arrival {v.index} was handed {len(v.usernames)} accounts")
+            mine = store.participant_by_key(cid, v.pid)
+            if v.usernames and (mine is None or {mine.username} != v.usernames):
+                double.append(f"arrival {v.index}: the store maps their Prolific id to "
+                              f"{mine.username if mine else 'nobody'}, the portal handed {sorted(v.usernames)}")
+            if v.ok and mine is not None and v.record_ids != set(by_name[mine.username].items):
+                double.append(f"arrival {v.index}: their dataset lists {len(v.record_ids)} records, "
+                              f"{len(v.record_ids ^ set(by_name[mine.username].items))} differ from the store's")
+        handed = Counter(u for v in visits for u in v.usernames)
+        double += [f"account {u} handed to {k} arrivals" for u, k in handed.items() if k > 1]
 
-        table = Table(title=f"portal benchmark: {n} arrivals in {args.window:g} s (warm pool), 2-core machine")
-        for column in ("measure", "value", "target"):
-            table.add_column(column)
-        table.add_row("arrivals completed", f"{len(times)}/{n} ({len(errors)} errors)", "")
-        table.add_row("burst wall time", f"{burst_s:.1f} s", "")
-        table.add_row("entry -> logged-in workspace with records, p50", f"{p50:.2f} s ({p50 / baseline:.1f}x baseline)", "")
-        table.add_row("entry -> logged-in workspace with records, p95", f"{p95:.2f} s ({p95 / baseline:.1f}x baseline)",
-                      f"< {TARGET_P95_S:g} s: {'MET' if p95 < TARGET_P95_S else 'MISSED'}")
-        table.add_row("  of which in the portal (entry, welcome, start), p50 / p95",
-                      f"{percentile(portal_times, 0.5):.2f} / {percentile(portal_times, 0.95):.2f} s", "")
-        table.add_row("  the rest: Argilla login + the participant's records, p50",
-                      f"{percentile([t - p for t, p in zip(times, portal_times)], 0.5):.2f} s", "")
-        table.add_row("baseline (one arrival, idle portal)", f"{baseline:.2f} s (portal {baseline_portal:.2f} s)", "")
-        table.add_row("double allocations", str(len(double)), f"0: {'MET' if not double else 'MISSED'}")
-        table.add_row("webhooks handled per second",
-                      f"{len(events) / hooks_s:.1f} ({len(events)} deliveries, {n + 1} distinct, {hooks_s:.1f} s)", "")
-        table.add_row("lost webhooks / participants not released", f"{lost} / {not_released}",
-                      f"0: {'MET' if lost == 0 and not_released == 0 else 'MISSED'}")
+        # let the portal's background refill finish (it started when the pool fell below half)
+        # (stops waiting when no account became ready for SETTLE_STALL_S: the refill ended or died)
+        settle_s, settle_ready, stalled = 0.0, 0, False
+        if not args.no_settle:
+            started = last_change = time.perf_counter()
+            ready_before = seen = sum(a.state == READY for a in store.accounts(cid))
+            with console.status("waiting for the portal's background refill of the pool") as status:
+                while time.perf_counter() - started < SETTLE_MAX_S and not STOP.is_set():
+                    states = Counter(a.state for a in store.accounts(cid))
+                    status.update(f"waiting for the portal's background refill: {states[READY]} ready, "
+                                  f"{states[CREATING]} being created ({time.perf_counter() - started:.0f} s)")
+                    if not states[CREATING]:
+                        break
+                    if states[READY] != seen:
+                        seen, last_change = states[READY], time.perf_counter()
+                    elif time.perf_counter() - last_change > SETTLE_STALL_S:
+                        stalled = True
+                        break
+                    time.sleep(1.0)
+            settle_s = time.perf_counter() - started
+            settle_ready = sum(a.state == READY for a in store.accounts(cid)) - ready_before
+        states_before_hooks = Counter(a.state for a in store.accounts(cid))
+        refill_died = portal_log_path.exists() and "Exception in thread refill" in portal_log_path.read_text(
+            errors="replace")
+
+        # the webhooks: one RETURNED per burst participant, every second one twice (side by side)
+        events: list[tuple[str, bytes, int]] = []
+        for i, v in enumerate(burst):
+            body = json.dumps({"event_type": "submission.status.change", "resource_id": v.session_id,
+                               "participant_id": v.pid, "study_id": platform.external_id,
+                               "status": "RETURNED"}).encode()
+            event_id = f"bench-{secrets.token_hex(12)}"
+            events += [(event_id, body, i)] * (2 if i % 2 else 1)
+        replies: list[dict[str, Any]] = []
+        lock = threading.Lock()
+        hook_log_start, hook_argilla_start = log_size(portal_log_path), log_size(argilla_log_path)
+        portal_url = settings.portal_public_url
+        sender = httpx.Client(timeout=GIVE_UP_S, limits=httpx.Limits(max_connections=args.hook_workers + 10,
+                                                                     max_keepalive_connections=args.hook_workers + 10))
+
+        def send(event: tuple[str, bytes, int]) -> Callable[[], None]:
+            def run() -> None:
+                event_id, body, index = event
+                started = time.perf_counter()
+                attempts, status, reply = 0, 0, {}
+                while attempts < 5 and not STOP.is_set():  # Prolific retries a failed delivery
+                    attempts += 1
+                    timestamp = str(int(time.time()))
+                    headers = {"X-Prolific-Request-Signature": sign_webhook(secret, timestamp, body),
+                               "X-Prolific-Request-Timestamp": timestamp, "X-Event-ID": event_id,
+                               "Content-Type": "application/json"}
+                    try:
+                        response = sender.post(f"{portal_url}/hooks/prolific", content=body, headers=headers)
+                        status, reply = response.status_code, response.json()
+                    except (httpx.HTTPError, ValueError) as exc:
+                        status, reply = 0, {"error": exc.__class__.__name__}
+                    if status == 200:
+                        break
+                    STOP.wait(1.0)
+                with lock:
+                    replies.append({"event_id": event_id, "index": index, "status": status, "reply": reply,
+                                    "attempts": attempts, "seconds": time.perf_counter() - started})
+            return run
+
+        cpu_before_hooks = cpu_seconds(settings)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            hooks_s = run_jobs([send(e) for e in events], args.hook_workers, progress,
+                               f"webhooks: {len(events)} deliveries ({n} events) from {args.hook_workers} threads")
+        sender.close()
+        cpu_after_hooks = cpu_seconds(settings)
+        hook_log_end, hook_argilla_end = log_size(portal_log_path), log_size(argilla_log_path)
+
+        # lost webhooks: every distinct event recorded once, every returned participant released once
+        sent_ids = {e[0] for e in events}
+        recorded = Counter(d["event_id"] for d in store.deliveries("prolific"))
+        lost = sorted(sent_ids - set(recorded))
+        twice = [e for e in sent_ids if recorded[e] > 1]
+        unanswered = [r for r in replies if r["status"] != 200]
+        participants = {p.username: p for p in store.participants(cid)}
+        released_events = Counter(e["participant_id"] for e in store.events(cid, kinds=["released"]))
+        returned = [participants[next(iter(v.usernames))] for v in burst if v.usernames]
+        not_released = [p.username for p in returned if p.status != RELEASED]
+        released_twice = [p.username for p in returned if released_events[p.id] > 1]
+        acted = Counter(r["event_id"] for r in replies if r["status"] == 200 and "outcome" in r["reply"])
+        acted_twice = sum(1 for k in acted.values() if k > 1)
+        outcomes = Counter(str(r["reply"].get("outcome", "duplicate" if r["reply"].get("duplicate") else r["reply"]))
+                           for r in replies if r["status"] == 200)
+        after_release = list(store.check(cid))
+        double += [f"after the webhooks: {problem}" for problem in after_release]
+        missing_participants = n - len(returned)
+
+        # --- tables -------------------------------------------------------------------------------------
+        ok = [v for v in burst if v.ok]
+        late = [v.started - v.scheduled for v in burst if not math.isnan(v.started)]
+        last_start = max((v.started for v in burst if not math.isnan(v.started)), default=math.nan)
+        table = Table(title=f"{n} arrivals, entry requests due evenly over {window:g} s (last one sent at "
+                            f"{last_start:.2f} s, at most {max(late, default=math.nan):.2f} s late), warm pool, "
+                            f"{os.cpu_count()}-core machine; seconds from the entry request")
+        for column in ("step", "burst p50", "p95", "max", "baseline (median of "
+                       f"{BASELINE})", "p50 / baseline", "p95 / baseline"):
+            table.add_column(column, justify="right")
+        rows = [("entry -> records listed (all)", "total"),
+                ("  portal: entry -> sign-in link", "portal"),
+                ("    entry (Prolific check, claim, records logged)", "entry"),
+                ("    welcome page", "welcome"), ("    Start (sign-in link)", "start"),
+                ("  Argilla: login -> records listed", "argilla"),
+                ("    token login (bcrypt)", "login"), ("    my datasets", "datasets"),
+                ("    pending records (search)", "records"), ("  pauses after errors (reloads)", "pauses after errors")]
+        for label, name in rows:
+            values = step_values(burst, name)
+            p50, p95 = pct(values, 50), pct(values, 95)
+            table.add_row(label, fmt(p50), fmt(p95), fmt(max(values, default=math.nan)), fmt(base[name]),
+                          ratio(p50, base[name]), ratio(p95, base[name]))
+        table.add_row("bare Collection.claim (this process, idle)", "", "", "", fmt(base["bare claim"]), "", "")
         console.print(table)
-        for line in sorted(set(errors))[:5]:
-            console.print(f"error: {line}")
-        for line in double[:5]:
-            console.print(f"double allocation: {line}")
+
+        routes, problems = portal_log(portal_log_path, log_start, log_end)
+        table = Table(title="the portal's own time per request during the burst (its log: from the request reaching "
+                            "the app, waiting for a free worker thread included), against what the participants saw "
+                            "(every attempt of the step, failed ones included)")
+        for column in ("route", "requests", "server p50", "server p95", "server max", "client p50", "client p95"):
+            table.add_column(column, justify="right")
+        client_step = {"entry": "entry", "welcome": "welcome", "start": "start"}
+        for route in sorted(routes):
+            values = routes[route]
+            name = client_step.get(route.split(" ")[0])
+            seen = step_values(burst, name) if name else []
+            table.add_row(route, str(len(values)), fmt(pct(values, 50)), fmt(pct(values, 95)), fmt(max(values)),
+                          fmt(pct(seen, 50)) if "303" in route or "200" in route else "",
+                          fmt(pct(seen, 95)) if "303" in route or "200" in route else "")
+        console.print(table)
+
+        table = Table(title="the burst: what happened")
+        table.add_column("")
+        table.add_column("value", justify="right")
+        table.add_row("arrivals with their records listed", f"{len(ok)}/{n}")
+        table.add_row("gave up (count as never)", str(n - len(ok) - sum(math.isnan(v.started) for v in burst)))
+        table.add_row("portal errors -> entry link opened again", str(sum(v.reloads for v in burst)))
+        table.add_row("Argilla 5xx / unreachable -> call repeated", str(sum(v.argilla_errors for v in burst)))
+        table.add_row("record searches per participant (1 = listed at once)",
+                      f"{statistics.mean([v.polls for v in ok]):.2f}" if ok else "-")
+        table.add_row("burst wall time (first entry -> last records listed)", fmt(burst_s))
+        table.add_row("accounts the portal began provisioning during the burst (its background refill)",
+                      f"{refilled_during_burst} (pool {accounts_before[READY]} ready before, "
+                      f"{accounts_after[READY]} ready / {accounts_after[CREATING]} being created after)")
+        burst_errors = argilla_errors(argilla_log_path, argilla_log_start, argilla_log_end)
+        table.add_row("errors the Argilla server logged during the burst (its log), by kind",
+                      ", ".join(f"{k}: {v}" for k, v in burst_errors.most_common()) or "none")
+        table.add_row("load average (1 min) at the start / after the burst",
+                      f"{load_at_start[0]:.1f} / {load_after_burst[0]:.1f}")
+        if not args.no_settle:
+            table.add_row("then: waiting for the portal's refill to end" + (
+                          f" (stopped: no account ready for {SETTLE_STALL_S:g} s)" if stalled else ""),
+                          f"{settle_s:.0f} s ({settle_ready} more became ready; {states_before_hooks[READY]} ready, "
+                          f"{states_before_hooks[CREATING]} left 'creating')")
+        table.add_row("the portal's refill thread died on an error (its log: 'Exception in thread refill')",
+                      "yes" if refill_died else "no")
+        console.print(table)
+
+        hook_routes, hook_problems = portal_log(portal_log_path, hook_log_start, hook_log_end)
+        server = [s for route, values in hook_routes.items() for s in values if route.startswith("webhook")]
+        seconds = [r["seconds"] for r in replies]
+        table = Table(title=f"webhooks: {len(events)} signed RETURNED deliveries for {n} participants "
+                            f"({n // 2} delivered twice with the same X-Event-ID, side by side), "
+                            f"{args.hook_workers} sender threads")
+        table.add_column("")
+        table.add_column("value", justify="right")
+        handled = sum(r["status"] == 200 for r in replies)
+        table.add_row("handled per second (deliveries answered 200 / wall time)",
+                      f"{handled / hooks_s:.1f} ({handled} in {hooks_s:.1f} s)")
+        table.add_row("distinct events per second", f"{len(sent_ids) / hooks_s:.1f}")
+        table.add_row("delivery: sent -> 200, p50 / p95 / max (retries included)",
+                      f"{fmt(pct(seconds, 50))} / {fmt(pct(seconds, 95))} / {fmt(max(seconds, default=math.nan))}")
+        table.add_row("the portal's own time per webhook, p50 / p95",
+                      f"{fmt(pct(server, 50))} / {fmt(pct(server, 95))}")
+        table.add_row("deliveries retried / never answered 200",
+                      f"{sum(r['attempts'] > 1 for r in replies)} / {len(unanswered)}")
+        table.add_row("replies", ", ".join(f"{k}: {v}" for k, v in outcomes.most_common()))
+        hook_errors = argilla_errors(argilla_log_path, hook_argilla_start, hook_argilla_end)
+        table.add_row("errors the Argilla server logged meanwhile, by kind",
+                      ", ".join(f"{k}: {v}" for k, v in hook_errors.most_common()) or "none")
+        table.add_row("events acted on by both copies (both handled before either was recorded)", str(acted_twice))
+        table.add_row("distinct events recorded / sent; recorded more than once",
+                      f"{len(sent_ids & set(recorded))} / {len(sent_ids)}; {len(twice)}")
+        table.add_row("participants released / returned; released more than once",
+                      f"{len(returned) - len(not_released)} / {len(returned)}; {len(released_twice)}")
+        console.print(table)
+        console.print(cpu_table({"burst": (cpu_before_burst, cpu_after_burst),
+                                 "webhooks": (cpu_before_hooks, cpu_after_hooks)}))
+
+        p95 = pct(step_values(burst, "total"), 95)
+        p50 = pct(step_values(burst, "total"), 50)
+        lost_total = len(lost) + len(twice) + len(not_released) + len(released_twice) + len(unanswered)
+        targets = [
+            (f"p95 entry request -> logged-in workspace with records < {TARGET_P95_S:g} s",
+             f"{fmt(p95)} (p50 {fmt(p50)}; {ratio(p95, base['total'])} the idle baseline)",
+             p95 < TARGET_P95_S),
+            ("double allocations = 0 (items over R, accounts shared or handed twice, datasets != store)",
+             str(len(double)), not double),
+            ("lost webhooks = 0 (events not recorded once, participants not released once, deliveries unanswered)",
+             f"{lost_total} ({len(lost)} not recorded, {len(not_released)} not released, {len(unanswered)} unanswered)",
+             lost_total == 0 and missing_participants == 0),
+        ]
+        table = Table(title="targets")
+        for column in ("target", "measured", ""):
+            table.add_column(column)
+        for name, measured, good in targets:
+            table.add_row(name, measured, verdict(good))
+            met.append(good)
+        console.print(table)
+        for v in [v for v in burst if not v.ok][:5]:
+            console.print(f"[red]arrival {v.index} did not get their records:[/] {v.error}")
+        errors = Counter(v.error[:110] for v in burst if v.ok and v.error)
+        for error, count in errors.most_common(5):
+            console.print(f"retried, then got through ({count} participants), last error: {error}")
+        for line in double[:8]:
+            console.print(f"[red]double allocation:[/] {line}")
+        for event_id in lost[:5]:
+            console.print(f"[red]webhook not recorded:[/] {event_id}")
+        for line in (problems + hook_problems)[:5]:
+            console.print(f"portal log: {line[:200]}")
+        clean = all(met) and not problems and not hook_problems
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping the stack[/]")
     finally:
+        STOP.set()
+        for v in visits:
+            v.close()
         stopped = stack.down(settings)
-        console.print(f"stopped: {', '.join(stopped) or 'nothing'}")
-        shutil.rmtree(home, ignore_errors=True)
-    return 0
+        console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}; wall time "
+                      f"{time.perf_counter() - bench_started:.0f} s")
+        if clean and args.home is None:
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            console.print(f"state folder (logs: {home / 'logs'}) kept: {home}")
+    return 0 if met and all(met) else 1
 
 
 if __name__ == "__main__":
