@@ -912,10 +912,12 @@ class StudyConfig(_Section):
                      + (", content warning" if pb.content_warning else "")))
         if self.prolific.enabled:
             pr = self.prolific
-            rows.append(("Prolific", f"study 1: {pr.study1.reward} ({pr.study1.hourly_rate:.2f}/h), "
-                         f"study 2: {pr.study2.reward} ({pr.study2.hourly_rate:.2f}/h); "
+            places = [f"{s.places} places" if s.places else "a place per batch" for s in (pr.study1, pr.study2)]
+            rows.append(("Prolific", f"study 1: {pr.study1.reward} ({pr.study1.hourly_rate:.2f}/h), {places[0]}; "
+                         f"study 2: {pr.study2.reward} ({pr.study2.hourly_rate:.2f}/h), {places[1]}; "
                          f"approval >= {pr.filters.approval_rate:g}%, completed >= "
-                         f"{pr.filters.min_completed}"))
+                         f"{pr.filters.min_completed}; complete work "
+                         f"{'approved automatically' if pr.auto_approve else 'listed for review'}"))
         else:
             c = self.crowd
             rows.append(("Participants", f"simulated crowd: drop-out {c.dropout_rate:g}, low effort "

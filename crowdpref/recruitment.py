@@ -9,12 +9,17 @@ FAKE Prolific that ``crowdpref demo`` starts (``tests/fakes/prolific_server.py``
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crowdpref.config import StudyConfig
 
 FAKE_PROLIFIC_TOKEN = "fake-prolific-token"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,16 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
                           publish: bool = True) -> Any:
     """The collection's Prolific study, created at most once and published. Idempotent: the
     store's record first; else a Prolific study with our internal name (a run killed between
-    creating and recording adopts it); else a new one. Returns the store's PlatformStudy."""
+    creating and recording adopts it); else a new one. Study 1's completion code adds its
+    completers to a participant group (created once, its id kept in the store before any use)
+    that study 2 blocklists; study 2 creates that group when study 1 was not recruited yet.
+    Publishing is a transition only from UNPUBLISHED. Returns the store's PlatformStudy."""
     store, cid, key = collection.store, collection.info.id, collection.spec.key
     platform = store.platform_study(cid)
     if platform is None:
         wanted = internal_name(config.name, key)
         study = next((s for s in client.list_studies() if s.internal_name == wanted), None)
+        group = store.get_meta(GROUP_META.format(study=config.name))
         if study is None:
             group = _completers_group(config, store, client, settings)
             places = (config.prolific.study1 if key == "study1" else config.prolific.study2).places
@@ -145,14 +154,16 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
                                     completers_group=group if key == "study1" else None,
                                     blocklist_group=group if key == "study2" else None)
             study = client.create_study(payload)
-            store.log_event(cid, "platform_study_created", platform="prolific")
+            store.log_event(cid, "platform_study_created", platform="prolific", places=study.total_available_places)
         else:
-            store.log_event(cid, "platform_study_adopted", platform="prolific")
-        platform = store.save_platform_study(cid, "prolific", study.id, "draft", places=study.total_available_places)
+            store.log_event(cid, "platform_study_adopted", platform="prolific", status=study.status)
+        platform = store.save_platform_study(cid, "prolific", study.id, study.status.lower() or "unpublished",
+                                             group_id=group, places=study.total_available_places)
     if publish and platform.state in ("draft", "unpublished"):
         study = client.get_study(platform.external_id)
         if study.status == "UNPUBLISHED":
             study = client.publish_study(platform.external_id)
+            store.log_event(cid, "platform_study_published", platform="prolific", places=study.total_available_places)
         platform = store.save_platform_study(cid, "prolific", platform.external_id, study.status.lower(),
                                              places=study.total_available_places)
     return platform
@@ -173,6 +184,8 @@ def setup_webhooks(settings: Any, store: Any, client: Any, workspace_id: str | N
 
     existing = store.get_meta(WEBHOOK_SUBSCRIPTION_META)
     if existing and not force:
+        log.info("Prolific webhooks: already subscribed (%s); nothing done (force makes a new secret and "
+                 "subscription)", existing)
         return existing
     if not workspace_id:
         raise ConfigError("prolific_workspace_id is not set: export CROWDPREF_PROLIFIC_WORKSPACE_ID=<the Prolific "
@@ -188,6 +201,8 @@ def setup_webhooks(settings: Any, store: Any, client: Any, workspace_id: str | N
 # --- reconciliation ----------------------------------------------------------------------------------------
 # statuses that give the place back: the participant's unfinished work returns to the pool
 FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
+# study statuses whose places can still be raised (not COMPLETED / AWAITING REVIEW)
+RAISABLE = ("UNPUBLISHED", "SCHEDULED", "ACTIVE", "PAUSED")
 
 
 @dataclass
@@ -214,24 +229,39 @@ class SyncReport:
                 "places raised to": self.places_raised_to or "", "to review": len(self.review or [])}
 
 
-def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, private_dir: Any = None) -> SyncReport:
+def places_needed(places: int, submissions: list[Any], unclaimed: int, per_participant: int) -> int | None:
+    """The places a study needs so that work nobody holds can be claimed: every unclaimed slot
+    needs a place (``per_participant`` slots per person) that no submission holds (a RETURNED,
+    TIMED-OUT or REJECTED one gave its place back). The new total, or None when the free places
+    suffice. Pure."""
+    if unclaimed <= 0:
+        return None
+    needed = math.ceil(unclaimed / max(1, per_participant))
+    free = max(0, places - sum(1 for s in submissions if s.status not in FREEING))
+    return places + (needed - free) if needed > free else None
+
+
+def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_approve: bool | None = None,
+                  private_dir: Path | str | None = None) -> SyncReport:
     """Reconcile the collection's Prolific submissions with the store: release the work of
     RETURNED / TIMED-OUT / REJECTED participants still active here (the backstop for lost
-    webhooks); approve AWAITING REVIEW submissions whose work is complete (``auto_approve``)
-    or list them for review; raise places when freed work waits for nobody. Submission ids for
-    review go to ``private_dir/prolific-review-<key>.json`` only."""
-    import math
-
+    webhooks); approve AWAITING REVIEW submissions whose work is complete (``auto_approve``,
+    default ``prolific.auto_approve``; one bulk call) or list them for review; raise places when
+    work waits that nobody can claim. Every decision is an event in the store. The report names
+    participants by username only; the submission ids for review go to
+    ``private_dir/prolific-review-<key>.json`` (owner-only, rewritten on every sync)."""
     from crowdpref.store import ACTIVE, COMPLETE
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
+    auto = config.prolific.auto_approve if auto_approve is None else auto_approve
     report = SyncReport(key=key, review=[])
     platform = store.platform_study(cid)
     if platform is None:
         return report
     study = client.get_study(platform.external_id)
     submissions = client.list_submissions(platform.external_id)
-    to_approve: list[str] = []
+    reviewed = {e["participant_id"] for e in store.events(cid, kinds=["review"])}
+    to_approve: list[tuple[str, Any]] = []
     private: list[dict[str, str]] = []
     for submission in submissions:
         status = submission.status
@@ -256,36 +286,99 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, private_
             reason = "not every item submitted"
         else:
             reason = ""
-        if not reason and config.prolific.auto_approve:
-            to_approve.append(submission.id)
-            store.log_event(cid, "approved", participant.id)  # type: ignore[union-attr]
+        if not reason and auto:
+            to_approve.append((submission.id, participant))
             continue
         username = participant.username if participant is not None else "(unknown)"
         report.review.append((username, reason or "complete: approve"))  # type: ignore[union-attr]
         private.append({"username": username, "submission_id": submission.id, "reason": reason or "complete"})
-        if participant is not None and not any(e["participant_id"] == participant.id and e["kind"] == "review"
-                                               for e in store.events(cid, kinds=["review"])):
+        if participant is not None and participant.id not in reviewed:
             store.log_event(cid, "review", participant.id, reason=reason or "complete")
+            reviewed.add(participant.id)
     if to_approve:
-        client.bulk_approve(to_approve)
+        client.bulk_approve([sid for sid, _ in to_approve])
+        for _, participant in to_approve:
+            store.log_event(cid, "approved", participant.id)
         report.approved_now = len(to_approve)
         report.approved += len(to_approve)
         report.awaiting_review -= len(to_approve)
-    # places: freed work needs someone to take it
+    # places: work nobody holds needs someone to take it (a finished study takes nobody)
     report.places = study.total_available_places
-    holding = sum(1 for s in submissions if s.status not in FREEING)
     progress = collection.progress()
-    needed = math.ceil(progress.unclaimed / collection.info.per_participant) if progress.unclaimed else 0
-    free = max(0, study.total_available_places - holding)
-    if needed > free and not progress.complete:
-        report.places_raised_to = study.total_available_places + (needed - free)
-        client.increase_places(platform.external_id, report.places_raised_to)
-        report.places = report.places_raised_to
-        store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=report.places)
-    if private_dir is not None and private:
-        from pathlib import Path
-
+    total = None if progress.complete or study.status not in RAISABLE else places_needed(
+        study.total_available_places, submissions, progress.unclaimed, collection.info.per_participant)
+    if total is not None:
+        client.increase_places(platform.external_id, total)
+        report.places = report.places_raised_to = total
+        store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=total)
+        store.log_event(cid, "places_raised", places=total, unclaimed=progress.unclaimed)
+    if private_dir is not None:
         from crowdpref.runfolder import write_json
 
         write_json(private, Path(private_dir) / f"prolific-review-{key}.json", private=True)
     return report
+
+
+# --- the state a collection run shows ------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProlificState:
+    """A collection's Prolific study as a monitoring pass sees it: its places (as last recorded)
+    and one read of the submission counts; ``error`` when Prolific could not be read."""
+
+    places: int | None
+    active: int = 0
+    returned: int = 0
+    timed_out: int = 0
+    awaiting_review: int = 0
+    approved: int = 0
+    error: str | None = None
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"Prolific: not read ({self.error}); the collection goes on, the next run reads it again"
+        return (f"Prolific: {self.places if self.places is not None else '?'} places, {self.active} active, "
+                f"{self.returned} returned, {self.timed_out} timed out, {self.awaiting_review} awaiting review, "
+                f"{self.approved} approved")
+
+    def row(self) -> dict[str, Any]:
+        return {"places": self.places, "active": self.active, "returned": self.returned, "timed out": self.timed_out,
+                "awaiting review": self.awaiting_review, "approved": self.approved, "error": self.error or ""}
+
+
+def prolific_state(config: StudyConfig, settings: Any, store: Any, cid: int, *,
+                   client: Any = None) -> ProlificState | None:
+    """The collection's Prolific state for monitoring: None (nothing read, no client made) when
+    the study does not recruit on Prolific or the collection has no Prolific study yet. One API
+    call (the submission counts). Never raises: a failure comes back as ``error`` (monitoring
+    must go on when Prolific is down or the token is wrong)."""
+    if not recruits_on_prolific(config):
+        return None
+    platform = store.platform_study(cid)
+    if platform is None or platform.platform != "prolific":
+        return None
+    try:
+        if client is None:
+            with prolific_client(config, settings) as own:
+                counts = own.submission_counts(platform.external_id)
+        else:
+            counts = client.submission_counts(platform.external_id)
+    except Exception as exc:  # noqa: BLE001 - reported in the artifact, never fails the monitoring
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        return ProlificState(platform.places, error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    return ProlificState(platform.places, active=counts.get("ACTIVE", 0) + counts.get("RESERVED", 0),
+                         returned=counts.get("RETURNED", 0), timed_out=counts.get("TIMED-OUT", 0),
+                         awaiting_review=counts.get("AWAITING REVIEW", 0), approved=counts.get("APPROVED", 0))
+
+
+def auto_key(run: Any) -> str:
+    """Which collection ``recruit`` with ``key: auto`` publishes: study 2 once its pairs exist,
+    study 1 while its answers are not all in; in between (answers exported, pairs not built
+    yet) there is nothing to recruit for: a one-line ConfigError says what to run."""
+    from crowdpref.errors import ConfigError
+
+    if run.pairs.exists():
+        return "study2"
+    if not run.responses.exists():
+        return "study1"
+    raise ConfigError(f"{run.path.name}: study 1 is complete and study 2's pairs are not built yet: run the "
+                      "collect-ratings flow (it builds them), then recruit study 2 (key: study2)")

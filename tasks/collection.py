@@ -48,13 +48,18 @@ def refill_account_pool(study: str, key: StudyKey) -> int:
 def monitor_collection(study: str, key: StudyKey) -> Progress:
     """Repair what a killed run left, read answers back, complete or release participants
     (their unanswered items return to the pool), refill the account pool."""
+    from tasks.prolific import prolific_monitor_state
+
     collection = open_collection(study, key)
     progress = collection.monitor()
+    # on Prolific: one read of its submission counts (None without a Prolific study; never raises)
+    prolific = prolific_monitor_state(study, collection)
+    on_prolific = f"; {prolific.describe()}" if prolific is not None else ""
     study, key = collection.spec.study_name, collection.spec.key
     create_progress_artifact(
         progress=round(100 * progress.share, 1),
         key=artifact_key(study, f"{key}-progress"),
-        description=f"{key}: {progress.submitted}/{progress.needed} submitted",
+        description=f"{key}: {progress.submitted}/{progress.needed} submitted{on_prolific}",
     )
     create_table_artifact(
         key=artifact_key(study, f"{key}-participants"),
@@ -62,7 +67,7 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
         description=(
             f"{key}: {progress.submitted}/{progress.needed} submitted, {progress.outstanding} held by active "
             f"participants, {progress.unclaimed} waiting for the next claims; {progress.pool_ready} warm accounts; "
-            f"released now: {len(progress.released_now)}"
+            f"released now: {len(progress.released_now)}{on_prolific}"
         ),
     )
     return progress

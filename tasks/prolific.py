@@ -10,7 +10,14 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.recruitment import ensure_prolific_study, prolific_client, prolific_target, sync_prolific
+from crowdpref.recruitment import (
+    ProlificState,
+    ensure_prolific_study,
+    prolific_client,
+    prolific_state,
+    prolific_target,
+    sync_prolific,
+)
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from crowdpref.studies import StudyKey, open_collection
@@ -19,27 +26,29 @@ from tasks.retries import NETWORK
 
 
 def prolific_study_link(target: Any, study_id: str) -> str:
-    """Where a person sees the study: the researcher app, or the fake's API for a simulation."""
+    """Where a person sees the study: Prolific's researcher app, or the fake Prolific of a
+    simulation (it has no researcher pages: its address)."""
     if target.fake:
-        return f"{target.api_url}studies/{study_id}/"
+        return target.app_url
     return f"https://app.prolific.com/researcher/workspaces/studies/{study_id}"
 
 
 @task(name="publish-prolific-study", **NETWORK)
-def publish_prolific_study(study: str, key: StudyKey) -> str:
-    """Create (at most once) and publish the collection's Prolific study; returns its id."""
+def publish_prolific_study(study: str, key: StudyKey) -> dict[str, Any]:
+    """Create (at most once) and publish the collection's Prolific study; returns its id,
+    state and places."""
     config, settings = load_study(study), load_settings()
     collection = open_collection(study, key)
     with prolific_client(config, settings) as client:
         platform = ensure_prolific_study(collection, config, settings, client)
-    target = prolific_target(config, settings)
+    target = prolific_target(config, settings)  # not None: prolific_client refused a study without one
     create_link_artifact(
         key=artifact_key(config.name, f"{key}-prolific-study"),
         link=prolific_study_link(target, platform.external_id),
         link_text=f"{key} on {'the FAKE ' if target.fake else ''}Prolific ({platform.state}, {platform.places} places)",
         description=f"{key}: the Prolific study participants arrive from",
     )
-    return platform.external_id
+    return {"key": key, "prolific_study": platform.external_id, "state": platform.state, "places": platform.places}
 
 
 @task(name="sync-prolific-submissions", **NETWORK)
@@ -50,7 +59,8 @@ def sync_prolific_submissions(study: str, key: StudyKey) -> dict[str, Any]:
     collection = open_collection(study, key)
     run = RunFolder.for_study(settings.runs_dir, config.name)
     with prolific_client(config, settings) as client:
-        report = sync_prolific(collection, config, client, private_dir=run.private_dir)
+        report = sync_prolific(collection, config, client, auto_approve=config.prolific.auto_approve,
+                               private_dir=run.private_dir)
     create_table_artifact(
         key=artifact_key(config.name, f"{key}-prolific"),
         table=[report.row()] + [{"study": key, "to review": f"{user}: {reason}"} for user, reason in report.review or []],
@@ -60,3 +70,9 @@ def sync_prolific_submissions(study: str, key: StudyKey) -> dict[str, Any]:
                      "private part"),
     )
     return report.row()
+
+
+def prolific_monitor_state(study: str, collection: Any) -> ProlificState | None:
+    """The collection's Prolific state for the monitoring artifacts (not a task: it runs inside
+    monitor-collection): None when the study has no Prolific study; a failure is in ``error``."""
+    return prolific_state(load_study(study), load_settings(), collection.store, collection.info.id)
