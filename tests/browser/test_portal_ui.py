@@ -1,34 +1,56 @@
-"""A real browser (headless Chromium) goes the way a Prolific participant does: from a
-Prolific-style link (handed out by the fake Prolific) to the portal's welcome page, Start ->
-into Argilla already logged in, answers every item through the UI (study 1: text + 1-5 rating;
-study 2, separately: the 8-point scale), opens the portal's finish page, gets the completion
-code and follows it back to (fake) Prolific's completion URL with the right code. The store and
-the Argilla read-back hold exactly those answers.
+"""A real browser (headless Chromium) goes the way a Prolific participant does, once for study 1
+and once, separately, for study 2, against the real embedded Argilla, a real study store, the
+portal served over real HTTP and the fake Prolific (the study created and published on it
+through our Prolific client, exactly as ``crowdpref recruit`` does):
+
+1. the Prolific-style link the fake hands out (``POST /_fake/studies/<id>/arrive``) -> the
+   portal checks the submission with (fake) Prolific -> its welcome page, the ids gone from the
+   address bar;
+2. *Start* -> Argilla's one-hop sign-in -> Argilla's home page, logged in, listing their dataset;
+3. every item answered and submitted through Argilla's UI (study 1: a typed answer + a 1-5
+   rating; study 2: a point on the 8-point scale, the answers shown as A and B in the order the
+   store recorded for this rater); after the first one they come back through the same link
+   (the same work), the finish page says "Not finished yet" and its *Back to my items* button
+   signs them in again;
+4. the finish link in the guidelines shown inside Argilla -> the portal's finish page with the
+   completion code -> *Back to Prolific* -> the fake's ``/submissions/complete?cc=<code>``; the
+   finish page, opened again, also forwards there by itself (its 5-second refresh).
+
+Then a second participant (plain HTTP through the same portal, answers over Argilla's API)
+completes the collection, and the store, the Argilla read-back and the real export
+(responses.parquet / ratings.parquet) hold exactly what the browser typed and picked.
 
 Screenshots: test-output/portal-study1-*.png and portal-study2-*.png (welcome, argilla,
-answered, done, prolific); on failure portal-<study>-failure.png/.html."""
+item-1, not-finished, item-2, answered, guidelines, done, prolific); on failure
+portal-<study>-failure.png/.html."""
 
 from __future__ import annotations
 
+import base64
 import re
+import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import pandas as pd
 import pytest
 import yaml
 
-from crowdpref.argilla_client import ArgillaOwner
+from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
+from crowdpref.collection import Collection
 from crowdpref.config import load_study
 from crowdpref.pairing import make_pairs
 from crowdpref.portal.app import create_app
-from crowdpref.portal.links import finish_url
+from crowdpref.portal.links import finish_url, prolific_entry_url
 from crowdpref.portal.service import Portal
 from crowdpref.prolific import ProlificClient
+from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.recruitment import ensure_prolific_study
-from crowdpref.store import COMPLETE, Store
-from crowdpref.study1 import study1_collection
-from crowdpref.study2 import study2_collection
-from tests.browser.conftest import BROWSER_MARKS
+from crowdpref.store import ACTIVE, COMPLETE, Store
+from crowdpref.study1 import export_responses, study1_collection
+from crowdpref.study2 import export_ratings, study2_collection
+from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.conftest import free_port, isolated_settings
 from tests.fakes.prolific_server import FakeProlific
@@ -39,15 +61,22 @@ from tests.portal_server import PortalThread
 pytestmark = BROWSER_MARKS
 
 TEXT = "I would talk to them calmly, because shouting only makes it worse."
+QUALITY = 4
+PREFERENCE = 7  # on the 8-point scale (1 = strongly A ... 8 = strongly B)
+OTHER = {"study1": {"response": "I would ask what they need first, because it shows respect.", "quality": 2},
+         "study2": {"preference": 3}}
+ITEMS = 2  # every participant gets 2 items; 2 participants complete each collection
 
 
 def _setup(tmp_path: Path, argilla_server, fake: FakeProlific, name: str, key: str):
+    """Settings, store and the real collection of a small ``participants: simulated`` study:
+    study 1 = 2 questions x R=2, Q=2; study 2 = 2 pairs x 2 ratings, 2 pairs each."""
     studies = tmp_path / "studies"
     studies.mkdir(parents=True, exist_ok=True)
     (studies / f"{name}.yaml").write_text(yaml.safe_dump({
         "name": name, "seed": 9, "participants": "simulated",
-        "study1": {"responses_per_question": 2, "questions_per_participant": 2},
-        "study2": {"ratings_per_pair": 2, "pairs_per_participant": 2},
+        "study1": {"responses_per_question": 2, "questions_per_participant": ITEMS, "pool_size": 1},
+        "study2": {"ratings_per_pair": 2, "pairs_per_participant": ITEMS, "pool_size": 1},
         "crowd": {"arrive_via": "prolific"},
     }))
     config = load_study(studies / f"{name}.yaml")
@@ -60,11 +89,75 @@ def _setup(tmp_path: Path, argilla_server, fake: FakeProlific, name: str, key: s
         collection = study1_collection(config, _questions().head(2), owner, tmp_path / "run", store,
                                        finish_url(settings, name, key))
     else:
-        questions, responses, _ = _study1_export(n_questions=1, per_question=3)
+        questions, responses, _ = _study1_export(n_questions=2, per_question=2)  # one pair per question
         pairs = make_pairs(responses, config.study2.pairs, config.seed).pairs
+        assert len(pairs) == 2
         collection = study2_collection(config, pairs, responses, questions, owner, tmp_path / "run", store,
                                        finish_url(settings, name, key))
-    return settings, store, collection
+    return config, settings, store, collection
+
+
+def _arrive(fake: FakeProlific, study_id: str) -> dict:
+    """A participant takes a place on (fake) Prolific: the link Prolific sends them to."""
+    reply = httpx.post(f"{fake.app_url}/_fake/studies/{study_id}/arrive", json={}, timeout=10)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def _second_participant(fake: FakeProlific, study_id: str, argilla_url: str, collection: Collection, key: str,
+                        code: str) -> str:
+    """Another participant completes their work without a browser (the portal over HTTP,
+    answers over Argilla's API): the collection is then complete and can be exported."""
+    arrival = _arrive(fake, study_id)
+    with httpx.Client(timeout=60) as http:
+        entry = http.get(arrival["url"])
+        assert entry.status_code == 303, entry.text
+        base = arrival["url"].split("?", 1)[0]
+        start = http.post(f"{base}/start")
+        assert start.status_code == 303, start.text
+        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        username, password = base64.b64decode(auth).decode().split(":", 1)
+        session = AnnotatorSession(argilla_url, username, password)
+        try:
+            dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
+            pending = session.pending_records(dataset["id"])
+            assert len(pending) == ITEMS
+            assert session.submit([(r["id"], OTHER[key]) for r in pending]) == ITEMS
+        finally:
+            session.close()
+        done = http.get(f"{base}/done")
+        assert done.status_code == 200 and code in done.text, done.text
+    return username
+
+
+def _field(page, title: str):
+    """The text of the record field titled ``title`` on Argilla's annotation page."""
+    title_area = page.locator(".text_field_component__title-content", has_text=re.compile(rf"^\s*{title}\s*$"))
+    return page.locator(".text_field_component").filter(has=title_area).locator(".content-area")
+
+
+def _shown_item(page, collection: Collection, participant) -> str:
+    """The item Argilla shows now, found by its question among the participant's items; in
+    study 2 its answers must appear as A and B in the order the store recorded for this rater."""
+    from playwright.sync_api import expect
+
+    spec = collection.spec
+    if spec.key == "study1":
+        questions = {spec._by_id.loc[item, "question"]: item for item in participant.items}
+    else:
+        questions = {spec._question[spec._pairs.loc[item, "question_id"]]: item for item in participant.items}
+    question = _field(page, "Question")
+    expect(question).to_have_text(re.compile("|".join(re.escape(q) for q in questions)))
+    item = questions[question.inner_text().strip()]
+    if spec.key == "study2":
+        shown_a, shown_b = spec.display(item, participant.swapped[item])
+        expect(_field(page, "Answer A")).to_have_text(spec._text[shown_a])
+        expect(_field(page, "Answer B")).to_have_text(spec._text[shown_b])
+    return item
+
+
+def _wait_for_url(page, url: str, timeout_ms: int = TIMEOUT_MS) -> None:
+    page.wait_for_url(lambda current: current == url, timeout=timeout_ms)
 
 
 @pytest.mark.parametrize("key", ["study1", "study2"])
@@ -73,70 +166,170 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     from playwright.sync_api import expect
 
     name = f"b{unique}"
-    shot = lambda what: browser_page.screenshot(path=str(output_dir / f"portal-{key}-{what}.png"), full_page=True)  # noqa: E731
+    page = browser_page
+
+    def shot(what: str) -> None:
+        page.screenshot(path=str(output_dir / f"portal-{key}-{what}.png"), full_page=True)
+
     with FakeProlific() as fake:
-        settings, store, collection = _setup(tmp_path, argilla_server, fake, name, key)
+        config, settings, store, collection = _setup(tmp_path, argilla_server, fake, name, key)
         portal = Portal(settings, store, open_collection=lambda path, k: collection)
-        with PortalThread(create_app(portal), port=settings.portal_port), \
+        with PortalThread(create_app(portal), port=settings.portal_port) as server, \
                 ProlificClient(fake.base_url, fake.token) as client:
-            platform = ensure_prolific_study(collection, load_study(settings.portal_studies / f"{name}.yaml"),
-                                             settings, client)
-            arrival = fake.arrive(platform.external_id)
-            page = browser_page
+            # the Prolific study, created and published on the fake through our client, recorded
+            platform = ensure_prolific_study(collection, config, settings, client)
+            code = store.completion_code(collection.info.id)
+            on_fake = fake.studies[platform.external_id]
+            assert on_fake["status"] == "ACTIVE"
+            assert on_fake["external_study_url"] == prolific_entry_url(settings, name, key)
+            assert [c["code"] for c in on_fake["completion_codes"]] == [code]
+            assert store.platform_study(collection.info.id).external_id == platform.external_id
+            arrival = _arrive(fake, platform.external_id)
+            assert arrival["url"].startswith(f"{server.url}/s/{name}/{key}?PROLIFIC_PID={arrival['participant_id']}")
+            done_url = finish_url(settings, name, key)
+            prolific_done = f"{fake.app_url}/submissions/complete?cc={code}"  # where (fake) Prolific takes codes
             try:
                 # Prolific's link -> the portal's welcome page (the ids leave the address bar)
                 page.goto(arrival["url"])
-                page.wait_for_url(re.compile(r"/welcome$"))
-                assert arrival["participant_id"] not in page.url
+                _wait_for_url(page, f"{server.url}/s/{name}/{key}/welcome")
                 expect(page.get_by_role("heading", name="What to expect")).to_be_visible()
+                expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
                 shot("welcome")
+
                 # Start -> Argilla, logged in, on the home page listing their one dataset
                 page.get_by_role("button", name="Start").click()
                 page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
-                participant = collection.participants()[0]
-                dataset = participant.dataset_id
+                [participant] = collection.participants()
+                assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
                 expect(page.get_by_text(collection.dataset_name).first).to_be_visible()
                 shot("argilla")
-                # answer every item through the UI
-                page.goto(f"{argilla_server.api_url}/dataset/{dataset}/annotation-mode")
+
+                # every item answered and submitted through the UI
+                page.get_by_text(collection.dataset_name).first.click()
+                page.wait_for_url(re.compile(rf"/dataset/{participant.dataset_id}/annotation-mode"))
                 submit = page.get_by_role("button", name=re.compile(r"\bSubmit\b"))
-                for n in range(len(participant.assignments)):
-                    expect(submit).to_be_visible()
+                submitted = page.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
+                shown: list[str] = []
+                for n in range(1, ITEMS + 1):
+                    shown.append(_shown_item(page, collection, participant))
+                    expect(submit).to_be_disabled()  # the required answers are still missing
                     if key == "study1":
                         box = page.locator("[aria-label='Question: response'] [contenteditable='true']")
                         box.click()
                         box.press_sequentially(TEXT, delay=5)
-                        page.locator("[aria-label='Question: quality']").get_by_text("4", exact=True).click()
+                        expect(box).to_have_text(TEXT)
+                        rating = page.locator("[aria-label='Question: quality']")
+                        rating.get_by_text(str(QUALITY), exact=True).click()
+                        expect(rating.get_by_role("checkbox", name=str(QUALITY))).to_be_checked()
                     else:
-                        page.locator("[aria-label='Question: preference']").get_by_text("2", exact=True).click()
+                        scale = page.locator("[aria-label='Question: preference']")
+                        expect(scale.get_by_role("checkbox")).to_have_count(8)
+                        scale.get_by_text(str(PREFERENCE), exact=True).click()
+                        expect(scale.get_by_role("checkbox", name=str(PREFERENCE))).to_be_checked()
+                    shot(f"item-{n}")
                     expect(submit).to_be_enabled()
                     submit.click()
-                    counter = page.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
-                    expect(counter).to_have_text(str(n + 1))
+                    expect(submitted).to_have_text(str(n))
+                    if n == 1:
+                        # half-way they come back through the same Prolific link: the same work
+                        page.goto(arrival["url"])
+                        _wait_for_url(page, f"{server.url}/s/{name}/{key}/welcome")
+                        expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
+                        assert [p.username for p in collection.participants()] == [participant.username]
+                        # the finish page says what is left, links their items and signs them in again
+                        page.goto(done_url)
+                        expect(page.get_by_role("heading", name="Not finished yet")).to_be_visible()
+                        expect(page.get_by_text(f"1 of {ITEMS}")).to_be_visible()
+                        expect(page.get_by_role("link", name="Open my items in Argilla")).to_have_attribute(
+                            "href", f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                        shot("not-finished")
+                        page.get_by_role("button", name="Back to my items").click()
+                        page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+                        expect(page.get_by_text(collection.dataset_name).first).to_be_visible()
+                        page.goto(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                # nothing pending any more (Argilla words it either way, depending on what it loaded first)
+                expect(page.get_by_text(re.compile(r"task is completed|no pending records"))).to_be_visible()
+                assert sorted(shown) == sorted(participant.items)  # each of their items, once
                 shot("answered")
-                # the finish page (linked from the guidelines): the code, and back to Prolific
-                page.goto(finish_url(settings, name, key))
-                code = store.completion_code(collection.info.id)
-                expect(page.get_by_text(code)).to_be_visible()
+
+                # the finish link in the guidelines (shown inside Argilla) -> the code
+                guidelines = page.get_by_role("button", name="Expand Panel").filter(has_text="Guidelines")
+                guidelines.filter(visible=True).click()  # the collapsed panel under the record
+                finish = page.get_by_role("link", name="this page to finish").filter(visible=True)
+                expect(finish).to_be_visible()
+                shot("guidelines")
+                expect(finish).to_have_attribute("href", done_url)
+                if finish.get_attribute("target") == "_blank":
+                    with page.context.expect_page() as opened:
+                        finish.click()
+                    page = opened.value
+                    page.set_default_timeout(TIMEOUT_MS)
+                else:
+                    finish.click()
+                _wait_for_url(page, done_url)
+                expect(page.get_by_role("heading", name="Finished")).to_be_visible()
+                expect(page.locator(".code")).to_have_text(code)
+                back = page.get_by_role("link", name="Back to Prolific")
+                expect(back).to_have_attribute("href", prolific_done)
+                expect(page.locator("meta[http-equiv='refresh']")).to_have_attribute("content",
+                                                                                     f"5;url={prolific_done}")
                 shot("done")
-                page.get_by_role("link", name="Back to Prolific").click()
-                page.wait_for_url(f"{fake.app_url}/submissions/complete?cc={code}")
+                try:  # the page forwards by itself after 5 s; a very slow machine may get there first
+                    back.click(timeout=3_000)
+                except Exception:  # noqa: BLE001 - then the refresh took the browser there
+                    pass
+                _wait_for_url(page, prolific_done)
                 expect(page.get_by_text(f"completion code {code} received")).to_be_visible()
                 shot("prolific")
+
+                # opened again, the finish page forwards to Prolific by itself
+                began = time.monotonic()
+                page.goto(done_url)
+                _wait_for_url(page, prolific_done, timeout_ms=30_000)
+                assert time.monotonic() - began >= 4
             except Exception:
                 _dump(page, output_dir, f"portal-{key}-failure")
                 raise
-        assert fake.completion_visits == [code]
+            # the button and the refresh each brought the right code (nothing else reached Prolific)
+            assert len(fake.completion_visits) >= 2 and set(fake.completion_visits) == {code}
 
-    # the store and Argilla hold those answers
-    participant = store.participant(collection.info.id, participant.username)
+            # a second participant completes the rest, without a browser
+            other = _second_participant(fake, platform.external_id, argilla_server.api_url, collection, key, code)
+
+    # the store: the browser's participant is complete, every assignment submitted, session kept
+    cid = collection.info.id
+    participant = store.participant(cid, participant.username)
     assert participant.status == COMPLETE and not participant.held
-    values = [a.values for _, a in collection.collected_answers()]
-    assert len(values) == len(participant.assignments)
+    assert sorted(participant.submitted) == sorted(participant.items) and len(participant.items) == ITEMS
+    assert participant.source == "simulated"
+    assert participant.session_hash == store.key_hash(arrival["session_id"])
+    assert [p.status for p in collection.participants()] == [COMPLETE, COMPLETE]
+    assert collection.progress().outstanding == 0
+
+    # Argilla's read-back: exactly what the browser typed and picked, by that participant
+    answers = {}
+    for p, answer in collection.collected_answers():
+        answers.setdefault(p.username, []).append(answer.values)
+    expected = {"response": TEXT, "quality": QUALITY} if key == "study1" else {"preference": PREFERENCE}
+    assert answers == {participant.username: [expected] * ITEMS, other: [OTHER[key]] * ITEMS}
+
+    # the export (the whole collection is complete): the browser's answers are in it
+    run = tmp_path / "run"
+    browser_key = Pseudonyms(run / "private").participant_key(participant.username)
     if key == "study1":
-        assert all(v == {"response": TEXT, "quality": 4} for v in values), values
+        frame, report = export_responses(collection, run)
+        saved = pd.read_parquet(run / "responses.parquet")
+        mine = saved[saved["participant_key"] == browser_key]
+        assert sorted(mine["question_id"]) == sorted(participant.items)
+        assert list(mine["text"]) == [TEXT] * ITEMS and list(mine["quality"]) == [QUALITY] * ITEMS
     else:
-        assert all(v == {"preference": 2} for v in values), values
+        frame, report = export_ratings(collection, run)
+        saved = pd.read_parquet(run / "ratings.parquet")
+        mine = saved[saved["rater_key"] == browser_key]
+        assert sorted(mine["pair_id"]) == sorted(participant.items)
+        assert list(mine["rating"]) == [PREFERENCE] * ITEMS
+    assert report["valid"] and len(saved) == len(frame) == 2 * ITEMS
+
     # the one hop that carried the credentials left no trace in the embedded Argilla's log
     log = (argilla_server.settings.logs_dir / "argilla-server.log").read_text(errors="replace")
     assert "sign-in?auth=" not in log and participant.username not in log
