@@ -65,3 +65,24 @@ PREFERENCES = [
 """preferences.parquet - mean_rating in the CHOSEN-first orientation (always below the midpoint);
 margin = |mean - midpoint| / (midpoint - 1), in (0, 1]; agreement = share of raters on the
 majority side; rating_spread = standard deviation of the un-swapped ratings."""
+
+PARTICIPANTS = [
+    "participant_key", "study", "source", "status", "items_assigned", "items_submitted",
+    "checks_answered", "checks_passed", "checks_verdict", "median_seconds_per_item", "too_fast",
+]
+"""participants.parquet (written by the study exports, one row per participant per study) -
+participant_key pseudonymous like responses/ratings ("p_<12 hex>"); study "study1" | "study2";
+source one of :data:`SOURCES`; status the store's final status ("complete", "released" - they
+returned, timed out or went quiet -, "excluded" - failed the checks with ``on_fail: exclude`` -,
+"active"); items_assigned / items_submitted count study items (never the checks);
+checks_answered / checks_passed count the quality checks in their batch (instructed-response
+items in study 1, gold and repeated pairs in study 2); checks_verdict "passed" | "failed" |
+"none" (no checks configured) | "unanswered" (they left before answering them);
+median_seconds_per_item the median time between their consecutive submissions (the first
+counted from their claim; NaN when nothing was submitted); too_fast True when it is below the
+study's ``too_fast_seconds``."""
+
+RATERS = ["rater_key", "n_ratings", "reliability"]
+"""raters.parquet (written by aggregation) - one row per study-2 rater: rater_key as in
+ratings.parquet; n_ratings counted ratings; reliability in [0, 1], the fitted rater reliability
+(see :mod:`crowdpref.reliability`)."""
