@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.browser.conftest import BROWSER_MARKS
+from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 
 pytestmark = BROWSER_MARKS
 
@@ -19,5 +19,7 @@ def test_prefect_ui_shows_a_flow_run(prefect_server, browser_page, output_dir, u
     assert run.status_code in (200, 201), run.text
 
     browser_page.goto(f"{prefect_server.prefect_ui_url}/runs")
-    expect(browser_page.get_by_text(f"ui-check-{unique}").first).to_be_visible()
+    # expect()'s own 5 s default, not the page's: the runs list loads after the page shell, and
+    # on 2 busy cores that took longer than 5 s once (a make test from a fresh clone)
+    expect(browser_page.get_by_text(f"ui-check-{unique}").first).to_be_visible(timeout=TIMEOUT_MS)
     browser_page.screenshot(path=str(output_dir / "prefect-ui-runs.png"), full_page=True)
