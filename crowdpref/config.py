@@ -390,6 +390,11 @@ class Study1Config(_Section):
     remainder: Literal["smaller_last", "error"] = "smaller_last"
     """When n_questions * R is not a multiple of Q: ``smaller_last`` gives the last
     participant fewer questions; ``error`` refuses to start."""
+    too_fast_seconds: Float = Field(20.0, ge=0)
+    """Time-on-task flag: a participant whose median time per answer is below this many
+    seconds is marked too fast in the collection artifacts (writing an explained answer takes
+    longer). The time per answer is the gap between consecutive submissions, the first counted
+    from the claim (see :mod:`crowdpref.work_quality`). 0: no flag."""
 
     @model_validator(mode="after")
     def _check(self) -> Study1Config:
@@ -451,6 +456,11 @@ class Study2Config(_Section):
     remainder: Literal["smaller_last", "error"] = "smaller_last"
     """When n_pairs * ratings_per_pair is not a multiple of pairs_per_participant:
     ``smaller_last`` gives the last participant fewer pairs; ``error`` refuses to start."""
+    too_fast_seconds: Float = Field(4.0, ge=0)
+    """Time-on-task flag: a rater whose median time per pair is below this many seconds is
+    marked too fast in the collection artifacts (reading two answers takes longer). The time
+    per pair is the gap between consecutive submissions, the first counted from the claim
+    (see :mod:`crowdpref.work_quality`). 0: no flag."""
 
     @field_validator("pairs", mode="before")
     @classmethod
@@ -880,14 +890,15 @@ class StudyConfig(_Section):
             ("Study 1", f"R={s1.responses_per_question} answers per question, "
                         f"Q={s1.questions_per_participant} questions per participant, quality "
                         f"{s1.quality_scale.min}-{s1.quality_scale.max}, users "
-                        f"{s1.username_prefix}-*, drop-out after {s1.inactive_after_minutes:g} min"
+                        f"{s1.username_prefix}-*, drop-out after {s1.inactive_after_minutes:g} min, "
+                        f"too fast {_too_fast(s1.too_fast_seconds)}"
                         + (f", attention check at {s1.attention_check.position}"
                            if s1.attention_check else "")),
             ("Study 2", f"{s2.ratings_per_pair} ratings per pair, {s2.pairs_per_participant} pairs "
                         f"per participant, {s2.scale_points}-point A/B scale, pairs: {s2.pairs}, "
                         f"study-1 participants "
                         f"{'excluded' if s2.exclude_study1_participants else 'allowed'}, users "
-                        f"{s2.username_prefix}-*"),
+                        f"{s2.username_prefix}-*, too fast {_too_fast(s2.too_fast_seconds)}"),
         ]
         if n is not None:
             plan = self.plan(n)
@@ -925,6 +936,11 @@ class StudyConfig(_Section):
                          f"{c.rater_noise:g}, position bias {c.position_bias:g}, random clickers "
                          f"{c.random_clicker_rate:g}"))
         return rows
+
+
+def _too_fast(seconds: float) -> str:
+    """The summary's words for a ``too_fast_seconds`` setting."""
+    return f"below {seconds:g} s per item (median)" if seconds > 0 else "off"
 
 
 # --- loading -------------------------------------------------------------------------------
