@@ -61,10 +61,20 @@ PREFERENCES = [
     "pair_id", "question_id", "category", "prompt", "chosen", "rejected",
     "chosen_response_id", "rejected_response_id", "mean_rating", "margin", "n_ratings",
     "agreement", "rating_spread", "chosen_flagged", "rejected_flagged",
+    "p_chosen", "mean_rating_low", "mean_rating_high",
 ]
-"""preferences.parquet - mean_rating in the CHOSEN-first orientation (always below the midpoint);
-margin = |mean - midpoint| / (midpoint - 1), in (0, 1]; agreement = share of raters on the
-majority side; rating_spread = standard deviation of the un-swapped ratings."""
+"""preferences.parquet - mean_rating in the CHOSEN-first orientation (always below the midpoint):
+the statistic that decided the row, the plain mean of the pair's ratings under
+``aggregation.method: mean``, the reliability-weighted, position-bias-corrected mean under
+``reliability_weighted`` (:mod:`crowdpref.aggregation`); margin = |mean_rating - midpoint| /
+(midpoint - 1), in (0, 1]; agreement = share of raters on the majority side; rating_spread =
+standard deviation of the un-swapped ratings; p_chosen = bootstrap support of the decision: the
+share of resamples of the pair's own ratings (with replacement, ``aggregation.bootstrap_samples``,
+seeded) whose statistic falls on the chosen side (a tie counts half): 1 when every rating is on
+the chosen side, near 0.5 for a pair the ratings barely decide - a support, not a calibrated
+probability with 3 ratings; mean_rating_low / mean_rating_high = the
+bootstrap percentile interval of mean_rating at ``aggregation.interval_level`` (0.9 by default),
+widened where needed to contain mean_rating."""
 
 PARTICIPANTS = [
     "participant_key", "study", "source", "status", "items_assigned", "items_submitted",
@@ -86,3 +96,16 @@ RATERS = ["rater_key", "n_ratings", "reliability"]
 """raters.parquet (written by aggregation) - one row per study-2 rater: rater_key as in
 ratings.parquet; n_ratings counted ratings; reliability in [0, 1], the fitted rater reliability
 (see :mod:`crowdpref.reliability`)."""
+
+ANSWER_FLAGS = [
+    "response_id", "question_id", "participant_key", "content_words", "empty_of_content",
+    "copied", "copy_of", "near_duplicate_of", "near_duplicate_score", "flagged",
+]
+"""answer_flags.parquet (written by the study-1 export task, one row per response of
+responses.parquet; not published) - content_words the words that can carry an answer;
+empty_of_content True when there are none ("idk", "...", "n/a"); copied True when another
+answer has the same normalised text (another participant's, or the same participant's to
+another question) and copy_of those response ids, comma-separated (null otherwise);
+near_duplicate_of the most similar other participant's answer to the same question when
+near-identical but not the same (null otherwise) and near_duplicate_score its similarity 0-100
+(NaN otherwise); flagged any of the three. Rules in :mod:`crowdpref.work_quality`."""

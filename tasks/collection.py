@@ -12,8 +12,11 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact
 
-from crowdpref.collection import Progress
+from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Progress
+from crowdpref.config import load_study
+from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.studies import StudyKey, open_collection
+from crowdpref.work_quality import describe_time_on_task, time_on_task, time_on_task_rows
 from tasks.retries import NETWORK
 
 
@@ -47,11 +50,13 @@ def refill_account_pool(study: str, key: StudyKey) -> int:
 @task(name="monitor-collection", **NETWORK)
 def monitor_collection(study: str, key: StudyKey) -> Progress:
     """Repair what a killed run left, read answers back, complete or release participants
-    (their unanswered items return to the pool), refill the account pool."""
+    (their unanswered items return to the pool), refill the account pool; publish the progress,
+    the participants and their time on task."""
     from tasks.prolific import prolific_monitor_state
 
     collection = open_collection(study, key)
     progress = collection.monitor()
+    publish_time_on_task(study, collection)
     # on Prolific: one read of its submission counts (None without a Prolific study; never raises)
     prolific = prolific_monitor_state(study, collection)
     on_prolific = f"; {prolific.describe()}" if prolific is not None else ""
@@ -71,6 +76,25 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
         ),
     )
     return progress
+
+
+def publish_time_on_task(study: str, collection: Collection) -> None:
+    """The time-on-task table (see :mod:`crowdpref.work_quality`): per participant, by
+    pseudonymous key only, items submitted, median and shortest seconds per item, and the
+    too-fast flag of the study's ``too_fast_seconds``."""
+    config = load_study(study)
+    key = collection.spec.key
+    threshold = (config.study1 if key == "study1" else config.study2).too_fast_seconds
+    frame = time_on_task(collection.store.participants(collection.info.id), threshold,
+                         is_check=lambda item_id: item_id == ATTENTION_CHECK_ID)
+    ids = Pseudonyms(collection.folder.parent / "private")
+    create_table_artifact(
+        key=artifact_key(collection.spec.study_name, f"{key}-time-on-task"),
+        table=time_on_task_rows(frame, ids.participant_key),
+        description=(f"{key}: time on task - {describe_time_on_task(frame, threshold)}. Seconds per item are "
+                     f"the gaps between a participant's submissions (the first from their claim): Argilla "
+                     f"does not record when a record was opened, so items submitted together show ~0 s"),
+    )
 
 
 @task(name="wait-for-drop-out-release")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import pandas as pd
 from prefect import task
+from prefect.artifacts import create_table_artifact
 
 from crowdpref.config import load_study
 from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
 from crowdpref.crowd_arrivals import open_door
-from crowdpref.runfolder import RunFolder
+from crowdpref.runfolder import RunFolder, write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study1 import export_responses as export_responses_to
-from tasks.collection import publish_validation
+from crowdpref.work_quality import answer_flags, describe_flags, flag_counts, flagged_rows
+from tasks.collection import artifact_key, publish_validation
 from tasks.retries import NETWORK
 
 
@@ -21,7 +24,26 @@ def export_responses(study: str) -> str:
     collection = open_collection(study, "study1")
     frame, report = export_responses_to(collection, collection.folder.parent)
     publish_validation(collection.spec.study_name, "study1", report)
+    flag_answers(frame, RunFolder(collection.folder.parent), collection.spec.study_name)
     return str(collection.folder.parent / "responses.parquet")
+
+
+ANSWER_FLAGS_FILE = "answer_flags.parquet"
+
+
+def flag_answers(responses: pd.DataFrame, run: RunFolder, study_name: str) -> pd.DataFrame:
+    """answer_flags.parquet in the run folder (see :func:`crowdpref.work_quality.answer_flags`)
+    and a table of the flagged answers (ids, flags, text cut to 80 characters)."""
+    flags = answer_flags(responses)
+    write_parquet(flags, run.file(ANSWER_FLAGS_FILE))
+    counts = flag_counts(flags)
+    create_table_artifact(
+        key=artifact_key(study_name, "study1-answer-flags"),
+        table=flagged_rows(flags, responses),
+        description=f"study1: {describe_flags(counts)} (for review; nothing is dropped; all answers' flags in "
+                    f"{ANSWER_FLAGS_FILE})",
+    )
+    return flags
 
 
 @task(name="simulate-study1-crowd")
