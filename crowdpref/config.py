@@ -9,6 +9,7 @@ published Prolific x Argilla social-reasoning study)::
     study2:       pairwise ratings: ratings per pair, pairs per participant, scale points
     screening:    hate-speech classifier (detoxify), thresholds, flag-or-drop policy
     aggregation:  how ratings become chosen/rejected
+    filters:      preregistered rules: which participants the default release leaves out
     publish:      Hugging Face Hub repo, licence, card
     crowd:        simulated participants (demo and tests)
     prolific:     recruitment on Prolific (rewards, filters)
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_CATEGORIES",
     "DETOXIFY_LABELS",
     "AggregationConfig",
+    "FiltersConfig",
     "AttentionCheck",
     "Batches",
     "Category",
@@ -588,6 +590,43 @@ class AggregationConfig(_Section):
     """Also fit a Bradley-Terry model per question and report each answer's strength."""
 
 
+class FiltersConfig(_Section):
+    """Preregistered filters: which participants' work the default release leaves out. Fixed
+    before collection starts (recorded in the study store when study 1 begins; aggregation
+    refuses rules changed since) and applied mechanically by :mod:`crowdpref.filters`. A
+    removed study-1 participant takes their answers out, and with them every rating of a pair
+    holding one of those answers; a removed study-2 participant takes their ratings out. The
+    release keeps everything in its ``*_raw`` configurations, each row marked with the rules
+    that removed it."""
+
+    failed_checks: Bool = True
+    """Leave out participants whose quality checks failed (``checks_verdict`` "failed" in
+    participants.parquet)."""
+    too_fast: Bool = True
+    """Leave out participants flagged ``too_fast`` in participants.parquet (their median time
+    per item below the study's ``too_fast_seconds``)."""
+    incomplete: Bool = False
+    """Leave out participants who did not finish (status "released": they returned, timed out
+    or went quiet). Off by default: the answers and ratings they submitted are real work, and
+    since their unanswered items went to other people, dropping them leaves their questions and
+    pairs short of R."""
+    min_reliability: Float | None = Field(None, ge=0, le=1)
+    """Leave out study-2 raters whose fitted reliability (raters.parquet, 0-1) is below this;
+    None: off. A rater without a reliability value is kept."""
+
+    def active(self) -> list[str]:
+        """The names of the rules that are on."""
+        return [name for name in ("failed_checks", "too_fast", "incomplete")
+                if getattr(self, name)] + (["min_reliability"] if self.min_reliability is not None
+                                           else [])
+
+    def describe(self) -> str:
+        """One line for the summary."""
+        on = [f"raters with reliability below {self.min_reliability:g}" if n == "min_reliability"
+              else n.replace("_", " ") for n in self.active()]
+        return "off (every participant kept)" if not on else "leave out " + ", ".join(on)
+
+
 class PublishConfig(_Section):
     """The Hugging Face Hub release."""
 
@@ -726,7 +765,7 @@ class StudyPlan:
         return self.study2.items
 
 
-_SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "publish", "crowd",
+_SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "filters", "publish", "crowd",
              "prolific")
 
 
@@ -751,6 +790,8 @@ class StudyConfig(_Section):
     study2: Study2Config = Field(default_factory=Study2Config)
     screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
     aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
+    filters: FiltersConfig = Field(default_factory=FiltersConfig)
+    """Preregistered filters (fixed before collection starts)."""
     publish: PublishConfig = Field(default_factory=PublishConfig)
     crowd: CrowdConfig = Field(default_factory=CrowdConfig)
     prolific: ProlificConfig = Field(default_factory=ProlificConfig)
@@ -917,6 +958,8 @@ class StudyConfig(_Section):
         rows.append(("Aggregation", f"mean rating per pair; incomplete pairs: "
                      f"{ag.incomplete_pairs}; ties: {ag.ties}; Bradley-Terry "
                      f"{'on' if ag.bradley_terry else 'off'}"))
+        rows.append(("Filters", f"{self.filters.describe()} (preregistered: fixed once "
+                     "collection starts)"))
         pb = self.publish
         rows.append(("Publish", f"{pb.repo_id or '(hf_repo_id setting)'}, "
                      f"{'private' if pb.private else 'public'}, licence {pb.license}"
