@@ -48,8 +48,9 @@ def item_seconds(participant: ParticipantState,
     """Seconds per submitted study item, in submission order: the gap since the previous
     submission (a check's submission included, so the time spent on a check is not counted
     for the item after it), the first counted from the claim. Check items get no time of
-    their own. A gap below 0 (Argilla's clock behind the store's) counts as 0. Submitted
-    items without a submission time are left out."""
+    their own. A submission before the claim (Argilla's clock behind the store's) counts as
+    0 s and the next gap still starts from the claim. Submitted items without a submission
+    time are left out."""
     done = sorted((a.submitted_at, a.item_id) for a in participant.assignments
                   if a.status == SUBMITTED and a.submitted_at is not None)
     seconds: list[float] = []
