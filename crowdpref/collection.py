@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,12 +34,14 @@ from typing import Any, Protocol
 import argilla as rg
 
 from crowdpref.argilla_client import ArgillaOwner, DatasetRef, SubmittedAnswer
+from crowdpref.checks import FAILED, is_check, verdict
 from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
 from crowdpref.store import (
     ACTIVE,
     COMPLETE,
     CREATING,
+    EXCLUDED,
     RELEASED,
     RELEASING,
     Account,
@@ -49,8 +51,6 @@ from crowdpref.store import (
     ParticipantState,
     Store,
 )
-
-ATTENTION_CHECK_ID = "attention-check"
 
 FINISH_NOTE = """
 
@@ -80,9 +80,23 @@ class CollectionSpec(Protocol):
 
     def dataset_settings(self) -> rg.Settings: ...
 
-    def record(self, item_id: str, swapped: bool | None = None) -> rg.Record: ...
+    checks_needed: int  # checks a participant must pass (0 when the batch has none)
+    on_fail: str  # "keep" | "exclude": what a failed verdict does to their work
 
-    def attention_record(self) -> rg.Record | None: ...
+    def record(self, item_id: str, swapped: bool | None = None) -> rg.Record:
+        """The Argilla record of an item or of a quality check (:mod:`crowdpref.checks`)."""
+        ...
+
+    def check_items(self, items: Sequence[str], orders: Mapping[str, bool], key_hash: str) -> list[tuple[str, bool | None]]:
+        """The quality checks to add to a batch of ``items`` (with their display orders)."""
+        ...
+
+    def grade_check(self, item_id: str, values: Mapping[str, Any],
+                    answers: Mapping[str, tuple[Mapping[str, Any], bool | None]]) -> bool | None:
+        """Whether a check's submitted ``values`` pass; None when it cannot be graded yet (a
+        repeated pair whose first rating is not in). ``answers``: the participant's submitted
+        answers by item (values, display order)."""
+        ...
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -91,9 +105,11 @@ class ParticipantProgress:
     username: str
     source: str
     status: str
-    assigned: int
-    submitted: int
+    assigned: int  # study items (the checks not included)
+    submitted: int  # study items submitted and counted
     released: int
+    check_verdict: str | None = None  # passed | failed | unanswered; None: no checks
+    excluded: int = 0  # submitted items taken out of the count (failed checks, on_fail: exclude)
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,8 @@ class Collection:
         exclude = None
         if self.spec.exclude_from is not None:
             exclude = self.store.find_collection(self.spec.study_name, self.spec.exclude_from)
-        result = self.store.claim(self.info, key, source, exclude_collection=exclude)
+        result = self.store.claim(self.info, key, source, exclude_collection=exclude,
+                                  checks=self.spec.check_items)
         if isinstance(result, Claimed):
             self.make_visible(result.participant, result.password)
             if refill and result.new and self._pool_low():
@@ -221,9 +238,6 @@ class Collection:
             dataset = self._dataset_of(participant)
         if not participant.records_logged:
             records = [self.spec.record(a.item_id, a.swapped) for a in participant.assignments if a.status != RELEASED]
-            check = self.spec.attention_record()
-            if check is not None:
-                records.append(check)
             self.owner.log_records(dataset, records)
             self.store.records_logged(self.info.id, participant.id)
 
@@ -233,6 +247,9 @@ class Collection:
         participants, refill the pool. Never waits for people: returns the progress."""
         cid = self.info.id
         released_now = []
+        if self.spec.on_fail == "exclude":  # an exclusion a killed run decided but did not write
+            for finished in self.store.participants(cid, statuses=[COMPLETE, RELEASED]):
+                self._exclude_if_failed(finished)
         for participant in self.store.participants(cid, statuses=[ACTIVE, RELEASING]):
             if participant.status == RELEASING:  # a release a killed run began: finish it
                 self._finish_release(participant)
@@ -294,18 +311,48 @@ class Collection:
                                                         else self.clock())
         times = [a.updated_at.timestamp() for a in own if a.updated_at is not None]
         self.store.record_progress(self.info.id, participant.id, submitted, max(times) if times else None)
+        self._grade_checks(participant, own)
+
+    def _grade_checks(self, participant: ParticipantState, own: Sequence[SubmittedAnswer]) -> None:
+        """Grade the participant's answered quality checks, record the verdict when it changed,
+        and exclude their work when they failed, finished and the config says ``exclude``."""
+        checks = [a for a in participant.assignments if is_check(a.item_id) and a.status != RELEASED]
+        if not checks:
+            return
+        done = {a.record_external_id: a for a in own if a.status == "submitted"}
+        answers = {item: (a.values, participant.swapped.get(item)) for item, a in done.items()}
+        results: dict[str, bool] = {}
+        for check in checks:
+            if check.item_id in done:
+                passed = self.spec.grade_check(check.item_id, done[check.item_id].values, answers)
+                if passed is not None:
+                    results[check.item_id] = passed
+        outcome = verdict(len(checks), results, self.spec.checks_needed)
+        if (outcome, len(results), sum(results.values())) != (
+                participant.check_verdict, participant.checks_answered, participant.checks_passed):
+            self.store.record_checks(self.info.id, participant.id, results, outcome or "")
+        self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
+
+    def _exclude_if_failed(self, participant: ParticipantState) -> None:
+        """``on_fail: exclude``: a finished participant (complete, or released) who failed the
+        checks has their counted items taken out of the count; those slots go back to the pool.
+        Their answers stay in Argilla (and in the raw export); they never count."""
+        if (self.spec.on_fail == "exclude" and participant.check_verdict == FAILED
+                and participant.status in (COMPLETE, RELEASED) and participant.excluded_at is None):
+            self.store.exclude(self.info.id, participant.id,
+                               [item for item in participant.submitted if not is_check(item)],
+                               "failed the quality checks")
 
     def _finish_release(self, participant: ParticipantState) -> None:
         """Remove the participant's unsubmitted records from their dataset, then return the slots
         to the pool. An answer arriving between the last read and the delete goes with its
         record and its slot is collected again, so nothing counts twice."""
-        to_delete = list(participant.held)
-        if self.spec.attention_record() is not None:
-            to_delete.append(ATTENTION_CHECK_ID)
+        to_delete = list(participant.held)  # their unanswered checks too
         dataset = self.owner.find_dataset(self.dataset_name, workspace=participant.username)
         if dataset is not None:
             self.owner.delete_records(dataset, to_delete)
         self.store.finish_release(self.info.id, participant.id)
+        self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
 
     def progress(self, released_now: Sequence[str] = (), accounts_ready_now: int = 0) -> Progress:
         info = self.info
@@ -322,8 +369,11 @@ class Collection:
             unclaimed=len(items) * info.copies - submitted - held,
             pool_ready=sum(a.state == "ready" for a in accounts),
             participants=[
-                ParticipantProgress(p.username, p.source, p.status, len(p.assignments), len(p.submitted),
-                                    sum(a.status == RELEASED for a in p.assignments))
+                ParticipantProgress(p.username, p.source, p.status,
+                                    sum(not is_check(a.item_id) for a in p.assignments),
+                                    sum(not is_check(item) for item in p.submitted),
+                                    sum(a.status == RELEASED and not is_check(a.item_id) for a in p.assignments),
+                                    p.check_verdict, sum(a.status == EXCLUDED for a in p.assignments))
                 for p in participants
             ],
             complete=all(counts.submitted[i] >= info.copies for i in items),
@@ -370,18 +420,19 @@ class Collection:
         return self.store.participants(self.info.id)
 
     def submitted_answers(self) -> list[tuple[ParticipantState, SubmittedAnswer]]:
-        """Every participant's own submitted answers (attention check included), one read per
-        participant."""
+        """Every participant's own submitted answers (quality checks and excluded answers
+        included), one read per participant."""
         return [(p, answer) for p in self.participants()
                 for answer in self._own_answers(p) if answer.status == "submitted"]
 
     def collected_answers(
         self, submitted: Sequence[tuple[ParticipantState, SubmittedAnswer]] | None = None
     ) -> list[tuple[ParticipantState, SubmittedAnswer]]:
-        """The answers that count - those the store recorded as submitted (never the attention
-        check) - from ``submitted`` (default: read now)."""
+        """The answers that count - those the store recorded as submitted (never a quality
+        check, never an excluded answer) - from ``submitted`` (default: read now)."""
         submitted = self.submitted_answers() if submitted is None else submitted
-        return [(p, answer) for p, answer in submitted if answer.record_external_id in p.submitted]
+        return [(p, answer) for p, answer in submitted
+                if answer.record_external_id in p.submitted and not is_check(answer.record_external_id)]
 
     def validation_report(self, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]]) -> dict[str, Any]:
         """Every item has its R answers; every workspace holds exactly its allocation; anomalies."""
@@ -396,7 +447,7 @@ class Collection:
         participants = self.participants()
         workspaces_ok = 0
         for participant in participants:
-            held = set(self.owner.record_ids(self._dataset_of(participant))) - {ATTENTION_CHECK_ID}
+            held = set(self.owner.record_ids(self._dataset_of(participant)))
             expected = set(participant.visible)
             if held == expected:
                 workspaces_ok += 1

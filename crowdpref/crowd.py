@@ -15,7 +15,14 @@ stays gone across visits, and a rerun answers exactly what is still pending:
 - a share ``offensive_rate`` of answers are rude (so screening has something to find);
 - every answer gets a **hidden quality** in [0, 1], kept in a private truth file, that study 2's
   simulated raters use and that aggregation is checked against. Nothing of it is shown to
-  Argilla or published.
+  Argilla or published;
+- the crowd is never told which records are quality checks or their answers: it reads what
+  Argilla shows. Careful participants follow an instruction they read in a question (study 1:
+  :func:`read_instruction`) and judge answers they did not write by reading them
+  (:func:`perceived_quality`: gold pairs); a share ``careless_rate`` of writers never read
+  instructions, and ``random_clicker_rate`` of raters click at random, so they fail checks by
+  chance. A rater's view of a pair is stable: seeing the same two answers again (a repeated
+  pair, in the other order) gives the same judgement plus a little noise.
 
 Offline, answers come from phrase banks below (our own wording); with ``crowd.llm`` and an
 OpenAI-compatible endpoint configured, an LLM writes them instead.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from crowdpref.argilla_client import AnnotatorSession
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref.collection import Collection
 from crowdpref.crowd_arrivals import DirectDoor, Door
 from crowdpref.config import CrowdConfig, StudyConfig
 from crowdpref.errors import ConfigError, CrowdprefError
@@ -85,6 +93,34 @@ RUDE = [
 ]
 RATING_SPREAD = 6.0  # scale points per unit of hidden-quality difference
 QUALITY_RATING_WEIGHTS = {1: 0.02, 2: 0.05, 3: 0.13, 4: 0.45, 5: 0.35}  # mean ~4.06, median 4
+VIEW_NOISE = 0.25  # share of rater_noise that is new at each viewing of the same pair
+
+_INSTRUCTION_WORD = re.compile(r"write only the word\W+([a-z]+)", re.IGNORECASE)
+_INSTRUCTION_RATING = re.compile(r"rate this item (\d+)", re.IGNORECASE)
+_REASONING = ("because", "since", "instead of", "more likely", "so that", "which")
+_RUDE_WORDS = ("idiot", "stupid", "shut up", "pathetic", "loser", "jerk", "clueless", "damn")
+
+
+def read_instruction(text: str) -> tuple[str | None, int | None]:
+    """What a careful reader takes from an instruction inside a question: the word it asks
+    them to write and the rating it asks for (None where it asks for nothing)."""
+    word = _INSTRUCTION_WORD.search(text)
+    rating = _INSTRUCTION_RATING.search(text)
+    return (word.group(1) if word else None), (int(rating.group(1)) if rating else None)
+
+
+def perceived_quality(text: str) -> float:
+    """How good a simulated rater finds an answer it did not write (no hidden quality: a
+    real person's answer, a gold pair's), from reading it: a considered answer says what the
+    writer would do and why, at some length; rudeness and one-word replies count against."""
+    lowered = text.lower()
+    words = len(text.split())
+    score = 0.2
+    score += 0.3 * ("i would" in lowered or "i'd" in lowered)
+    score += 0.3 * (words >= 25)
+    score += 0.2 * any(marker in lowered for marker in _REASONING)
+    score -= 0.5 * any(rude in lowered for rude in _RUDE_WORDS)
+    return min(1.0, max(0.0, score))
 
 
 def _rng(*parts: object) -> random.Random:
@@ -217,10 +253,12 @@ class SimulatedCrowd:
         seed: int,
         dropouts: Iterable[str] | None = None,
         writer: AnswerWriter | None = None,
+        careless: Iterable[str] | None = None,
     ):
         self.crowd = crowd
         self.seed = seed
         self.forced_dropouts = set(dropouts) if dropouts is not None else None
+        self.forced_careless = set(careless) if careless is not None else None
         self.writer = writer or (lambda question, category, rng: template_answer(rng, crowd))
 
     @staticmethod
@@ -237,6 +275,13 @@ class SimulatedCrowd:
             return key in self.forced_dropouts
         return _rng(self.seed, "dropout", key).random() < self.crowd.dropout_rate
 
+    def is_careless(self, username: str) -> bool:
+        """A participant who never reads instructions (``careless_rate``; or the ``careless``
+        usernames given)."""
+        if self.forced_careless is not None:
+            return username in self.forced_careless
+        return _rng(self.seed, "careless", username).random() < self.crowd.careless_rate
+
     def answers_before_leaving(self, key: str, assigned: int) -> int:
         """How many items a drop-out answers before going quiet (1 .. assigned-1)."""
         return _rng(self.seed, "leave-after", key).randrange(1, assigned) if assigned > 1 else 0
@@ -247,7 +292,6 @@ class SimulatedCrowd:
         api_url: str,
         answer: Callable[[ParticipantState, dict], dict],
         arrivals: int | None = None,
-        extra_items: int = 0,
         door: Door | None = None,
     ) -> CrowdReport:
         """One visit: ``arrivals`` new participants come in through ``door`` and claim work
@@ -255,8 +299,7 @@ class SimulatedCrowd:
         everyone who holds work comes back, logs in and answers what is pending with
         ``answer(participant, record) -> values``. Never-starters do nothing (and at their next
         visit let the study time out); drop-outs stop after their share and return the study;
-        the others finish through the door (their completion code). ``extra_items``: records
-        beyond the assignments (the attention check). ``door``: default, claims straight from
+        the others finish through the door (their completion code). ``door``: default, claims straight from
         the collection (:class:`~crowdpref.crowd_arrivals.DirectDoor`)."""
         report = CrowdReport()
         study_key = collection.spec.key
@@ -294,7 +337,7 @@ class SimulatedCrowd:
                     dropping = self.drops_out(key)
                     if dropping:
                         report.dropouts.append(participant.username)
-                        answered = len(participant.assignments) + extra_items - len(pending)
+                        answered = len(participant.assignments) - len(pending)
                         # 1 .. Q-1 answers over all their records, so at least one assigned item stays
                         # undone whatever order the queue shows (an extra record may be among them)
                         leave_after = self.answers_before_leaving(key, len(participant.assignments))
@@ -317,31 +360,33 @@ class SimulatedCrowd:
         api_url: str,
         questions: pd.DataFrame,
         truth_path: Path,
-        attention_answer: str | None = None,
         arrivals: int | None = None,
         door: Door | None = None,
     ) -> CrowdReport:
-        """Writers arrive, claim and answer their pending questions; each answer's hidden
-        quality goes to the truth file (``truth_path``, appended)."""
-        by_id = questions.set_index("question_id")
+        """Writers arrive, claim and answer their pending questions as Argilla shows them (the
+        question text of the record; a careful writer follows an instruction it reads there);
+        each answer's hidden quality goes to the truth file (``truth_path``, appended).
+        ``questions`` is kept for callers; the crowd reads the records."""
         truth: list[dict[str, object]] = []
         kinds: Counter[str] = Counter()
 
         def write(participant: ParticipantState, record: dict) -> dict:
             item = record["external_id"]
-            if item == ATTENTION_CHECK_ID:
-                return {"response": attention_answer or "I have read the instructions.", "quality": 3}
+            question = str(record["fields"]["question"])
+            category = str((record.get("metadata") or {}).get("category", ""))
             rng = _rng(self.seed, "answer", participant.username, item)
-            row = by_id.loc[item]
-            written = self.writer(row["question"], row["category"], rng)
+            word, asked = read_instruction(question)
+            if word is not None and not self.is_careless(participant.username):
+                kinds["followed_instruction"] += 1
+                return {"response": word, "quality": asked if asked is not None else 3}
+            written = self.writer(question, category, rng)
             rating = rng.choices(list(QUALITY_RATING_WEIGHTS), weights=list(QUALITY_RATING_WEIGHTS.values()))[0]
             truth.append({"username": participant.username, "item_id": item, "kind": written.kind,
                           "hidden_quality": written.hidden_quality, "text": written.text})
             kinds[written.kind] += 1
             return {"response": written.text, "quality": rating}
 
-        extra = int(collection.spec.attention_record() is not None)
-        report = self.visit(collection, api_url, write, arrivals=arrivals, extra_items=extra, door=door)
+        report = self.visit(collection, api_url, write, arrivals=arrivals, door=door)
         report.kinds = dict(kinds)
         _append_truth(truth_path, truth)
         return report
@@ -355,18 +400,23 @@ class SimulatedCrowd:
         arrivals: int | None = None,
         door: Door | None = None,
     ) -> CrowdReport:
-        """Raters arrive, claim and rate their pending pairs from the hidden qualities of the
-        answers as THEY were shown them (the display order of their rating; answers without a
-        hidden quality - real people's - count as 0.5)."""
+        """Raters arrive, claim and rate their pending pairs as Argilla shows them: the two
+        texts shown as A and B, judged by the hidden quality of the crowd's own answers
+        (``hidden_quality``: response id -> quality) and, for answers the crowd did not write
+        (real people's, gold pairs'), by reading them (:func:`perceived_quality`)."""
         kinds: Counter[str] = Counter()
-        spec = collection.spec
+        texts = getattr(collection.spec, "_text", {})
+        by_text = {str(texts[rid]): q for rid, q in hidden_quality.items() if rid in texts}
 
         def rate(participant: ParticipantState, record: dict) -> dict:
-            pair_id = record["external_id"]
-            shown_a, shown_b = spec.display(pair_id, participant.swapped.get(pair_id))  # type: ignore[attr-defined]
+            fields = record["fields"]
+            text_a, text_b = str(fields["response_a"]), str(fields["response_b"])
             kinds["random_clicker" if self.is_random_clicker(participant.username) else "rater"] += 1
-            value = self.rating(participant.username, pair_id, hidden_quality.get(shown_a, 0.5),
-                                hidden_quality.get(shown_b, 0.5), scale_points)
+            quality_a = by_text.get(text_a, perceived_quality(text_a))
+            quality_b = by_text.get(text_b, perceived_quality(text_b))
+            seen = hashlib.sha256("\x1f".join(sorted([text_a, text_b])).encode()).hexdigest()[:16]
+            value = self.rating(participant.username, seen, quality_a, quality_b, scale_points,
+                                view=record["external_id"])
             return {"preference": value}
 
         report = self.visit(collection, api_url, rate, arrivals=arrivals, door=door)
@@ -376,15 +426,21 @@ class SimulatedCrowd:
     def is_random_clicker(self, username: str) -> bool:
         return _rng(self.seed, "clicker", username).random() < self.crowd.random_clicker_rate
 
-    def rating(self, username: str, pair_id: str, quality_a: float, quality_b: float, scale_points: int) -> int:
+    def rating(self, username: str, pair_id: str, quality_a: float, quality_b: float, scale_points: int,
+               view: str | None = None) -> int:
         """A rating on the displayed A/B scale (1 = strong A ... K = strong B). It follows the
-        hidden quality difference plus Gaussian noise (``rater_noise`` scale points) and the
-        configured ``position_bias`` (negative favours A); random clickers pick uniformly."""
+        hidden quality difference plus Gaussian noise (``rater_noise`` scale points: the
+        rater's view of the pair ``pair_id``, the same at every viewing, plus a
+        ``VIEW_NOISE`` share new at each ``view``) and the configured ``position_bias``
+        (negative favours A); random clickers pick uniformly at every viewing."""
         rng = _rng(self.seed, "rating", username, pair_id)
         if self.is_random_clicker(username):
-            return rng.randint(1, scale_points)
+            return _rng(self.seed, "click", username, pair_id, view).randint(1, scale_points)
         half = scale_points // 2
-        z = (quality_b - quality_a) * RATING_SPREAD + rng.gauss(0.0, self.crowd.rater_noise) + self.crowd.position_bias
+        noise = self.crowd.rater_noise
+        z = (quality_b - quality_a) * RATING_SPREAD + rng.gauss(0.0, noise) + self.crowd.position_bias
+        if view is not None:
+            z += _rng(self.seed, "view", username, view).gauss(0.0, VIEW_NOISE * noise)
         return min(scale_points, half + 1 + int(z)) if z >= 0 else max(1, half - int(-z))
 
 

@@ -45,6 +45,9 @@ from crowdpref import store_schema as t
 from crowdpref.errors import CrowdprefError
 
 Source = Literal["simulated", "prolific", "invite"]
+CheckPlanner = Callable[[Sequence[str], Mapping[str, bool], str], Sequence[tuple[str, "bool | None"]]]
+"""(items chosen, their display orders, the participant's key hash) -> the check items to add
+to the batch, with the display order of each (None when it has none)."""
 SOURCES: tuple[str, ...] = ("simulated", "prolific", "invite")
 
 # account states
@@ -53,7 +56,10 @@ CREATING, READY, BOUND = "creating", "ready", "bound"
 ACTIVE, RELEASING, COMPLETE, RELEASED = "active", "releasing", "complete", "released"
 # assignment statuses
 HELD, SUBMITTED = "held", "submitted"  # (and RELEASED)
+EXCLUDED = "excluded"  # submitted, then taken out of the count (the participant failed the checks)
 IN_FLIGHT_OR_DONE = (HELD, SUBMITTED)
+# check verdicts (participants.check_verdict; None: the collection has no checks)
+PASSED, FAILED, UNANSWERED = "passed", "failed", "unanswered"
 
 STORE_FILE = "store.sqlite"
 
@@ -91,6 +97,10 @@ class ParticipantState:
     release_reason: str | None = None
     dataset_id: str | None = None  # the account's Argilla dataset (None until provisioned)
     session_hash: str | None = None  # salted hash of their platform session (Prolific SESSION_ID)
+    checks_answered: int = 0  # quality checks in their batch they answered ...
+    checks_passed: int = 0  # ... and passed
+    check_verdict: str | None = None  # passed | failed | unanswered; None: no checks graded yet
+    excluded_at: float | None = None  # when their submitted work was taken out of the count
 
     @property
     def items(self) -> list[str]:
@@ -106,11 +116,17 @@ class ParticipantState:
         return {a.item_id: a.submitted_at or 0.0 for a in self.assignments if a.status == SUBMITTED}
 
     @property
+    def excluded(self) -> list[str]:
+        """Items they submitted that were taken out of the count (failed checks)."""
+        return [a.item_id for a in self.assignments if a.status == EXCLUDED]
+
+    @property
     def visible(self) -> list[str]:
-        """Items whose records belong in the participant's dataset now."""
+        """Items whose records belong in the participant's dataset now (an excluded answer
+        stays in Argilla: it no longer counts, it is not deleted)."""
         if self.status == RELEASED:
-            return list(self.submitted)
-        return [a.item_id for a in self.assignments if a.status in IN_FLIGHT_OR_DONE]
+            return [a.item_id for a in self.assignments if a.status in (SUBMITTED, EXCLUDED)]
+        return [a.item_id for a in self.assignments if a.status in (*IN_FLIGHT_OR_DONE, EXCLUDED)]
 
     @property
     def swapped(self) -> dict[str, bool | None]:
@@ -182,11 +198,13 @@ class PlatformStudy:
 
 @dataclass(frozen=True)
 class ItemCounts:
-    """Per item: copies submitted, held (in flight), and released (given back) so far."""
+    """Per item: copies submitted, held (in flight), released (given back) and excluded
+    (submitted by someone who failed the checks, taken out of the count) so far."""
 
     submitted: Counter[str]
     held: Counter[str]
     released: Counter[str]
+    excluded: Counter[str] = field(default_factory=Counter)
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -401,14 +419,16 @@ class Store:
                 rows = own.execute(query).all()
         else:
             rows = conn.execute(query).all()
-        counts: dict[str, Counter[str]] = {HELD: Counter(), SUBMITTED: Counter(), RELEASED: Counter()}
+        counts: dict[str, Counter[str]] = {HELD: Counter(), SUBMITTED: Counter(), RELEASED: Counter(),
+                                           EXCLUDED: Counter()}
         for item, status, n in rows:
             counts[status][item] = n
-        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED])
+        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED], counts[EXCLUDED])
 
     # claims -----------------------------------------------------------------------------------------
     def claim(self, info: CollectionInfo, key: str, source: str, *,
-              exclude_collection: CollectionInfo | None = None) -> ClaimResult:
+              exclude_collection: CollectionInfo | None = None,
+              checks: CheckPlanner | None = None) -> ClaimResult:
         """Give the participant known by ``key`` their Q items, in one transaction.
 
         The items with the most copies still missing come first (ties broken by a seeded hash
@@ -416,7 +436,11 @@ class Store:
         R copies of an item in flight or done; never an item twice to one person. A second
         claim by the same key returns the same work. Binds a ready pool account when there is
         one, else creates an account row the caller provisions now (a cold claim).
-        ``exclude_collection``: people who took part there are refused (study 1 -> study 2)."""
+        ``exclude_collection``: people who took part there are refused (study 1 -> study 2).
+        ``checks``: the quality checks to add to the batch, given the items chosen, their
+        display orders and the participant's key hash (held like items, so the participant
+        finishes only when they are answered too, and a release deletes them; they are not
+        items of the collection and never count towards R)."""
         if source not in SOURCES:
             raise StoreError(f"unknown participant source '{source}': use one of {', '.join(SOURCES)}")
         key_hash = self.key_hash(key)
@@ -458,15 +482,16 @@ class Store:
                 claimed_at=now, last_activity_at=now, records_logged=False, drop_requested=False,
             )).inserted_primary_key[0]
             orders = self._display_orders(conn, info, chosen, key_hash) if info.counterbalance else {}
+            extra = list(checks(chosen, orders, key_hash)) if checks is not None else []
             conn.execute(insert(t.assignments), [
                 {"collection_id": info.id, "participant_id": pid, "item_id": item, "position": n, "status": HELD,
-                 "swapped": orders.get(item), "assigned_at": now}
-                for n, item in enumerate(chosen)
+                 "swapped": swapped, "assigned_at": now}
+                for n, (item, swapped) in enumerate([(item, orders.get(item)) for item in chosen] + extra)
             ])
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
                         warm=account_row is not None)
             for item in chosen:
-                if counts.released[item]:
+                if counts.released[item] or counts.excluded[item]:
                     self._event(conn, info.id, "reallocated", pid, item, at=now)
             state = self._participant(conn, pid)
             return Claimed(state, new=True, password=self._password(conn, account_id))
@@ -503,7 +528,8 @@ class Store:
                       statuses: Sequence[str] | None = None) -> list[ParticipantState]:
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         query = select(p.id, p.source, p.status, p.claimed_at, p.last_activity_at, p.records_logged,
-                       p.drop_requested, p.released_at, p.release_reason, p.account_id, p.session_hash, a.username,
+                       p.drop_requested, p.released_at, p.release_reason, p.account_id, p.session_hash,
+                       p.checks_answered, p.checks_passed, p.check_verdict, p.excluded_at, a.username,
                        a.state.label("account_state"), a.dataset_id).join(t.accounts, a.id == p.account_id).order_by(p.id)
         if pids is not None:
             query = query.where(p.id.in_(list(pids)))
@@ -531,7 +557,8 @@ class Store:
             status=r.status, claimed_at=r.claimed_at, last_activity_at=r.last_activity_at,
             records_logged=bool(r.records_logged), drop_requested=bool(r.drop_requested),
             assignments=tuple(by_pid[r.id]), released_at=r.released_at, release_reason=r.release_reason,
-            dataset_id=r.dataset_id, session_hash=r.session_hash,
+            dataset_id=r.dataset_id, session_hash=r.session_hash, checks_answered=r.checks_answered or 0,
+            checks_passed=r.checks_passed or 0, check_verdict=r.check_verdict, excluded_at=r.excluded_at,
         ) for r in rows]
 
     def participants(self, cid: int, statuses: Sequence[str] | None = None) -> list[ParticipantState]:
@@ -595,6 +622,45 @@ class Store:
                 if result.rowcount:
                     self._event(conn, cid, "completed", pid)
         return marked
+
+    def record_checks(self, cid: int, pid: int, results: Mapping[str, bool], verdict: str) -> None:
+        """Record the graded quality checks of a participant (check item -> passed) and their
+        verdict; an event per check graded for the first time, and one when the verdict changes."""
+        p = t.participants.c
+        with self._write(cid) as conn:
+            row = conn.execute(select(p.check_verdict).where(p.id == pid)).one()
+            graded = set(conn.execute(select(t.events.c.item_id).where(
+                t.events.c.participant_id == pid, t.events.c.kind == "check_graded")).scalars())
+            for item, passed in results.items():
+                if item not in graded:
+                    self._event(conn, cid, "check_graded", pid, item, passed=bool(passed))
+            conn.execute(update(t.participants).where(p.id == pid).values(
+                checks_answered=len(results), checks_passed=sum(map(bool, results.values())),
+                check_verdict=verdict))
+            if row.check_verdict != verdict:
+                self._event(conn, cid, "check_verdict", pid, verdict=verdict,
+                            answered=len(results), passed=sum(map(bool, results.values())))
+
+    def exclude(self, cid: int, pid: int, items: Sequence[str], reason: str) -> list[str]:
+        """Take a finished (complete or released) participant's submitted ``items`` out of the
+        count: they become ``excluded`` and their slots return to the pool for the next claim.
+        Once per participant; returns the items excluded now (empty when already done)."""
+        p, s = t.participants.c, t.assignments.c
+        now = self.clock()
+        with self._write(cid) as conn:
+            row = conn.execute(select(p.status, p.excluded_at).where(p.id == pid)).one()
+            if row.excluded_at is not None:
+                return []
+            if row.status not in (COMPLETE, RELEASED):
+                raise StoreError(f"participant {pid} is {row.status}: only a finished participant's work can be "
+                                 "excluded (release them first)")
+            done = list(conn.execute(select(s.item_id).where(
+                s.participant_id == pid, s.status == SUBMITTED, s.item_id.in_(list(items)))).scalars())
+            conn.execute(update(t.assignments).where(s.participant_id == pid, s.status == SUBMITTED,
+                                                     s.item_id.in_(done)).values(status=EXCLUDED))
+            conn.execute(update(t.participants).where(p.id == pid).values(excluded_at=now))
+            self._event(conn, cid, "excluded", pid, items=len(done), reason=reason)
+            return done
 
     def request_drop(self, cid: int, username: str) -> ParticipantState:
         participant = self.participant(cid, username)

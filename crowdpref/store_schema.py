@@ -10,8 +10,10 @@ without a migration fails.
 - ``participants`` people who claimed work: salted hash of their key (never the raw
                    external id), source (simulated / prolific / invite), status, activity,
                    the hash of their platform session (the submission webhooks name).
-- ``assignments``  participant x item: held -> submitted, or held -> released; for study 2 the
-                   display order of that one rating (``swapped``).
+- ``assignments``  participant x item: held -> submitted (-> excluded when they failed the
+                   checks), or held -> released; for study 2 the display order of that one
+                   rating (``swapped``). A batch's quality checks are assignments too (their
+                   item ids are not items of the collection).
 - ``releases``     a release in progress or done (two-phase, so a kill mid-release is
                    finished by the next run).
 - ``events``       the append-only log: account_created, claimed, records_logged,
@@ -104,6 +106,10 @@ participants = Table(
     Column("released_at", Float),
     Column("release_reason", String(200)),
     Column("session_hash", String(64)),  # salted hash of the platform session (Prolific SESSION_ID)
+    Column("checks_answered", Integer),  # quality checks graded ...
+    Column("checks_passed", Integer),  # ... and passed
+    Column("check_verdict", String(20)),  # passed | failed | unanswered
+    Column("excluded_at", Float),  # their submitted work taken out of the count (failed checks)
     UniqueConstraint("collection_id", "key_hash", name="uq_participants_key"),
     UniqueConstraint("account_id", name="uq_participants_account"),
     Index("ix_participants_status", "collection_id", "status"),
@@ -118,7 +124,7 @@ assignments = Table(
     Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
     Column("item_id", String(100), nullable=False),
     Column("position", Integer, nullable=False),
-    Column("status", String(20), nullable=False),  # held | submitted | released
+    Column("status", String(20), nullable=False),  # held | submitted | released | excluded
     Column("swapped", Boolean),  # study 2: this rating's display order (None in study 1)
     Column("assigned_at", Float, nullable=False),
     Column("submitted_at", Float),

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,8 @@ import argilla as rg
 import pandas as pd
 
 from crowdpref.argilla_client import SubmittedAnswer
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref import checks
+from crowdpref.collection import Collection
 from crowdpref.contracts import RESPONSES
 from crowdpref.store import ParticipantState, Store, open_store
 from crowdpref.config import StudyConfig
@@ -76,6 +77,8 @@ class Study1Spec:
         self.pool_size = s1.pool_size
         self.counterbalance = False
         self.exclude_from = None
+        self.checks_needed = s1.checks.needed
+        self.on_fail = s1.checks.on_fail
 
     def item_ids(self) -> list[str]:
         return list(self.questions["question_id"])
@@ -108,6 +111,13 @@ class Study1Spec:
         )
 
     def record(self, item_id: str, swapped: bool | None = None) -> rg.Record:
+        if checks.is_check(item_id):
+            scale = self.config.study1.quality_scale
+            return rg.Record(
+                id=item_id,
+                fields={"question": checks.instruction(item_id, scale.min, scale.max).text()},
+                metadata={"category": checks.INSTRUCTED_CATEGORY, "question_id": item_id},
+            )
         row = self._by_id.loc[item_id]
         return rg.Record(
             id=item_id,
@@ -115,15 +125,14 @@ class Study1Spec:
             metadata={"category": row["category"], "question_id": item_id},
         )
 
-    def attention_record(self) -> rg.Record | None:
-        check = self.config.study1.attention_check
-        if check is None:
-            return None
-        return rg.Record(
-            id=ATTENTION_CHECK_ID,
-            fields={"question": check.text},
-            metadata={"category": "attention-check", "question_id": ATTENTION_CHECK_ID},
-        )
+    def check_items(self, items: Sequence[str], orders: Mapping[str, bool], key_hash: str) -> list[tuple[str, bool | None]]:
+        """``study1.checks.count`` instructed-response items, drawn for this participant."""
+        return [(item, None) for item in checks.instructed_ids(self.seed, key_hash, self.config.study1.checks.count)]
+
+    def grade_check(self, item_id: str, values: Mapping[str, Any],
+                    answers: Mapping[str, tuple[Mapping[str, Any], bool | None]]) -> bool | None:
+        scale = self.config.study1.quality_scale
+        return checks.grade_instructed(item_id, values.get("response"), values.get("quality"), scale.min, scale.max)
 
 
 def responses_frame(
@@ -178,12 +187,7 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
     answers = collection.collected_answers(submitted)
     report = collection.validation_report(answers)
     ids = Pseudonyms(run_folder / "private")
-    expected = collection.spec.config.study1.attention_check  # type: ignore[attr-defined]
-    if expected is not None and expected.expected is not None:
-        passed = {ids.participant_key(p.username): expected.expected.lower() in str(a.values.get("response", "")).lower()
-                  for p, a in submitted if a.record_external_id == ATTENTION_CHECK_ID}
-        report["attention_check"] = {"answered": len(passed), "passed": sum(passed.values()),
-                                     "failed_participant_keys": sorted(k for k, ok in passed.items() if not ok)}
+    report["checks"] = checks.checks_report(collection.participants(), ids.participant_key)
     write_json(report, collection.folder / "validation.json")
     if not report["valid"]:
         raise CrowdprefError(

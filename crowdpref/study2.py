@@ -5,7 +5,7 @@ what differs is that each rating's A/B order is chosen at the claim, counterbala
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import argilla as rg
 import pandas as pd
 
 from crowdpref.argilla_client import SubmittedAnswer
+from crowdpref import checks
 from crowdpref.collection import Collection
 from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
@@ -81,6 +82,8 @@ class Study2Spec:
         self.pool_size = s2.pool_size
         self.counterbalance = True  # display order per rating, balanced within each pair
         self.exclude_from = "study1" if s2.exclude_study1_participants else None
+        self.checks_needed = s2.checks.needed
+        self.on_fail = s2.checks.on_fail
         self._pairs = self.pairs.set_index("pair_id")
         self._text = self.responses.set_index("response_id")["text"]
         self._question = self.questions.set_index("question_id")["question"]
@@ -116,9 +119,17 @@ class Study2Spec:
 
     def record(self, item_id: str, swapped: bool | None = None) -> rg.Record:
         """The pair as this rater sees it: ``swapped`` (chosen per rating by the store, balanced
-        across the pair's raters) shows the second answer as A."""
-        pair = self._pairs.loc[item_id]
-        a, b = self.display(item_id, swapped)
+        across the pair's raters) shows the second answer as A. A gold pair shows its curated
+        question and answers; a repeated pair is the pair again, in the order ``swapped`` says
+        (the opposite of the rater's first sight of it). Nothing visible tells a check apart."""
+        if checks.is_check(item_id) and checks.check_kind(item_id) == checks.GOLD:
+            gold = checks.GOLD_PAIRS[checks.gold_index(item_id)]
+            a, b = (gold.good, gold.bad) if checks.gold_good_is_a(item_id) else (gold.bad, gold.good)
+            return rg.Record(id=item_id, fields={"question": gold.question, "response_a": a, "response_b": b},
+                             metadata={"category": gold.category, "pair_id": item_id, "question_id": item_id})
+        pair_id = checks.repeated_pair(item_id) if checks.is_check(item_id) else item_id
+        pair = self._pairs.loc[pair_id]
+        a, b = self.display(pair_id, swapped)
         return rg.Record(
             id=item_id,
             fields={
@@ -137,8 +148,30 @@ class Study2Spec:
         first, second = pair["first_response_id"], pair["second_response_id"]
         return (second, first) if swapped else (first, second)
 
-    def attention_record(self) -> rg.Record | None:
-        return None
+    def check_items(self, items: Sequence[str], orders: Mapping[str, bool], key_hash: str) -> list[tuple[str, bool | None]]:
+        """``gold_pairs`` gold pairs and ``repeated_pairs`` of the rater's own pairs again, each
+        in the opposite order of the rater's first sight of it."""
+        c = self.config.study2.checks
+        out: list[tuple[str, bool | None]] = [(item, None) for item in checks.gold_ids(self.seed, key_hash, c.gold_pairs)]
+        for pair_id in checks.repeat_choice(self.seed, key_hash, items, c.repeated_pairs):
+            first = orders.get(pair_id)
+            first = bool(self._pairs.loc[pair_id, "swapped"]) if first is None else first
+            out.append((checks.repeat_id(pair_id), not first))
+        return out
+
+    def grade_check(self, item_id: str, values: Mapping[str, Any],
+                    answers: Mapping[str, tuple[Mapping[str, Any], bool | None]]) -> bool | None:
+        s2 = self.config.study2
+        rating = values.get("preference")
+        if checks.check_kind(item_id) == checks.GOLD:
+            return checks.grade_gold(item_id, rating, s2.scale_points)
+        pair_id = checks.repeated_pair(item_id)
+        if pair_id not in answers:
+            return None  # the first rating of that pair is not in yet
+        first_values, first_swapped = answers[pair_id]
+        _, again_swapped = answers[item_id]
+        return checks.grade_repeat(first_values.get("preference"), bool(first_swapped), rating,
+                                   bool(again_swapped), s2.scale_points, s2.checks.repeat_tolerance)
 
 
 def study2_collection(config: StudyConfig, pairs: pd.DataFrame, responses: pd.DataFrame, questions: pd.DataFrame,
@@ -220,6 +253,8 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
     report = collection.validation_report(answers)
     overlap = study1_overlap(collection)
     report["study1_participants_who_rated"] = overlap
+    report["checks"] = checks.checks_report(collection.participants(),
+                                            Pseudonyms(run_folder / "private").participant_key)
     if overlap and collection.spec.exclude_from is not None:
         report["anomalies"].append(f"{overlap} study-1 participants are study-2 raters")
     frame, rejected = ratings_frame(collection.spec, answers, Pseudonyms(run_folder / "private"))  # type: ignore[arg-type]

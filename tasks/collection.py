@@ -12,7 +12,8 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact
 
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection, Progress
+from crowdpref.checks import is_check
+from crowdpref.collection import Collection, Progress
 from crowdpref.config import load_study
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.studies import StudyKey, open_collection
@@ -86,7 +87,7 @@ def publish_time_on_task(study: str, collection: Collection) -> None:
     key = collection.spec.key
     threshold = (config.study1 if key == "study1" else config.study2).too_fast_seconds
     frame = time_on_task(collection.store.participants(collection.info.id), threshold,
-                         is_check=lambda item_id: item_id == ATTENTION_CHECK_ID)
+                         is_check=is_check)
     ids = Pseudonyms(collection.folder.parent / "private")
     create_table_artifact(
         key=artifact_key(collection.spec.study_name, f"{key}-time-on-task"),

@@ -55,7 +55,6 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None, force: 
     settings = load_settings()
     collection = open_collection(study, "study1")
     check_may_play(config, collection, force)
-    check = config.study1.attention_check
     run = RunFolder.for_study(settings.runs_dir, config.name)
     writer = open_answer_writer(config.crowd, settings)
     crowd = SimulatedCrowd(config.crowd, config.seed, dropouts=dropouts, writer=writer)
@@ -64,6 +63,5 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None, force: 
         settings.argilla_api_url,
         collection.spec.questions,  # type: ignore[attr-defined]
         run.private_dir / "crowd-truth-study1.parquet",
-        attention_answer=check.expected if check else None,
         door=open_door(config, settings, collection),
     )
