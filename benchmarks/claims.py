@@ -64,7 +64,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner  # noqa: E402
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection  # noqa: E402
+from crowdpref.checks import is_check  # noqa: E402
+from crowdpref.collection import Collection  # noqa: E402
 from crowdpref.config import parse_study  # noqa: E402
 from crowdpref.settings import Settings, load_settings  # noqa: E402
 from crowdpref.store import Claimed, Store  # noqa: E402
@@ -292,7 +293,7 @@ def run_claim(collection: Collection, api_url: str, run: ClaimRun, barrier: thre
             raise RuntimeError(f"claim answered {result!r}")
         participant = result.participant
         run.username, run.items = participant.username, len(participant.items)
-        expected = len(participant.items) + (collection.spec.attention_record() is not None)
+        expected = len(participant.items)  # quality checks are among them
         _local.phases, _local.calls = {}, {}  # what follows is the participant's, not the claim's
         stage = "login"
         login_started = time.perf_counter()
@@ -406,8 +407,8 @@ def check_allocation(collection: Collection, store: Store, runs: list[ClaimRun])
     mismatch = extra = missing = 0
     for participant in participants:
         dataset = collection.owner.find_dataset(collection.dataset_name, workspace=participant.username)
-        held = set() if dataset is None else set(collection.owner.record_ids(dataset)) - {ATTENTION_CHECK_ID}
-        expected = set(participant.visible)
+        held = set() if dataset is None else {r for r in collection.owner.record_ids(dataset) if not is_check(r)}
+        expected = {i for i in participant.visible if not is_check(i)}
         if held != expected:
             mismatch += 1
             extra += bool(held - expected)

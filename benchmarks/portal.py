@@ -87,7 +87,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from crowdpref.argilla_client import SEARCH_PAGE_MAX  # noqa: E402
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection  # noqa: E402
+from crowdpref.checks import is_check  # noqa: E402
+from crowdpref.collection import Collection  # noqa: E402
 from crowdpref.config import load_study  # noqa: E402
 from crowdpref.prolific import ProlificClient, sign_webhook  # noqa: E402
 from crowdpref.recruitment import FAKE_PROLIFIC_TOKEN, WEBHOOK_SECRET_META, ensure_prolific_study  # noqa: E402
@@ -288,7 +289,7 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                     v.polls += 1
                     records = [item["record"] for item in found.json()["items"]]
                     if len(records) >= expected:
-                        v.record_ids = {r.get("external_id") for r in records} - {ATTENTION_CHECK_ID}
+                        v.record_ids = {r.get("external_id") for r in records if not is_check(str(r.get("external_id")))}
                         break
                 if time.perf_counter() > deadline:
                     raise Fatal(f"records not listed after {GIVE_UP_S:g} s")
@@ -524,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_study(path)
         collection: Collection = open_collection(path, "study1", settings)
         store, cid = collection.store, collection.info.id
-        expected = Q + (collection.spec.attention_record() is not None)
+        expected = Q + collection.spec.config.study1.checks.count  # type: ignore[attr-defined]
 
         # the warm pool (not timed)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

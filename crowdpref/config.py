@@ -51,7 +51,8 @@ __all__ = [
     "DETOXIFY_LABELS",
     "AggregationConfig",
     "FiltersConfig",
-    "AttentionCheck",
+    "InstructedChecks",
+    "RatingChecks",
     "Batches",
     "Category",
     "CrowdConfig",
@@ -357,16 +358,86 @@ class QualityScale(_Section):
         return list(range(self.min, self.max + 1))
 
 
-class AttentionCheck(_Section):
-    """An extra item inside every participant's batch, at a known position."""
+OnFail = Literal["keep", "exclude"]
 
-    position: Int = Field(ge=1)
-    """1-based position of the check in the batch (at most questions_per_participant + 1;
-    in a shorter last batch it goes last)."""
-    text: Str = Field(min_length=1)
-    """The instruction shown as the question, e.g. 'Please answer with the word blue.'"""
-    expected: Str | None = None
-    """Text a passing answer contains (case-insensitive); None: recorded, not scored."""
+
+class InstructedChecks(_Section):
+    """Study 1's quality checks: instructed-response items mixed into every batch. Each one
+    tells the participant exactly what to write and which rating to give (drawn per
+    participant from a curated set shipped with crowdpref, :mod:`crowdpref.checks`), and is
+    graded automatically when they have answered it.
+
+    Where they go: among the participant's questions. Argilla shows every participant their
+    queue in its own shuffled order, so no position inside the batch can be promised."""
+
+    count: Int = Field(0, ge=0, le=5)
+    """Instructed-response items per batch; 0 (the default, as in the published study): none."""
+    min_passed: Int | None = Field(None, ge=0)
+    """How many must be passed to pass; None: all of them."""
+    on_fail: OnFail = "keep"
+    """What follows a failed check: ``keep`` flags the participant (their answers count; the
+    preregistered filters decide about the release); ``exclude`` takes their answers out of
+    the count and returns those slots to the pool, so someone else answers them and every
+    question still ends with R counted answers."""
+
+    @model_validator(mode="after")
+    def _check(self) -> InstructedChecks:
+        if self.min_passed is not None and self.min_passed > self.count:
+            raise _problem("min_passed", f"{self.min_passed} is more than the {self.count} checks",
+                           f"use at most {self.count}, or leave it out (all must be passed)")
+        return self
+
+    @property
+    def needed(self) -> int:
+        return self.count if self.min_passed is None else self.min_passed
+
+
+class RatingChecks(_Section):
+    """Study 2's quality checks, mixed into every batch: gold pairs - a clearly good and a
+    clearly bad answer (off-topic, rude or empty of reasoning) to a question, from a curated
+    set shipped with crowdpref (:mod:`crowdpref.checks`), passed by preferring the good one -
+    and repeated pairs - one of the rater's own pairs shown again in the opposite A/B order,
+    passed when the two ratings, turned to the same orientation, differ by at most
+    ``repeat_tolerance`` points. Argilla shuffles every participant's queue, so the checks sit
+    at a random place among the pairs."""
+
+    gold_pairs: Int = Field(0, ge=0, le=5)
+    """Gold pairs per batch; 0 (the default, as in the published study): none."""
+    repeated_pairs: Int = Field(0, ge=0, le=5)
+    """Pairs of the batch shown a second time, in the opposite order; 0 (the default): none."""
+    repeat_tolerance: Int = Field(2, ge=0)
+    """Largest difference (scale points, same orientation) between a pair's two ratings that
+    still counts as consistent."""
+    min_passed: Int | None = Field(None, ge=0)
+    """How many checks must be passed to pass; None: all of them."""
+    on_fail: OnFail = "keep"
+    """``keep``: flag the rater (their ratings count; the preregistered filters decide about
+    the release); ``exclude``: take their ratings out of the count and return those slots to
+    the pool, so every pair still ends with its ratings from raters who passed."""
+
+    @property
+    def count(self) -> int:
+        return self.gold_pairs + self.repeated_pairs
+
+    @property
+    def needed(self) -> int:
+        return self.count if self.min_passed is None else self.min_passed
+
+    @model_validator(mode="after")
+    def _check(self) -> RatingChecks:
+        if self.min_passed is not None and self.min_passed > self.count:
+            raise _problem("min_passed", f"{self.min_passed} is more than the {self.count} checks",
+                           f"use at most {self.count}, or leave it out (all must be passed)")
+        return self
+
+
+def _no_attention_check(data: Any) -> Any:
+    """``attention_check`` (an older config) gets its own message: it was replaced."""
+    if isinstance(data, dict) and "attention_check" in data:
+        raise _problem("attention_check", "was replaced by checks (automatically graded "
+                       "instructed-response items drawn from crowdpref's curated set)",
+                       "remove attention_check and write e.g. checks: {count: 1, on_fail: keep}")
+    return data
 
 
 class Study1Config(_Section):
@@ -380,8 +451,8 @@ class Study1Config(_Section):
     """Question-quality rating scale."""
     username_prefix: Str | None = None
     """Prefix of study-1 Argilla usernames/workspaces (``<prefix>-0001`` ...); None: ``<name>-s1``."""
-    attention_check: AttentionCheck | None = None
-    """Attention-check item added to every batch; None: no check."""
+    checks: InstructedChecks = Field(default_factory=InstructedChecks)
+    """Instructed-response checks in every batch, graded automatically, and what a failure does."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
     """A participant with no activity (a submitted answer or a saved draft) for this long after
     their claim counts as dropped out and their unanswered questions go back to the pool."""
@@ -402,15 +473,9 @@ class Study1Config(_Section):
     def _check(self) -> Study1Config:
         if self.username_prefix is not None:
             _check_slug("username_prefix", self.username_prefix, "a prefix")
-        check = self.attention_check
-        if check is not None and check.position > self.questions_per_participant + 1:
-            raise _problem(
-                "attention_check.position",
-                f"position {check.position} is past the end of a batch of "
-                f"{self.questions_per_participant} questions + the check",
-                f"use a position between 1 and {self.questions_per_participant + 1}",
-            )
         return self
+
+    _attention_check = model_validator(mode="before")(_no_attention_check)
 
     def batches(self, n_questions: int) -> Batches:
         """The split of ``n_questions * R`` answers into batches of Q."""
@@ -446,6 +511,8 @@ class Study2Config(_Section):
     number per question (sampled, seeded)."""
     exclude_study1_participants: Bool = True
     """Keep people who wrote answers in study 1 out of study 2."""
+    checks: RatingChecks = Field(default_factory=RatingChecks)
+    """Gold and repeated pairs in every batch, graded automatically, and what a failure does."""
     username_prefix: Str | None = None
     """Prefix of study-2 Argilla usernames/workspaces; None: ``<name>-s2``."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
@@ -587,7 +654,19 @@ class AggregationConfig(_Section):
     """Pairs whose mean rating sits exactly on the midpoint: listed in the report and left
     out of the chosen/rejected data."""
     bradley_terry: Bool = False
-    """Also fit a Bradley-Terry model per question and report each answer's strength."""
+    """Also fit a Bradley-Terry model per question and report each answer's strength (with a
+    bootstrap interval, ``bt_score_low``/``bt_score_high``)."""
+    method: Literal["mean", "reliability_weighted"] = "mean"
+    """What decides chosen/rejected: ``mean`` - the plain mean of a pair's un-swapped ratings
+    (what the published method did); ``reliability_weighted`` - each rating weighted by its
+    rater's fitted reliability and corrected for the rater's A/B position bias
+    (:mod:`crowdpref.reliability`; needs a rater_key on every rating). Rater reliability is
+    fitted and written to raters.parquet under both methods when rater keys are present."""
+    bootstrap_samples: Int = Field(1000, ge=100, le=100_000)
+    """Bootstrap resamples (seeded with the study seed) behind each preference row's
+    ``p_chosen`` and ``mean_rating_low``/``mean_rating_high``, and the Bradley-Terry intervals."""
+    interval_level: Float = Field(0.9, gt=0, lt=1)
+    """Coverage of the bootstrap percentile intervals (0.9: the 5th to 95th percentile)."""
 
 
 class FiltersConfig(_Section):
@@ -681,6 +760,9 @@ class CrowdConfig(_Section):
     """Shift (scale points) of every rating: negative favours A, positive favours B."""
     random_clicker_rate: Float = Field(0.03, ge=0, le=1)
     """Share of study-2 raters who click uniformly at random."""
+    careless_rate: Float = Field(0.05, ge=0, le=1)
+    """Share of study-1 writers who never read instructions (they answer an
+    instructed-response check like any question, and fail it)."""
     llm: Bool = False
     """Write simulated answers with the LLM endpoint; false: built-in templates."""
     arrivals_per_visit: Int = Field(4, ge=1)
@@ -933,13 +1015,13 @@ class StudyConfig(_Section):
                         f"{s1.quality_scale.min}-{s1.quality_scale.max}, users "
                         f"{s1.username_prefix}-*, drop-out after {s1.inactive_after_minutes:g} min, "
                         f"too fast {_too_fast(s1.too_fast_seconds)}"
-                        + (f", attention check at {s1.attention_check.position}"
-                           if s1.attention_check else "")),
+                        + f", {_checks_text(s1.checks.count, 'instructed item', s1.checks)}"),
             ("Study 2", f"{s2.ratings_per_pair} ratings per pair, {s2.pairs_per_participant} pairs "
                         f"per participant, {s2.scale_points}-point A/B scale, pairs: {s2.pairs}, "
                         f"study-1 participants "
                         f"{'excluded' if s2.exclude_study1_participants else 'allowed'}, users "
-                        f"{s2.username_prefix}-*, too fast {_too_fast(s2.too_fast_seconds)}"),
+                        f"{s2.username_prefix}-*, too fast {_too_fast(s2.too_fast_seconds)}, "
+                        f"{_checks_text(s2.checks.count, 'check pair', s2.checks)}"),
         ]
         if n is not None:
             plan = self.plan(n)
@@ -979,6 +1061,14 @@ class StudyConfig(_Section):
                          f"{c.rater_noise:g}, position bias {c.position_bias:g}, random clickers "
                          f"{c.random_clicker_rate:g}"))
         return rows
+
+
+def _checks_text(count: int, what: str, checks: InstructedChecks | RatingChecks) -> str:
+    """The summary's words for a study's checks."""
+    if count == 0:
+        return "no checks"
+    rule = "all" if checks.min_passed is None else f"{checks.min_passed} of {count}"
+    return f"{count} {what}{'s' if count != 1 else ''} per batch (pass: {rule}; on fail: {checks.on_fail})"
 
 
 def _too_fast(seconds: float) -> str:

@@ -36,7 +36,8 @@ import pandas as pd
 import pytest
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
-from crowdpref.collection import ATTENTION_CHECK_ID, Collection
+from crowdpref.checks import is_check
+from crowdpref.collection import Collection
 from crowdpref.config import parse_study
 from crowdpref.store import ACTIVE, BOUND, COMPLETE, READY, RELEASED, Claimed, Store
 from crowdpref.study1 import study1_collection
@@ -69,7 +70,7 @@ def _config_dict(name: str) -> dict[str, Any]:
         "study1": {
             "responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": INACTIVE_MIN,
             "pool_size": 0,
-            "attention_check": {"position": 2, "text": "Please answer with the word blue.", "expected": "blue"},
+            "checks": {"count": 1},
         },
         "study2": {"pairs_per_participant": 6},
         "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0, "never_start_rate": 0},
@@ -144,7 +145,6 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
     settings = spec.dataset_settings()
     want_questions = {q.name for q in settings.questions}
     want_fields = {f.name for f in settings.fields}
-    attention = spec.attention_record() is not None
     with httpx.Client(base_url=server.api_url, headers={"X-Argilla-Api-Key": server.owner_api_key},
                       timeout=60) as http:
 
@@ -201,7 +201,7 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
             if participant is None:
                 expected: set[str] = set()
             elif participant.status in (ACTIVE, COMPLETE):
-                expected = set(participant.visible) | ({ATTENTION_CHECK_ID} if attention else set())
+                expected = set(participant.visible)  # the quality check is one of their assignments
                 if not participant.records_logged:
                     problems.append(f"participant {who}: records not marked logged")
             elif participant.status == RELEASED:
@@ -211,7 +211,7 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
                 continue
             if set(records) != expected:
                 problems.append(f"account {who}: dataset holds {sorted(set(records))}, the store says {sorted(expected)}")
-            in_argilla.update(r for r in set(records) if r != ATTENTION_CHECK_ID)
+            in_argilla.update(r for r in set(records) if not is_check(r))
     counts = store.item_counts(info.id)
     for item in store.items(info.id):
         n_store = counts.submitted[item] + counts.held[item]
@@ -224,12 +224,12 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
 
 # --- the operations -----------------------------------------------------------------------------
 def _answer_one(collection: Collection, server: Any, key: str) -> None:
-    """The participant answers one of their questions (not the attention check), then goes quiet."""
+    """The participant answers one of their questions (not the quality check), then goes quiet."""
     participant = collection.store.participant_by_key(collection.info.id, key)
     assert participant is not None
     session = AnnotatorSession(server.api_url, participant.username, collection.store.password(participant.account_id))
     dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
-    record = next(r for r in session.pending_records(dataset["id"]) if r["external_id"] != ATTENTION_CHECK_ID)
+    record = next(r for r in session.pending_records(dataset["id"]) if not is_check(r["external_id"]))
     session.submit([(record["id"], {"response": "I would say it kindly and explain why.", "quality": 4})])
     session.close()
 
@@ -345,7 +345,7 @@ def matrix(output_dir: Path) -> Iterator[list[Row]]:
     lines = [
         "# Fault-injection matrix: kill after each Argilla call, rerun, check Argilla against the store",
         "",
-        "Real embedded Argilla 2.8 and the SQLite study store; study 1, 6 questions, R=2, Q=3, attention check. "
+        "Real embedded Argilla 2.8 and the SQLite study store; study 1, 6 questions, R=2, Q=3, one instructed-response check. "
         "Call 0 = killed before the first Argilla change (the store's intent only); call i = killed right after "
         "the i-th mutating call succeeded. Repaired = the repair run was accepted (nothing refused) and afterwards "
         "every account has a user that logs in with the store's password, in its own workspace, with exactly one "

@@ -32,11 +32,10 @@ def _write_study(tmp_path: Path, name: str) -> Path:
         "participants": "simulated",
         "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600,
                    "pool_size": 2,
-                   "attention_check": {"position": 2, "text": "Please answer with the word blue, then rate 3.",
-                                       "expected": "blue"}},
+                   "checks": {"count": 1}},
         "study2": {"pairs_per_participant": 6},
         "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0, "never_start_rate": 0,
-                  "arrivals_per_visit": 4},
+                  "arrivals_per_visit": 4, "careless_rate": 0},
     }))
     return path
 
@@ -90,9 +89,10 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     validation = json.loads((run_dir / "study1" / "validation.json").read_text())
     assert validation["valid"], validation["anomalies"]
     # the quitter was released before answering the check (its record left their dataset);
-    # every other participant answered it as asked
-    assert validation["attention_check"]["answered"] == validation["attention_check"]["passed"] >= 3
-    assert validation["attention_check"]["failed_participant_keys"] == []
+    # every other participant read the instruction and answered it as asked
+    checks = validation["checks"]
+    assert checks["checks_answered"] == checks["checks_passed"] == checks["passed"] >= 3
+    assert checks["failed"] == 0 and checks["failed_participant_keys"] == []
     kinds = [e["kind"] for e in store.events(info.id)]
     assert kinds.count("drop_requested") == 1 and kinds.count("released") == 1 and "reallocated" in kinds
     passwords = [a.password for a in store.accounts(info.id)]
