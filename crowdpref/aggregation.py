@@ -55,6 +55,8 @@ import pandas as pd
 from crowdpref.config import AggregationConfig
 from crowdpref.contracts import PAIRS, PREFERENCES, SOURCES
 from crowdpref.errors import CrowdprefError
+from crowdpref.reliability import ReliabilityFit, fit_raters
+from crowdpref.uncertainty import TIE_TOLERANCE, bootstrap_pairs
 
 __all__ = [
     "PAIR_STATS",
@@ -62,6 +64,7 @@ __all__ = [
     "AggregationStats",
     "OrderBalance",
     "PositionBias",
+    "RaterSummary",
     "TruthCheck",
     "agreement_with_truth",
     "aggregate",
@@ -359,14 +362,22 @@ def source_counts(sources: pd.Series | np.ndarray) -> dict[str, int]:
 
 
 def bradley_terry(pair_stats: pd.DataFrame, codes: np.ndarray, unswapped: np.ndarray,
-                  scale_points: int, alpha: float = BT_ALPHA) -> tuple[pd.DataFrame, list[str]]:
+                  scale_points: int, alpha: float = BT_ALPHA, *, samples: int = 0,
+                  level: float = 0.9, seed: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """Bradley-Terry strengths per answer, fitted per question with ``choix.ilsr_pairwise`` on
-    the binary outcome of every rating (below the midpoint: the first response wins).
+    the binary outcome of every rating (below the midpoint: the first response wins; ratings are
+    not reliability-weighted here).
 
     Returns (frame with question_id, response_id, bt_score, bt_rank (1 = best), wins,
-    comparisons; a list of problems). One fit per question, not per rating.
+    comparisons, bt_score_low, bt_score_high; a list of problems). One fit per question, not
+    per rating. With ``samples`` > 0, ``bt_score_low``/``bt_score_high`` are the percentile
+    interval at ``level`` of the strength over ``samples`` bootstrap resamples of the question's
+    decided ratings (:func:`crowdpref.uncertainty.bradley_terry_bootstrap`, the same I-LSR fit,
+    seeded); otherwise NaN.
     """
     import choix
+
+    from crowdpref.uncertainty import bradley_terry_bootstrap
 
     k1 = scale_points + 1
     first_wins = 2 * np.asarray(unswapped) < k1
@@ -382,11 +393,22 @@ def bradley_terry(pair_stats: pd.DataFrame, codes: np.ndarray, unswapped: np.nda
     })
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
+    boot_q: list[np.ndarray] = []
+    boot_w: list[np.ndarray] = []
+    boot_l: list[np.ndarray] = []
+    boot_items: list[int] = []
+    boot_rows: list[int] = []  # first row of each bootstrapped question in ``rows``
     for question_id, group in outcomes.groupby("question_id", sort=True):
         answers, inverse = np.unique(np.concatenate([group["winner"].to_numpy(dtype=str),
                                                      group["loser"].to_numpy(dtype=str)]),
                                      return_inverse=True)
         m = len(group)
+        if samples > 0:
+            boot_q.append(np.full(m, len(boot_items)))
+            boot_w.append(inverse[:m])
+            boot_l.append(inverse[m:])
+            boot_items.append(len(answers))
+            boot_rows.append(len(rows))
         data = list(zip(inverse[:m].tolist(), inverse[m:].tolist()))
         wins = np.bincount(inverse[:m], minlength=len(answers))
         games = np.bincount(inverse, minlength=len(answers))
@@ -399,9 +421,20 @@ def bradley_terry(pair_stats: pd.DataFrame, codes: np.ndarray, unswapped: np.nda
         for i, answer in enumerate(answers):
             rows.append({"question_id": question_id, "response_id": str(answer),
                          "bt_score": float(scores[i]), "bt_rank": float(ranks[i]),
-                         "wins": int(wins[i]), "comparisons": int(games[i])})
+                         "wins": int(wins[i]), "comparisons": int(games[i]),
+                         "bt_score_low": math.nan, "bt_score_high": math.nan})
+    if boot_items:
+        lows, highs = bradley_terry_bootstrap(
+            np.concatenate(boot_q), np.concatenate(boot_w), np.concatenate(boot_l),
+            np.asarray(boot_items), alpha, samples=samples, level=level, seed=seed)
+        for first_row, low, high in zip(boot_rows, lows, highs):
+            for i in range(len(low)):
+                row = rows[first_row + i]
+                if not math.isnan(row["bt_score"]):  # a failed fit keeps no interval
+                    row["bt_score_low"] = min(float(low[i]), row["bt_score"])
+                    row["bt_score_high"] = max(float(high[i]), row["bt_score"])
     frame = pd.DataFrame(rows, columns=["question_id", "response_id", "bt_score", "bt_rank",
-                                        "wins", "comparisons"])
+                                        "wins", "comparisons", "bt_score_low", "bt_score_high"])
     return frame, problems
 
 
@@ -480,6 +513,23 @@ def truth_by_text(study1_truth: pd.DataFrame, responses: pd.DataFrame) -> pd.Dat
 
 
 # --- the whole stage ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RaterSummary:
+    """The rater reliability fit in a few numbers (:mod:`crowdpref.reliability`)."""
+
+    raters: int
+    median_reliability: float
+    below_half: int
+    """Raters whose reliability is below 0.5 (more noise than signal in one rating)."""
+    position_bias: float
+    """The raters' mean A/B position bias (displayed scale points; positive: toward B)."""
+    iterations: int
+    converged: bool
+    decisions_changed: int
+    """Rated pairs whose side (first, second or tie) differs between the plain mean and the
+    reliability-weighted mean, whichever method decided."""
+
+
 @dataclass
 class AggregationStats:
     """What ``aggregation.json`` holds."""
@@ -521,6 +571,16 @@ class AggregationStats:
     per_category: list[dict[str, Any]] = field(default_factory=list)
     bradley_terry_questions: int | None = None
     truth: TruthCheck | None = None
+    method: str = "mean"
+    """``aggregation.method``: what decided chosen/rejected (``mean`` or ``reliability_weighted``)."""
+    reliability: RaterSummary | None = None
+    """The rater reliability fit (None when the ratings carry no rater keys)."""
+    bootstrap_samples: int = 0
+    interval_level: float = math.nan
+    mean_p_chosen: float = math.nan
+    """Mean ``p_chosen`` over the preference rows (NaN when there are none)."""
+    median_interval_width: float = math.nan
+    """Median width of the rows' mean_rating interval (scale points)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes None)."""
@@ -552,6 +612,9 @@ class AggregationResult:
     """Per answer strengths (when asked for)."""
     bradley_terry_extremes: pd.DataFrame | None = None
     """Best and worst answer per question (when asked for)."""
+    raters: pd.DataFrame | None = None
+    """raters.parquet (:data:`crowdpref.reliability.RATER_COLUMNS`), one row per rater; None when
+    the ratings carry no rater keys (and the method is ``mean``)."""
 
     @property
     def ties(self) -> pd.DataFrame:
@@ -660,23 +723,28 @@ def aggregate(
     config: AggregationConfig | None = None,
     screening: pd.DataFrame | None = None,
     excluded_response_ids: Collection[str] = (),
+    seed: int = 0,
 ) -> AggregationResult:
     """Turn ratings into preference rows (contracts.PREFERENCES) and study statistics.
 
     ``screening`` (response_id, flagged) marks chosen_flagged/rejected_flagged; when given,
     every answer in a pair must have a score. Pairs with an answer in ``excluded_response_ids``
-    (screening drop policy) are left out with their ratings. Raises :class:`CrowdprefError`
-    (one line) on bad input.
+    (screening drop policy) are left out with their ratings. ``seed`` seeds the bootstraps
+    (the same inputs and seed give the same rows, whatever the order of the ratings). Raises
+    :class:`CrowdprefError` (one line) on bad input, including ratings without a rater_key
+    under ``aggregation.method: reliability_weighted``.
     """
     config = config or AggregationConfig()
     k = scale_points
     midpoint = (k + 1) / 2
+    weighted = config.method == "reliability_weighted"
     pairs = pairs.reset_index(drop=True)
     ratings = ratings.reset_index(drop=True)
     responses = responses.reset_index(drop=True)
     questions = questions.reset_index(drop=True)
     checked = _check_inputs(ratings, pairs, responses, questions, k)
     codes = checked.codes
+    fit, rater_codes, rater_note = _fit_raters(ratings, k, weighted)
 
     # pairs holding an answer excluded by the screening drop policy: left out, ratings too
     excluded = pd.Series(sorted(set(excluded_response_ids)), dtype=responses["response_id"].dtype)
@@ -713,6 +781,23 @@ def aggregate(
         answer_flagged[scored] = flags[at[scored]] == True  # noqa: E712 - numpy elementwise
 
     stats = _summarise_codes(codes_used, u, swapped, pairs, k)
+    values, weights = u.astype(float), np.ones(len(u))
+    weighted_mean = np.full(len(pairs), np.nan)
+    if fit is not None and rater_codes is not None:
+        used_raters = rater_codes[use]
+        rating_weights = fit.weights(used_raters)
+        corrected = fit.corrected(u, swapped, used_raters)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            weighted_mean = np.clip(
+                np.bincount(codes_used, weights=rating_weights * corrected, minlength=len(pairs))
+                / np.bincount(codes_used, weights=rating_weights, minlength=len(pairs)), 1, k)
+        if weighted:
+            values, weights = corrected, rating_weights
+    stats["weighted_mean"] = weighted_mean
+    plain_side = _side(stats["mean"].to_numpy(), midpoint)
+    if weighted:
+        _decide_by(stats, weighted_mean, pairs, k)
+    decision = weighted_mean if weighted else stats["mean"].to_numpy()
     n = stats["n_ratings"].to_numpy()
     rated = (n > 0) & ~excluded_pair
     incomplete = rated & (n < ratings_per_pair)
@@ -728,7 +813,15 @@ def aggregate(
     stats["excluded"] = excluded_pair
 
     rows = np.flatnonzero(kept)
-    first_chosen = (2 * stats["mean"].to_numpy() < k + 1)[rows]
+    first_chosen = (decision < midpoint)[rows]
+    row_of_pair = np.full(len(pairs), -1, dtype=np.int64)
+    row_of_pair[rows] = np.arange(len(rows))
+    row_of_rating = row_of_pair[codes_used]
+    in_row = row_of_rating >= 0
+    by_id = np.argsort(ratings["rating_id"].to_numpy(dtype=str)[use][in_row], kind="stable")
+    p_chosen, interval_low, interval_high = bootstrap_pairs(
+        row_of_rating[in_row][by_id], values[in_row][by_id], weights[in_row][by_id], len(rows),
+        first_chosen, k, samples=config.bootstrap_samples, level=config.interval_level, seed=seed)
     chosen_at = np.where(first_chosen, checked.first[rows], checked.second[rows])
     rejected_at = np.where(first_chosen, checked.second[rows], checked.first[rows])
     kept_stats = stats.take(rows)
@@ -748,6 +841,9 @@ def aggregate(
         "rating_spread": kept_stats["rating_spread"].to_numpy(dtype=float),
         "chosen_flagged": answer_flagged[chosen_at],
         "rejected_flagged": answer_flagged[rejected_at],
+        "p_chosen": p_chosen,
+        "mean_rating_low": interval_low,
+        "mean_rating_high": interval_high,
     }, copy=False)[PREFERENCES]
 
     dup_rater = 0
@@ -791,24 +887,98 @@ def aggregate(
         answer_sources=source_counts(responses["source"]),
         rating_sources=rating_sources,
         per_category=per_category.to_dict(orient="records"),
+        method=config.method,
+        bootstrap_samples=config.bootstrap_samples,
+        interval_level=config.interval_level,
+        mean_p_chosen=float(np.mean(p_chosen)) if len(rows) else math.nan,
+        median_interval_width=(float(np.median(interval_high - interval_low)) if len(rows)
+                               else math.nan),
     )
+    raters = None
+    if fit is not None:
+        raters = fit.frame()
+        reliability = raters["reliability"].to_numpy()
+        measured = rated & ~excluded_pair
+        result_stats.reliability = RaterSummary(
+            raters=len(raters),
+            median_reliability=float(np.median(reliability)) if len(raters) else math.nan,
+            below_half=int((reliability < 0.5).sum()),
+            position_bias=fit.position_bias,
+            iterations=fit.iterations,
+            converged=fit.converged,
+            decisions_changed=int((measured & (plain_side != _side(weighted_mean, midpoint))).sum()),
+        )
 
     anomalies = _anomalies(stats, result_stats, config)
+    if rater_note:
+        anomalies.append(rater_note)
+    if fit is not None and not fit.converged:
+        anomalies.append(f"the rater reliability fit stopped after {fit.iterations} rounds "
+                         "without converging: reliabilities are approximate")
     bt = extremes = None
     if config.bradley_terry:
-        bt, problems = bradley_terry(stats, codes_used, u, k)
+        bt, problems = bradley_terry(stats, codes_used, u, k, samples=config.bootstrap_samples,
+                                     level=config.interval_level, seed=seed)
         anomalies += problems
         extremes = bradley_terry_extremes(bt)
         result_stats.bradley_terry_questions = int(extremes["question_id"].nunique())
     return AggregationResult(preferences=preferences, pair_stats=stats, stats=result_stats,
-                             anomalies=anomalies, bradley_terry=bt, bradley_terry_extremes=extremes)
+                             anomalies=anomalies, bradley_terry=bt, bradley_terry_extremes=extremes,
+                             raters=raters)
+
+
+def _fit_raters(ratings: pd.DataFrame, scale_points: int,
+                weighted: bool) -> tuple[ReliabilityFit | None, np.ndarray | None, str | None]:
+    """The rater reliability fit over ALL ratings of study 2 (excluded pairs' too: they say as
+    much about the rater), its rater code per rating, and a note when it is skipped. Under
+    ``reliability_weighted`` missing rater keys are an error; under ``mean`` a note."""
+    if not weighted:
+        if "rater_key" not in ratings.columns:
+            return None, None, "ratings.parquet has no rater_key column: no rater reliability fitted"
+        keys = ratings["rater_key"]
+        blank = keys.isna() | keys.astype(str).str.strip().eq("")
+        if blank.any():
+            return None, None, (f"{int(blank.sum())} ratings have no rater_key: no rater "
+                                "reliability fitted (raters.parquet not written)")
+    elif "rater_key" not in ratings.columns:
+        raise CrowdprefError("ratings.parquet lacks columns ['rater_key']: aggregation.method "
+                             "reliability_weighted needs the rater of every rating (re-export the "
+                             "ratings, or set aggregation.method: mean)")
+    fit, rater_codes = fit_raters(ratings, scale_points)
+    return fit, rater_codes, None
+
+
+def _side(decision: np.ndarray, midpoint: float) -> np.ndarray:
+    """-1 (first chosen), 0 (tie or unrated), +1 (second chosen) per pair."""
+    d = np.nan_to_num(np.asarray(decision, dtype=float) - midpoint, nan=0.0)
+    return np.where(np.abs(d) <= TIE_TOLERANCE, 0, np.sign(d)).astype(np.int64)
+
+
+def _decide_by(stats: pd.DataFrame, decision: np.ndarray, pairs: pd.DataFrame,
+               scale_points: int) -> None:
+    """Re-decide every pair of ``stats`` by ``decision`` (per pair, fixed orientation): tie,
+    chosen/rejected, mean_rating (chosen-first) and margin."""
+    k1 = scale_points + 1
+    midpoint = k1 / 2
+    rated = stats["n_ratings"].to_numpy() > 0
+    side = _side(decision, midpoint)
+    tie = rated & (side == 0)
+    first_chosen = rated & (side < 0)
+    decided = rated & ~tie
+    first, second = pairs["first_response_id"], pairs["second_response_id"]
+    stats["tie"] = tie
+    stats["chosen_response_id"] = _pick(first_chosen, decided, first, second).array
+    stats["rejected_response_id"] = _pick(first_chosen, decided, second, first).array
+    stats["mean_rating"] = np.where(first_chosen | tie, decision, k1 - decision)
+    stats["margin"] = np.abs(decision - midpoint) / (midpoint - 1)
 
 
 def _anomalies(stats: pd.DataFrame, s: AggregationStats, config: AggregationConfig) -> list[str]:
     out: list[str] = []
     ties = stats.loc[stats["status"] == "tie", "pair_id"]
+    what = "mean rating" if s.method == "mean" else "reliability-weighted mean rating"
     if len(ties):
-        out.append(f"{len(ties)} pairs have a mean rating exactly on the midpoint {s.midpoint:g} "
+        out.append(f"{len(ties)} pairs have a {what} exactly on the midpoint {s.midpoint:g} "
                    f"(e.g. {_examples(ties)}): reported as ties, left out of the preferences")
     inc = stats.loc[stats["incomplete"], "pair_id"]
     if len(inc):

@@ -213,7 +213,10 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
             Column("rejected_response_id", pa.string(), rid,
                    "Id of the rejected answer (see `responses`)."),
             Column("mean_rating", pa.float64(), f"from 1 up to (not including) {mid:g}",
-                   f"Mean of the pair's ratings on the 1-{k} scale, turned so that the chosen "
+                   ("Mean" if config.aggregation.method == "mean" else
+                    "Reliability-weighted mean (each rating weighted by its rater's fitted "
+                    "reliability and corrected for the rater's A/B position bias)")
+                   + f" of the pair's ratings on the 1-{k} scale, turned so that the chosen "
                    f"answer is A: 1 is a strong preference for the chosen answer, {mid:g} would "
                    "be no preference."),
             Column("n_ratings", pa.int64(), f"1 to {config.study2.ratings_per_pair}",
@@ -231,6 +234,19 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
                    "answers are kept on purpose, so models can learn what to avoid."),
             Column("rejected_flagged", pa.bool_(), flag_note,
                    "True when the screening flagged the rejected answer."),
+            Column("p_chosen", pa.float64(), "0 to 1",
+                   f"How one-sided the pair's ratings are: the share of "
+                   f"{config.aggregation.bootstrap_samples} bootstrap resamples of the pair's "
+                   "own ratings whose mean lands on the chosen side (1: every rating preferred "
+                   "the chosen answer; near 0.5: the ratings barely decide). With only a few "
+                   "ratings per pair this is not a calibrated probability that the chosen "
+                   "answer is better."),
+            Column("mean_rating_low", pa.float64(), f"1 to {k}",
+                   f"Lower end of the {config.aggregation.interval_level:.0%} bootstrap interval "
+                   "of `mean_rating` (resampling the pair's ratings)."),
+            Column("mean_rating_high", pa.float64(), f"1 to {k}",
+                   f"Upper end of the {config.aggregation.interval_level:.0%} bootstrap interval "
+                   "of `mean_rating`."),
         ),
     )
     responses = Subset(

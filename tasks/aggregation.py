@@ -17,6 +17,7 @@ from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parqu
 from tasks.collection import artifact_key
 
 REPORT_ROWS = 200
+RATERS_FILE = "raters.parquet"
 TRUTH_RESPONSES = "crowd-truth-responses.parquet"
 TRUTH_STUDY1 = "crowd-truth-study1.parquet"
 
@@ -67,6 +68,7 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
         config=cfg.aggregation,
         screening=inputs.screening,
         excluded_response_ids=excluded,
+        seed=cfg.seed,
     )
     if inputs.truth is not None:
         result.stats.truth = check_truth(result.preferences, inputs.truth)
@@ -82,9 +84,12 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
 
 @task(name="write-preferences", cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def write_outputs(result: AggregationResult, run: RunFolder) -> Path:
-    """``aggregation.json`` first, then ``preferences.parquet`` (the file that marks the stage
-    done), both atomically: safe to retry."""
+    """``aggregation.json`` and ``raters.parquet`` (when the ratings carry rater keys) first,
+    then ``preferences.parquet`` (the file that marks the stage done), all atomically: safe to
+    retry."""
     write_json(result.stats.to_dict(), run.file("aggregation.json"))
+    if result.raters is not None:
+        write_parquet(result.raters, run.file(RATERS_FILE))
     return write_parquet(result.preferences, run.preferences)
 
 
@@ -115,12 +120,34 @@ def publish_aggregation_artifacts(study: str, result: AggregationResult) -> None
         description=f"Ties, incomplete, unrated and excluded pairs (first {REPORT_ROWS} of "
                     f"{len(report)}).",
     )
+    if result.raters is not None:
+        create_table_artifact(
+            key=artifact_key(study, "aggregation-rater-reliability"),
+            table=rater_table(result.raters) or [{"rater_key": "(none)"}],
+            description=rater_table_description(result.raters),
+        )
     if result.bradley_terry_extremes is not None:
         create_table_artifact(
             key=artifact_key(study, "aggregation-bradley-terry"),
             table=result.bradley_terry_extremes.head(REPORT_ROWS).round(3).to_dict(orient="records"),
             description="Bradley-Terry: best and worst answer per question.",
         )
+
+
+def rater_table(raters: pd.DataFrame) -> list[dict[str, object]]:
+    """The least reliable raters first (anonymous rater keys only), at most REPORT_ROWS."""
+    shown = raters.sort_values(["reliability", "rater_key"], kind="stable").head(REPORT_ROWS)
+    return [{"rater_key": str(r.rater_key), "n_ratings": int(r.n_ratings),
+             "reliability": round(float(r.reliability), 3), "noise_sd": round(float(r.noise_sd), 3),
+             "slope": round(float(r.slope), 3), "bias": round(float(r.bias), 3)}
+            for r in shown.itertuples()]
+
+
+def rater_table_description(raters: pd.DataFrame) -> str:
+    n = len(raters)
+    which = f"first {REPORT_ROWS} of {n}" if n > REPORT_ROWS else f"all {n}"
+    return (f"Rater reliability, least reliable first ({which} raters; anonymous keys): share "
+            "of a rating's variance that follows the consensus, 0 to 1.")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -154,8 +181,22 @@ def stats_markdown(result: AggregationResult) -> str:
         f"{ob.unbalanced_pairs} not (largest imbalance {ob.max_imbalance})",
         f"- sources: answers {_sources(s.answer_sources)}; ratings used {_sources(s.rating_sources)}",
     ]
+    method = ("reliability-weighted mean (each rating weighted by its rater's reliability, "
+              "position bias corrected)" if s.method == "reliability_weighted" else "plain mean")
+    lines.append(f"- decided by: **{method}** (aggregation.method: {s.method})")
+    rs = s.reliability
+    if rs is not None:
+        lines.append(f"- rater reliability: {rs.raters} raters, median {_fmt(rs.median_reliability)}, "
+                     f"{rs.below_half} below 0.5; mean position bias {_fmt(rs.position_bias)} "
+                     f"points; {rs.decisions_changed} pairs decided differently by the plain and "
+                     "the weighted mean")
+    lines.append(f"- uncertainty ({s.bootstrap_samples} bootstrap resamples per pair): mean "
+                 f"p_chosen {_fmt(s.mean_p_chosen)}; median width of the "
+                 f"{_fmt(100 * s.interval_level, 0)}% mean_rating interval "
+                 f"{_fmt(s.median_interval_width)} points")
     if s.bradley_terry_questions is not None:
-        lines.append(f"- Bradley-Terry fitted for {s.bradley_terry_questions} questions")
+        lines.append(f"- Bradley-Terry fitted for {s.bradley_terry_questions} questions "
+                     f"({_fmt(100 * s.interval_level, 0)}% bootstrap intervals)")
     if s.truth is not None:
         lines.append(f"- agreement with the simulated crowd's hidden quality: "
                      f"**{_fmt(s.truth.share)}** over {s.truth.compared} rows "

@@ -181,7 +181,10 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
                 "n_ratings": len(fixed),
                 "agreement": max(sum(side), len(side) - sum(side)) / len(side),
                 "rating_spread": float(pd.Series(fixed).std(ddof=0)),
-                "chosen_flagged": chosen in flagged_ids, "rejected_flagged": rejected in flagged_ids})
+                "chosen_flagged": chosen in flagged_ids, "rejected_flagged": rejected in flagged_ids,
+                "p_chosen": 1.0 if all(side) or not any(side) else 0.75,
+                "mean_rating_low": max(1.0, chosen_mean - 0.5),
+                "mean_rating_high": min(float(k), chosen_mean + 0.5)})
             pair_no += 1
     write_parquet(pd.DataFrame(pairs)[contracts.PAIRS], run.pairs)
     write_parquet(pd.DataFrame(ratings)[contracts.RATINGS], run.ratings)
