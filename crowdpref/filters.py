@@ -52,6 +52,8 @@ __all__ = [
     "check_preregistered",
     "meta_key",
     "preregister",
+    "rater_reliabilities",
+    "report_markdown",
 ]
 
 RULES = ("failed_checks", "too_fast", "incomplete", "min_reliability")
@@ -406,3 +408,44 @@ def check_preregistered(store: MetaStore, study_name: str, rules: FiltersConfig,
             f"{_shown(recorded, changed)}; now {_shown(now, changed)}): restore the recorded "
             f"rules in {source or 'the study config'} (filters:) or start a new study")
     return record
+
+
+# --- for the aggregation stage ----------------------------------------------------------------
+def rater_reliabilities(ratings: pd.DataFrame, scale_points: int) -> pd.DataFrame | None:
+    """raters.parquet rows (:mod:`crowdpref.reliability`) fitted over EVERY rating, before any
+    filter, so the ``min_reliability`` rule judges a rater on all their work; None when the
+    ratings carry no usable rater keys (no reliability can be fitted)."""
+    from crowdpref.reliability import fit_raters
+
+    if "rater_key" not in ratings.columns or ratings.empty:
+        return None
+    keys = ratings["rater_key"]
+    if (keys.isna() | keys.astype(str).str.strip().eq("")).any():
+        return None
+    fit, _ = fit_raters(ratings, scale_points)
+    return fit.frame()
+
+
+def report_markdown(report: FilterReport) -> str:
+    """The report as markdown: one row per rule, then the totals and the preregistration."""
+    lines = ["# Preregistered filters", "",
+             "| Rule | Setting | Participants (study 1 / study 2) | Answers removed | "
+             "Ratings removed |", "|---|---|---|---|---|"]
+    for c in [*report.per_rule, report.total]:
+        name = f"`{c.rule}`" if c.rule in RULES else f"**{c.rule}**"
+        lines.append(f"| {name} | {c.setting} | {c.participants} ({c.participants_study1} / "
+                     f"{c.participants_study2}) | {c.answers} | {c.ratings} |")
+    lines += ["", f"- answers: {report.answers_before} collected, {report.answers_after} kept",
+              f"- ratings: {report.ratings_before} collected, {report.ratings_after} kept "
+              f"({report.total.ratings_of_removed_answers} removed because their pair holds a "
+              f"removed answer, {report.total.ratings_by_removed_raters} by removed raters)"]
+    if not report.participants_file:
+        lines.append("- participants.parquet was not found: the participant rules were off")
+    if report.unlisted_writers or report.unlisted_raters:
+        lines.append(f"- not in participants.parquet (no participant rule can remove them): "
+                     f"{report.unlisted_writers} writers, {report.unlisted_raters} raters")
+    pre = report.preregistered
+    lines.append(f"- preregistered: recorded in the study store at {pre['recorded_at']}"
+                 if pre else "- NOT preregistered: the study store holds no record of the rules "
+                             "from before collection began")
+    return "\n".join(lines)

@@ -1,9 +1,11 @@
-"""Prefect tasks over :mod:`crowdpref.aggregation`: read the study files, aggregate the ratings,
-write ``preferences.parquet`` and ``aggregation.json``, and show the statistics as artifacts."""
+"""Prefect tasks over :mod:`crowdpref.aggregation`: read the study files, apply the
+preregistered filters (:mod:`crowdpref.filters`), aggregate the ratings they keep, write
+``preferences.parquet``, ``aggregation.json`` and the filters' files (``filters.json``,
+``responses_raw.parquet``, ``ratings_raw.parquet``), and show the statistics as artifacts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pandas as pd
@@ -13,13 +15,26 @@ from prefect.cache_policies import NONE
 
 from crowdpref.aggregation import AggregationResult, aggregate, check_truth, truth_by_text
 from crowdpref.config import StudyConfig
+from crowdpref.filters import (
+    FilterResult,
+    apply_filters,
+    check_preregistered,
+    rater_reliabilities,
+    report_markdown,
+)
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
+from crowdpref.settings import load_settings
+from crowdpref.store import open_store
 from tasks.collection import artifact_key
 
 REPORT_ROWS = 200
 RATERS_FILE = "raters.parquet"
 TRUTH_RESPONSES = "crowd-truth-responses.parquet"
 TRUTH_STUDY1 = "crowd-truth-study1.parquet"
+PARTICIPANTS_FILE = "participants.parquet"
+FILTER_FILES = ("filters.json", "responses_raw.parquet", "ratings_raw.parquet")
+"""Written by the preregistered filters: the report, every answer and every rating with
+``filtered_by``."""
 
 
 @dataclass
@@ -31,6 +46,15 @@ class AggregationInputs:
     screening: pd.DataFrame | None
     truth: pd.DataFrame | None  # response_id, hidden_quality (simulated crowd only)
     truth_source: str | None
+    participants: pd.DataFrame | None = None
+    """participants.parquet (the study exports), None when absent (an older run folder)."""
+
+
+@dataclass
+class FilteredAggregation(AggregationResult):
+    """The aggregation of the data the preregistered filters kept, with what they removed."""
+
+    filters: FilterResult | None = None
 
 
 @task(name="read-aggregation-inputs", cache_policy=NONE, retries=2, retry_delay_seconds=1)
@@ -49,7 +73,20 @@ def read_inputs(run: RunFolder) -> AggregationInputs:
         truth, source = pd.read_parquet(by_response), TRUTH_RESPONSES
     elif by_user.exists():
         truth, source = truth_by_text(pd.read_parquet(by_user), responses), f"{TRUTH_STUDY1} (by text)"
-    return AggregationInputs(questions, responses, pairs, ratings, screening, truth, source)
+    participants = (pd.read_parquet(run.file(PARTICIPANTS_FILE))
+                    if run.file(PARTICIPANTS_FILE).exists() else None)
+    return AggregationInputs(questions, responses, pairs, ratings, screening, truth, source,
+                             participants)
+
+
+def _preregistered(cfg: StudyConfig) -> dict[str, object] | None:
+    """The study store's record of the filters (None: not preregistered); changed rules raise."""
+    store = open_store(load_settings())
+    try:
+        record = check_preregistered(store, cfg.name, cfg.filters, source=cfg.source)
+    finally:
+        store.close()
+    return record.to_dict() if record is not None else None
 
 
 @task(name="aggregate-ratings", cache_policy=NONE)
@@ -61,8 +98,19 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
     if inputs.screening is not None and cfg.screening.policy == "drop":
         flagged = inputs.screening["flagged"].eq(True)
         excluded = set(inputs.screening.loc[flagged, "response_id"])
+    # the preregistered filters, on reliabilities fitted over EVERY rating; the default
+    # preferences are built from what they keep (raters.parquet keeps every rater)
+    all_raters = rater_reliabilities(inputs.ratings, cfg.study2.scale_points)
+    kept = apply_filters(cfg.filters, inputs.participants, inputs.responses, inputs.ratings,
+                         all_raters, source=cfg.source or "the study config")
+    kept.report.preregistered = _preregistered(cfg)
+    for line in kept.warnings:
+        logger.warning(line)
+    if kept.report.preregistered is None:
+        logger.warning(f"study {cfg.name}: the filters were not preregistered (no record in the "
+                       "study store from before collection began); the report says so")
     result = aggregate(
-        inputs.ratings, inputs.pairs, inputs.responses, inputs.questions,
+        kept.ratings, kept.kept_pairs(inputs.pairs), kept.responses, inputs.questions,
         scale_points=cfg.study2.scale_points,
         ratings_per_pair=cfg.study2.ratings_per_pair,
         config=cfg.aggregation,
@@ -70,6 +118,10 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
         excluded_response_ids=excluded,
         seed=cfg.seed,
     )
+    result = FilteredAggregation(**{f.name: getattr(result, f.name) for f in fields(result)},
+                                 filters=kept)
+    if all_raters is not None:
+        result.raters = all_raters
     if inputs.truth is not None:
         result.stats.truth = check_truth(result.preferences, inputs.truth)
         logger.info("agreement with the hidden truth (%s): %.3f over %d rows", inputs.truth_source,
@@ -84,10 +136,15 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
 
 @task(name="write-preferences", cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def write_outputs(result: AggregationResult, run: RunFolder) -> Path:
-    """``aggregation.json`` and ``raters.parquet`` (when the ratings carry rater keys) first,
-    then ``preferences.parquet`` (the file that marks the stage done), all atomically: safe to
-    retry."""
+    """``aggregation.json``, the filters' report and raw files, and ``raters.parquet`` (when the
+    ratings carry rater keys) first, then ``preferences.parquet`` (the file that marks the stage
+    done), all atomically: safe to retry."""
     write_json(result.stats.to_dict(), run.file("aggregation.json"))
+    if isinstance(result, FilteredAggregation) and result.filters is not None:
+        report, raw_responses, raw_ratings = FILTER_FILES
+        write_json(result.filters.report.to_dict(), run.file(report))
+        write_parquet(result.filters.responses_raw, run.file(raw_responses))
+        write_parquet(result.filters.ratings_raw, run.file(raw_ratings))
     if result.raters is not None:
         write_parquet(result.raters, run.file(RATERS_FILE))
     return write_parquet(result.preferences, run.preferences)
@@ -95,8 +152,18 @@ def write_outputs(result: AggregationResult, run: RunFolder) -> Path:
 
 @task(name="aggregation-artifacts", cache_policy=NONE)
 def publish_aggregation_artifacts(study: str, result: AggregationResult) -> None:
-    """Statistics (markdown), per-category counts (table), ties and incomplete pairs (table),
-    and the Bradley-Terry best/worst answers when fitted."""
+    """Statistics (markdown), the preregistered filters per rule (markdown), per-category counts
+    (table), ties and incomplete pairs (table), and the Bradley-Terry best/worst answers when
+    fitted."""
+    if isinstance(result, FilteredAggregation) and result.filters is not None:
+        report = result.filters.report
+        create_markdown_artifact(
+            key=artifact_key(study, "aggregation-filters"),
+            markdown=report_markdown(report),
+            description=f"Preregistered filters: {report.total.participants} participants, "
+                        f"{report.total.answers} answers and {report.total.ratings} ratings "
+                        "left out of the default preferences.",
+        )
     create_markdown_artifact(
         key=artifact_key(study, "aggregation-stats"),
         markdown=stats_markdown(result),
