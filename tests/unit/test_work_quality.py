@@ -150,6 +150,12 @@ def test_artifact_rows_use_pseudonymous_keys_only(tmp_path: Path) -> None:
     by_key = {r["participant_key"]: r for r in rows}
     assert by_key[ids.participant_key("demo-s1-0003")]["median_seconds_per_item"] is None
     assert by_key[ids.participant_key("demo-s1-0001")]["median_seconds_per_item"] == 60.0
+    # too-fast participants first, then by key (here keys sort against the usernames)
+    key_of = {"demo-s1-0001": "p_c", "demo-s1-0002": "p_b", "demo-s1-0003": "p_a"}.__getitem__
+    slow_first = [person("demo-s1-0001", {"q1": CLAIM + 1}), person("demo-s1-0002", {}),
+                  person("demo-s1-0003", {"q1": CLAIM + 99})]
+    assert [r["participant_key"] for r in time_on_task_rows(time_on_task(slow_first, 20), key_of)] == [
+        "p_c", "p_a", "p_b"]
     assert describe_time_on_task(frame, 20) == (
         "1 of 2 participants with submissions below 20 s per item (median); 1 without submissions yet")
     assert "flag off" in describe_time_on_task(time_on_task(people, 0), 0)
@@ -181,7 +187,7 @@ def flags_of(frame: pd.DataFrame) -> pd.DataFrame:
     return answer_flags(frame).set_index("response_id")
 
 
-@pytest.mark.parametrize("text", ["idk", "IDK!!", "...", "n/a", "N/A", "asdf", "sdfghj", "xxxx", "  ", "?",
+@pytest.mark.parametrize("text", ["idk", "IDK!!", "...", "n/a", "N/A", "asdf", "sdfghj", "xxxx", "  ", "?", "12 34",
                                   "I don't know", "i dont know.", "No idea", "lol", "blah blah", "-"])
 def test_empty_of_content(text: str) -> None:
     assert content_words(text) == 0
@@ -252,6 +258,7 @@ def test_near_duplicates_to_the_same_question() -> None:
     assert flags.loc["r1", "near_duplicate_score"] >= NEAR_DUPLICATE_SCORE
     assert pd.isna(flags.loc["r3", "near_duplicate_of"]) and math.isnan(flags.loc["r3", "near_duplicate_score"])
     assert not flags.loc["r3", "flagged"]
+    assert flags.loc["r1", "flagged"]  # a near-duplicate only is flagged
     # r4 is an exact copy of r2 (another participant), not a near-duplicate of anything
     assert pd.isna(flags.loc["r4", "near_duplicate_of"]) and flags.loc["r4", "copy_of"] == "r2"
     assert not flags.loc["r1", "copied"]
@@ -263,6 +270,16 @@ def test_near_duplicate_names_the_most_similar_and_reordered_words_count() -> No
     flags = flags_of(responses(("r1", "q1", "p1", LONG), ("r2", "q1", "p2", reordered), ("r3", "q1", "p3", close)))
     assert flags.loc["r1", "near_duplicate_of"] == "r3"  # r3 is one letter away, r2 further
     assert flags.loc["r1", "near_duplicate_score"] > 95
+    # the same clauses in another order (character ratio about 52, token_sort_ratio 100)
+    swapped = "Explain why I felt hurt by what happened, and I would talk to my friend calmly."
+    flags = flags_of(responses(("r1", "q1", "p1", LONG), ("r2", "q1", "p2", swapped)))
+    assert flags.loc["r1", "near_duplicate_of"] == "r2" and flags.loc["r1", "near_duplicate_score"] == 100
+
+
+def test_one_participant_is_never_their_own_near_duplicate() -> None:
+    # the store gives one answer per question and participant; should two arrive, no self-match
+    flags = flags_of(responses(("r1", "q1", "p1", LONG), ("r2", "q1", "p1", LONG.replace("calmly", "calmy"))))
+    assert flags["near_duplicate_of"].isna().all()
 
 
 def test_different_answers_to_the_same_question_are_not_flagged() -> None:
@@ -271,6 +288,9 @@ def test_different_answers_to_the_same_question_are_not_flagged() -> None:
         ("r2", "q1", "p2", "I would tell my friend the truth gently, because lying would hurt them later."),
         ("r3", "q1", "p3", "Stay out of it: it is their relationship and they have to sort it out."),
         ("r4", "q1", "p4", "I would ask my friend how they feel first and then decide what to say."),
+        # all words of r6 are in r5 (token_set_ratio 100), but r5 says much more
+        ("r5", "q1", "p5", LONG + " Then I would give them time to think and answer."),
+        ("r6", "q1", "p6", "I would talk to my friend calmly."),
     ))
     assert not flags["flagged"].any()
 
@@ -313,3 +333,44 @@ def test_counts_and_flagged_rows() -> None:
     assert rows[0]["flags"] == "copied" and rows[0]["copy_of"] == "r2" and rows[2]["flags"] == "empty of content"
     assert len(rows[0]["text"]) == 80 and rows[0]["text"].endswith("...")  # type: ignore[arg-type]
     assert rows[2]["text"] == "idk" and rows[2]["near_duplicate_score"] is None
+
+
+# --- the task layer (artifact calls recorded, no Prefect server) --------------------------------
+def test_flag_answers_task_writes_parquet_and_a_table_without_usernames(tmp_path: Path, monkeypatch) -> None:
+    import tasks.study1
+    from crowdpref.runfolder import RunFolder
+
+    made: list[dict] = []
+    monkeypatch.setattr(tasks.study1, "create_table_artifact", lambda **kw: made.append(kw))
+    frame = responses(("r1", "q1", "p_1", LONG), ("r2", "q1", "p_2", LONG), ("r3", "q2", "p_3", "Apologise."))
+    tasks.study1.flag_answers(frame, RunFolder(tmp_path), "demo")
+    written = pd.read_parquet(tmp_path / "answer_flags.parquet")
+    assert list(written.columns) == ANSWER_FLAGS and list(written["copied"]) == [True, True, False]
+    (artifact,) = made
+    assert artifact["key"] == "demo-study1-answer-flags"
+    assert [r["response_id"] for r in artifact["table"]] == ["r1", "r2"]
+    assert artifact["description"].startswith("study1: 2 of 3 answers flagged")
+
+
+def test_time_on_task_artifact_shows_keys_not_usernames(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import tasks.collection
+
+    made: list[dict] = []
+    monkeypatch.setattr(tasks.collection, "create_table_artifact", lambda **kw: made.append(kw))
+    people = [person("demo-s2-0001", {"p1": CLAIM + 1, "p2": CLAIM + 2}), person("demo-s2-0002", {"p3": CLAIM + 30})]
+    collection = SimpleNamespace(
+        spec=SimpleNamespace(key="study2", study_name="demo"), info=SimpleNamespace(id=7),
+        store=SimpleNamespace(participants=lambda cid: people if cid == 7 else []), folder=tmp_path / "study2",
+    )
+    study = tmp_path / "s.yaml"
+    study.write_text("name: demo\nstudy2:\n  too_fast_seconds: 5\n")
+    tasks.collection.publish_time_on_task(str(study), collection)  # type: ignore[arg-type]
+    (artifact,) = made
+    ids = Pseudonyms(tmp_path / "private")
+    assert artifact["key"] == "demo-study2-time-on-task"
+    assert "demo-s2" not in repr(artifact)
+    assert [(r["participant_key"], r["too_fast"]) for r in artifact["table"]] == [
+        (ids.participant_key("demo-s2-0001"), True), (ids.participant_key("demo-s2-0002"), False)]
+    assert "1 of 2 participants with submissions below 5 s per item" in artifact["description"]
