@@ -5,10 +5,21 @@ a scan for secrets, and the push to the Hub.
 
     README.md                                      dataset card (YAML header from DatasetCardData)
     data/default/train-00000-of-00001.parquet      preferences: prompt, chosen, rejected, margin ...
-    data/responses/train-00000-of-00001.parquet    study 1: the written answers
-    data/ratings/train-00000-of-00001.parquet      study 2: every single rating
+    data/responses/train-00000-of-00001.parquet    study 1: the written answers (kept by the filters)
+    data/ratings/train-00000-of-00001.parquet      study 2: the ratings (kept by the filters)
+    data/responses_raw/train-00000-of-00001.parquet  every answer, with ``filtered_by``
+    data/ratings_raw/train-00000-of-00001.parquet  every rating, with ``filtered_by``
+    data/participants/train-00000-of-00001.parquet both studies' participants (when exported)
     data/questions/train-00000-of-00001.parquet    the questions
     data/screening/train-00000-of-00001.parquet    hate-speech screening (when it ran)
+
+Filters: when the aggregation applied the preregistered filters (``filters.json`` in the run
+folder, :mod:`crowdpref.filters`), ``responses`` and ``ratings`` hold what they kept - the data
+the default configuration is built from - and the ``*_raw`` configurations hold everything
+collected, each row's ``filtered_by`` naming the rules that removed it; the card's "Filters
+(preregistered)" section states each rule and what it removed. A run folder without
+``filters.json`` (aggregated before the filters existed) publishes every answer and rating in
+``responses`` and ``ratings`` and no ``*_raw`` configurations.
 
 ``load_dataset(folder)`` gives the preferences; ``load_dataset(folder, "ratings")`` the others.
 
@@ -40,7 +51,7 @@ import shutil
 import string
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +64,8 @@ from crowdpref.aggregation import order_balance, source_counts
 from crowdpref.config import REPO_PART_RE, StudyConfig
 from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.filters import FILTERED_BY, RULE_TEXT
+from crowdpref.filters import RULES as FILTER_RULES
 from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import RunFolder, write_json
 from crowdpref.store import Store
@@ -101,6 +114,11 @@ SOURCE_WHO = {
 }
 """What each participant source (:data:`crowdpref.contracts.SOURCES`) means, for the card."""
 SIMULATED_TAG = "synthetic"
+FILTERS_FILE = "filters.json"
+"""The preregistered filters' report in the run folder (written by aggregate-ratings)."""
+RESPONSES_RAW = "responses_raw.parquet"
+RATINGS_RAW = "ratings_raw.parquet"
+PARTICIPANTS_FILE = "participants.parquet"
 """Hub tag added when any answer or rating is simulated."""
 
 
@@ -143,6 +161,9 @@ class Subset:
     description: str
     columns: tuple[Column, ...]
     required: bool = True
+    kept_only: bool = False
+    """Publish only the source rows whose ``filtered_by`` is empty (what the preregistered
+    filters kept)."""
 
     @property
     def data_path(self) -> str:
@@ -160,9 +181,13 @@ class Subset:
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
-def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -> list[Subset]:
+def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *,
+                    filtered: bool = False) -> list[Subset]:
     """Every configuration of the release and its columns, in card order. ``screening_scores``:
-    the score columns of ``screening.parquet`` beyond :data:`crowdpref.contracts.SCREENING_BASE`."""
+    the score columns of ``screening.parquet`` beyond :data:`crowdpref.contracts.SCREENING_BASE`.
+    ``filtered``: the preregistered filters ran (``filters.json``): ``responses`` and ``ratings``
+    are read from the ``*_raw`` files keeping only unfiltered rows, and ``responses_raw`` /
+    ``ratings_raw`` publish every row with ``filtered_by``."""
     k = config.study2.scale_points
     mid = config.study2.midpoint
     q = config.study1.quality_scale
@@ -351,7 +376,85 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = ()) -
         ),
         required=False,
     )
-    return [preferences, responses, ratings, questions, screening]
+    participants = Subset(
+        name="participants",
+        title="Participants (both studies)",
+        source_file=PARTICIPANTS_FILE,
+        needed_by="re-export the studies (collect-responses and collect-ratings)",
+        description=(
+            "One row per participant per study: how far they got, their quality checks and "
+            "their pace. Anonymous ids only; no Prolific id or account name."
+        ),
+        columns=(
+            Column("participant_id", pa.string(), anon,
+                   "Anonymous id of the participant: the same id as `participant_id` in "
+                   "`responses` (study 1) or `rater_id` in `ratings` (study 2).",
+                   source="participant_key"),
+            Column("study", pa.string(), "`study1` or `study2`",
+                   "The study: `study1` wrote answers, `study2` rated pairs."),
+            Column("source", pa.string(), sources, source_meaning("participant", "the work was done")),
+            Column("status", pa.string(), "`complete`, `released`, `excluded` or `active`",
+                   "How their participation ended: `complete` finished their batch; `released` "
+                   "returned the study, timed out or went quiet (their unanswered items went to "
+                   "other people); `excluded` failed the quality checks under a study that "
+                   "excludes on failure; `active` was still working when the data was exported."),
+            Column("items_assigned", pa.int64(), "0 or more",
+                   "Study items (questions or pairs) they were given, quality checks not counted."),
+            Column("items_submitted", pa.int64(), "0 or more",
+                   "Study items they submitted, quality checks not counted."),
+            Column("checks_answered", pa.int64(), "0 or more",
+                   "Quality checks in their batch that they answered (instructed-response items "
+                   "in study 1; gold and repeated pairs in study 2)."),
+            Column("checks_passed", pa.int64(), "0 to `checks_answered`",
+                   "Quality checks they passed."),
+            Column("checks_verdict", pa.string(), "`passed`, `failed`, `none` or `unanswered`",
+                   "The verdict of their checks: `none` when the study had no checks, "
+                   "`unanswered` when they left before answering them."),
+            Column("median_seconds_per_item", pa.float64(), "0 or more; empty when nothing was submitted",
+                   "Median seconds between their consecutive submissions (the first counted from "
+                   "when they took their batch). Items submitted together count as near 0 s."),
+            Column("too_fast", pa.bool_(), "true or false",
+                   "True when `median_seconds_per_item` is below the study's too-fast threshold "
+                   f"({config.study1.too_fast_seconds:g} s in study 1, "
+                   f"{config.study2.too_fast_seconds:g} s in study 2; 0 = not checked)."),
+        ),
+        required=False,
+    )
+    if not filtered:
+        return [preferences, responses, ratings, participants, questions, screening]
+    rules = "`" + "`, `".join(FILTER_RULES) + "`"
+    filtered_by = Column(
+        FILTERED_BY, pa.string(), f"empty, or comma-separated rule names: {rules}",
+        "The preregistered filter rules that removed the row (see \"Filters (preregistered)\"); "
+        "empty when it was kept.")
+    kept_responses = replace(
+        responses, source_file=RESPONSES_RAW, kept_only=True,
+        needed_by="rerun the aggregate-ratings flow (force=True)",
+        description=("The written answers of study 1 that the preregistered filters kept, one "
+                     "row per answer: the answers the default configuration is built from. "
+                     "`responses_raw` holds every answer collected."))
+    raw_responses = replace(
+        responses, name="responses_raw", title="Responses, raw (study 1)",
+        source_file=RESPONSES_RAW, needed_by="rerun the aggregate-ratings flow (force=True)",
+        description=("Every written answer collected in study 1, including those the "
+                     "preregistered filters removed (`filtered_by` says which rules did)."),
+        columns=(*responses.columns, filtered_by))
+    kept_ratings = replace(
+        ratings, source_file=RATINGS_RAW, kept_only=True,
+        needed_by="rerun the aggregate-ratings flow (force=True)",
+        description=("The ratings of study 2 that the preregistered filters kept: the ratings "
+                     "the default configuration is built from. A rater saw a question and two "
+                     f"answers, shown as A and B, and picked one point of the {k}-point scale, "
+                     "which has no neutral middle. `ratings_raw` holds every rating collected."))
+    raw_ratings = replace(
+        ratings, name="ratings_raw", title="Ratings, raw (study 2)",
+        source_file=RATINGS_RAW, needed_by="rerun the aggregate-ratings flow (force=True)",
+        description=("Every rating collected in study 2, including those the preregistered "
+                     "filters removed (`filtered_by` says which rules did): a rating goes when "
+                     "its rater is removed or when one of the two answers it compares is."),
+        columns=(*ratings.columns, filtered_by))
+    return [preferences, kept_responses, kept_ratings, raw_responses, raw_ratings, participants,
+            questions, screening]
 
 
 # --- anonymous participant ids -------------------------------------------------------------
@@ -609,7 +712,105 @@ def _read_source(run: RunFolder, subset: Subset) -> pd.DataFrame | None:
             f"{path}: missing column(s) {', '.join(missing)}: rerun the stage that writes it "
             f"({subset.needed_by.removeprefix('run ').removesuffix(' first')})"
         )
+    if subset.kept_only:
+        if FILTERED_BY not in frame.columns:
+            raise CrowdprefError(f"{path}: missing column(s) {FILTERED_BY}: {subset.needed_by}")
+        kept = frame[FILTERED_BY].fillna("").astype(str).eq("").to_numpy(dtype=bool)
+        frame = frame.loc[kept].reset_index(drop=True)
     return frame
+
+
+def _read_filters(run: RunFolder) -> dict[str, Any] | None:
+    """``filters.json`` of the run folder; None when the filters did not run (an older run)."""
+    path = run.file(FILTERS_FILE)
+    if not path.exists():
+        return None
+    data = _read_json(path)
+    if not (isinstance(data, dict) and isinstance(data.get("per_rule"), list)
+            and isinstance(data.get("total"), dict)):
+        raise CrowdprefError(f"{path}: not a filters report (no per_rule/total): rerun the "
+                             "aggregate-ratings flow with force=True")
+    return data
+
+
+def _check_filters(filters: Mapping[str, Any], frames: Mapping[str, pd.DataFrame],
+                   path: Path) -> None:
+    """The report's numbers must be those of the raw files it came with: answers and ratings
+    before and after, and each rule's removals counted from ``filtered_by``."""
+    def hits(frame: pd.DataFrame, rule: str | None) -> int:
+        by = frame[FILTERED_BY].fillna("").astype(str)
+        return int(by.ne("").sum() if rule is None else by.str.split(",").map(
+            lambda names: rule in names).sum())
+
+    checks: list[tuple[str, Any, int]] = []
+    for what, raw in (("answers", "responses_raw"), ("ratings", "ratings_raw")):
+        frame = frames[raw]
+        checks += [(f"{what}_before", filters.get(f"{what}_before"), len(frame)),
+                   (f"{what}_after", filters.get(f"{what}_after"), len(frame) - hits(frame, None)),
+                   (f"total.{what}", (filters.get("total") or {}).get(what), hits(frame, None))]
+        for row in filters.get("per_rule") or []:
+            if isinstance(row, Mapping) and row.get("rule") in FILTER_RULES:
+                checks.append((f"{row['rule']}.{what}", row.get(what), hits(frame, row["rule"])))
+    wrong = [(name, stated, measured) for name, stated, measured in checks if stated != measured]
+    if wrong:
+        name, stated, measured = wrong[0]
+        raise CrowdprefError(
+            f"{path}: {name} is {stated} but {RESPONSES_RAW}/{RATINGS_RAW} show {measured}: the "
+            "report and the raw files are from different runs; rerun the aggregate-ratings flow "
+            "with force=True")
+
+
+def filters_section(filters: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Filters (preregistered)" section (markdown lines) from ``filters.json``."""
+    out = ["## Filters (preregistered)", ""]
+    if not filters:
+        return out + ["No preregistered filters were applied to this release (it was aggregated "
+                      "before crowdpref applied them): `responses` and `ratings` hold every "
+                      "answer and rating collected, and the default configuration is built from "
+                      "all of them.", ""]
+    pre = filters.get("preregistered")
+    recorded = pre.get("recorded_at") if isinstance(pre, Mapping) else None
+    out += ["The rules below decide which participants' work the default configuration leaves "
+            "out. They are part of the study's configuration and were applied mechanically: "
+            "`responses` and `ratings` hold what they kept, and the default configuration is "
+            "built from those; `responses_raw` and `ratings_raw` hold every answer and rating "
+            "collected, with `filtered_by` naming the rules that removed each row. Removing a "
+            "study-1 participant removes their answers and every rating of a pair that holds one "
+            "of them; removing a study-2 participant removes their ratings. A participant hit "
+            "by several rules is counted under each rule and once in the last row.", ""]
+    if recorded:
+        out += [f"The rules were recorded in the study's store on "
+                f"{str(recorded).replace('T', ' ').replace('+00:00', ' UTC')}, when collection "
+                "began, and the aggregation checked that they had not changed since.", ""]
+    else:
+        out += ["**These rules were not recorded before collection began** (the study store "
+                "holds no record of them), so this release cannot show that they were fixed in "
+                "advance.", ""]
+    out += ["| Rule | What it leaves out | Setting | Participants removed (study 1 / study 2) | "
+            "Answers removed | Ratings removed |", "|---|---|---|---|---|---|"]
+    rows = [r for r in filters.get("per_rule") or [] if isinstance(r, Mapping)]
+    total = filters.get("total") if isinstance(filters.get("total"), Mapping) else {}
+    for row in [*rows, {**total, "rule": None}]:
+        name = f"`{row.get('rule')}`" if row.get("rule") else "**Any rule** (each counted once)"
+        what = RULE_TEXT.get(str(row.get("rule")), "") if row.get("rule") else ""
+        setting = row.get("setting") if row.get("rule") else ""
+        out.append(f"| {name} | {_cell(what)} | {_cell(_fmt(setting))} | "
+                   f"{_fmt(row.get('participants'))} ({_fmt(row.get('participants_study1'))} / "
+                   f"{_fmt(row.get('participants_study2'))}) | {_fmt(row.get('answers'))} | "
+                   f"{_fmt(row.get('ratings'))} |")
+    out += ["", f"Answers: {_fmt(filters.get('answers_before'))} collected, "
+            f"{_fmt(filters.get('answers_after'))} kept. Ratings: "
+            f"{_fmt(filters.get('ratings_before'))} collected, {_fmt(filters.get('ratings_after'))} "
+            f"kept ({_fmt(total.get('ratings_of_removed_answers'))} of those removed belong to a "
+            f"pair holding a removed answer, {_fmt(total.get('ratings_by_removed_raters'))} were "
+            "given by a removed rater; a rating can be both).", ""]
+    if filters.get("participants_file") is False:
+        out += ["The participants file was not available, so the rules that read it were off.", ""]
+    unlisted = (filters.get("unlisted_writers") or 0, filters.get("unlisted_raters") or 0)
+    if any(unlisted):
+        out += [f"{unlisted[0]} writers and {unlisted[1]} raters were not listed in the "
+                "participants file, so no participant rule could remove them.", ""]
+    return out
 
 
 def _subset(subsets: Sequence[Subset], name: str) -> Subset:
@@ -740,7 +941,8 @@ def build_release(
     :class:`CrowdprefError` and leaves the previous ``release/`` untouched. ``repo_id`` is only
     used in the card's loading examples."""
     run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
-    subsets = release_subsets(config)
+    filters = _read_filters(run)
+    subsets = release_subsets(config, filtered=filters is not None)
     frames: dict[str, pd.DataFrame] = {}
     for subset in subsets:
         frame = _read_source(run, subset) if subset.name != "screening" else None
@@ -752,21 +954,28 @@ def build_release(
         raw = pd.read_parquet(screening_path)
         scores = [c for c in raw.columns if c not in base and pd.api.types.is_numeric_dtype(raw[c])
                   and not pd.api.types.is_bool_dtype(raw[c])]
-        subsets = release_subsets(config, scores)
-        frame = _read_source(run, subsets[-1])
+        subsets = release_subsets(config, scores, filtered=filters is not None)
+        frame = _read_source(run, _subset(subsets, "screening"))
         if frame is not None:
             frames["screening"] = frame
     subsets = [s for s in subsets if s.name in frames]
-    for name, what in (("responses", "answers"), ("ratings", "ratings")):
-        _check_sources(frames[name], run.file(_subset(subsets, name).source_file), what)
+    for name, what in (("responses", "answers"), ("ratings", "ratings"),
+                       ("responses_raw", "answers"), ("ratings_raw", "ratings")):
+        if name in frames:
+            _check_sources(frames[name], run.file(_subset(subsets, name).source_file), what)
+    if filters is not None:
+        _check_filters(filters, frames, run.file(FILTERS_FILE))
     facts = _facts(frames)
 
-    keys = {str(k) for k in frames["responses"]["participant_key"].dropna()}
-    keys |= {str(k) for k in frames["ratings"]["rater_key"].dropna()}
+    key_columns = {"responses": "participant_key", "responses_raw": "participant_key",
+                   "participants": "participant_key", "ratings": "rater_key",
+                   "ratings_raw": "rater_key"}
+    keys = {str(k) for name, column in key_columns.items() if name in frames
+            for k in frames[name][column].dropna()}
     ids = published_ids(run.private_dir / PUBLISHED_IDS_FILE, keys)
-    frames["responses"] = frames["responses"].assign(
-        participant_key=frames["responses"]["participant_key"].map(ids))
-    frames["ratings"] = frames["ratings"].assign(rater_key=frames["ratings"]["rater_key"].map(ids))
+    for name, column in key_columns.items():
+        if name in frames:
+            frames[name] = frames[name].assign(**{column: frames[name][column].map(ids)})
 
     built = [_Built(s, _to_table(frames[s.name], s, run.file(s.source_file))) for s in subsets]
     target = run.file(RELEASE_DIR)
@@ -780,7 +989,7 @@ def build_release(
             pq.write_table(item.table, path)
             item.file_bytes = path.stat().st_size
         card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
-                            collection=collection, repo_id=repo_id)
+                            collection=collection, repo_id=repo_id, filters=filters)
         (staging / "README.md").write_text(card, encoding="utf-8")
         hits = scan_for_secrets(staging, [*forbidden, *sorted(keys)])
         if hits:
@@ -994,8 +1203,11 @@ def dataset_card(
     screening: Mapping[str, Any] | None,
     collection: Mapping[str, Mapping[str, Any]] | None,
     repo_id: str | None,
+    filters: Mapping[str, Any] | None = None,
 ) -> str:
-    """The README.md: YAML header + the card text (written for this project, in its own words)."""
+    """The README.md: YAML header + the card text (written for this project, in its own words).
+    ``filters``: ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the
+    preregistered filters did not run."""
     pb = config.publish
     s1, s2 = config.study1, config.study2
     title = pb.pretty_name or config.title
@@ -1037,7 +1249,8 @@ def dataset_card(
     # method
     out += ["## How the data was made", "",
             "The figures below are those of this release, measured on the published data unless "
-            "said otherwise.", ""]
+            "said otherwise" + (" - the answers and ratings the preregistered filters kept (see "
+                                "\"Filters (preregistered)\")." if filters else "."), ""]
     c1 = (collection or {}).get("study1") or {}
     c2 = (collection or {}).get("study2") or {}
     out += [
@@ -1115,6 +1328,8 @@ def dataset_card(
            config.aggregation.incomplete_pairs == "report_and_keep"
            else "Pairs with fewer ratings than planned were dropped."), "",
     ]
+
+    out += filters_section(filters)
 
     # agreement
     out += ["## Agreement", ""]

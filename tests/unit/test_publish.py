@@ -84,12 +84,15 @@ def small_config(name: str = "pub-test", **publish: object) -> StudyConfig:
 
 def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = True,
                     stats: bool = True, source: str | Sequence[str] = "simulated",
-                    order: Literal["counterbalanced", "pair"] = "counterbalanced") -> PlantedRun:
+                    order: Literal["counterbalanced", "pair"] = "counterbalanced",
+                    participants: bool = True) -> PlantedRun:
     """2 questions (one per category), 3 writers x 2 answers, 3 pairs per question, 3 ratings
     per pair by 6 raters; one answer flagged; ratings chosen so no pair ties. ``source``: every
     participant's source (a sequence is cycled over writers, then over raters). ``order``: each
     pair's raters see balanced A/B orders (2 and 1, as study 2 does it) or all the pair's default
-    order (the old way)."""
+    order (the old way). ``participants``: write participants.parquet (the study exports do):
+    the first writer failed their checks, the first rater was too fast, the last rater returned
+    the study."""
     run = RunFolder(run_path)
     planted = PlantedRun(run, config, api_keys=[
         "hf_" + secrets.token_hex(16), "argilla.apikey." + secrets.token_hex(12),
@@ -188,6 +191,21 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
             pair_no += 1
     write_parquet(pd.DataFrame(pairs)[contracts.PAIRS], run.pairs)
     write_parquet(pd.DataFrame(ratings)[contracts.RATINGS], run.ratings)
+    if participants:
+        people = []
+        for study, users in (("study1", writers), ("study2", raters)):
+            for i, user in enumerate(users):
+                failed = study == "study1" and i == 0
+                fast = study == "study2" and i == 0
+                people.append({
+                    "participant_key": keys[user], "study": study, "source": origin[user],
+                    "status": "released" if study == "study2" and i == len(users) - 1 else "complete",
+                    "items_assigned": 2 if study == "study1" else 3,
+                    "items_submitted": 2 if study == "study1" else 3, "checks_answered": 1,
+                    "checks_passed": 0 if failed else 1,
+                    "checks_verdict": "failed" if failed else "passed",
+                    "median_seconds_per_item": 2.0 if fast else 45.0, "too_fast": fast})
+        write_parquet(pd.DataFrame(people)[contracts.PARTICIPANTS], run.file("participants.parquet"))
     write_parquet(pd.DataFrame(prefs)[contracts.PREFERENCES], run.preferences)
 
     if screening:
@@ -264,7 +282,8 @@ def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -
     assert folder == planted.run.path / "release"
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["README.md", *(f"data/{n}/train-00000-of-00001.parquet"
-                                    for n in ("default", "questions", "ratings", "responses", "screening"))]
+                                    for n in ("default", "participants", "questions", "ratings",
+                                              "responses", "screening"))]
     prefs = load(folder, None, tmp_path)
     assert prefs.column_names[:4] == ["prompt", "chosen", "rejected", "margin"]
     source = pd.read_parquet(planted.run.preferences)
@@ -272,7 +291,7 @@ def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -
     assert sorted(prefs["chosen"]) == sorted(source["chosen"])
     assert all(0 < m <= 1 for m in prefs["margin"])
     subsets = {s.name: s for s in release_subsets(planted.config, ["toxicity", "insult"])}
-    for name in ("responses", "ratings", "questions", "screening"):
+    for name in ("responses", "ratings", "participants", "questions", "screening"):
         ds = load(folder, name, tmp_path)
         assert ds.column_names == [c.name for c in subsets[name].columns]
         assert len(ds) == len(pd.read_parquet(planted.run.file(subsets[name].source_file)))
@@ -293,7 +312,8 @@ def test_card_yaml_and_every_column_documented(planted: PlantedRun) -> None:
     assert header["pretty_name"] == "Publish test study" and header["task_categories"]
     configs = {c["config_name"]: c for c in header["configs"]}
     assert configs["default"]["default"] is True
-    assert set(configs) == {"default", "responses", "ratings", "questions", "screening"}
+    assert set(configs) == {"default", "responses", "ratings", "participants", "questions",
+                            "screening"}
     for info in header["dataset_info"]:
         split = info["splits"][0]
         assert split["name"] == "train" and split["num_bytes"] > 0 and split["num_examples"] > 0
@@ -347,7 +367,8 @@ def test_subsets_cover_the_contracts(planted: PlantedRun) -> None:
     subsets = {s.name: s for s in release_subsets(planted.config)}
     for name, contract in (("default", contracts.PREFERENCES), ("responses", contracts.RESPONSES),
                            ("ratings", contracts.RATINGS), ("questions", contracts.QUESTIONS),
-                           ("screening", contracts.SCREENING_BASE)):
+                           ("screening", contracts.SCREENING_BASE),
+                           ("participants", contracts.PARTICIPANTS)):
         sources = {c.source_name for c in subsets[name].columns}
         assert sources <= set(contract), (name, sources - set(contract))
     assert {"participant_key", "rater_key"}.isdisjoint(
