@@ -416,7 +416,7 @@ class SimulatedCrowd:
             quality_b = by_text.get(text_b, perceived_quality(text_b))
             seen = hashlib.sha256("\x1f".join(sorted([text_a, text_b])).encode()).hexdigest()[:16]
             value = self.rating(participant.username, seen, quality_a, quality_b, scale_points,
-                                view=record["external_id"])
+                                view=record["external_id"], flipped=text_a > text_b)
             return {"preference": value}
 
         report = self.visit(collection, api_url, rate, arrivals=arrivals, door=door)
@@ -427,18 +427,19 @@ class SimulatedCrowd:
         return _rng(self.seed, "clicker", username).random() < self.crowd.random_clicker_rate
 
     def rating(self, username: str, pair_id: str, quality_a: float, quality_b: float, scale_points: int,
-               view: str | None = None) -> int:
+               view: str | None = None, flipped: bool = False) -> int:
         """A rating on the displayed A/B scale (1 = strong A ... K = strong B). It follows the
         hidden quality difference plus Gaussian noise (``rater_noise`` scale points: the
-        rater's view of the pair ``pair_id``, the same at every viewing, plus a
-        ``VIEW_NOISE`` share new at each ``view``) and the configured ``position_bias``
-        (negative favours A); random clickers pick uniformly at every viewing."""
+        rater's view of the pair ``pair_id``, the same at every viewing - ``flipped`` when this
+        display shows the pair the other way round - plus a ``VIEW_NOISE`` share new at each
+        ``view``) and the configured ``position_bias`` (negative favours A); random clickers
+        pick uniformly at every viewing."""
         rng = _rng(self.seed, "rating", username, pair_id)
         if self.is_random_clicker(username):
             return _rng(self.seed, "click", username, pair_id, view).randint(1, scale_points)
         half = scale_points // 2
         noise = self.crowd.rater_noise
-        z = (quality_b - quality_a) * RATING_SPREAD + rng.gauss(0.0, noise) + self.crowd.position_bias
+        z = (quality_b - quality_a) * RATING_SPREAD + (-1 if flipped else 1) * rng.gauss(0.0, noise) + self.crowd.position_bias
         if view is not None:
             z += _rng(self.seed, "view", username, view).gauss(0.0, VIEW_NOISE * noise)
         return min(scale_points, half + 1 + int(z)) if z >= 0 else max(1, half - int(-z))
