@@ -387,8 +387,8 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         ),
         columns=(
             Column("participant_id", pa.string(), anon,
-                   "Anonymous id of the participant: the same id as `participant_id` in "
-                   "`responses` (study 1) or `rater_id` in `ratings` (study 2).",
+                   "Anonymous id of the participant: the same id as `participant_id` of their "
+                   "answers (study 1) or `rater_id` of their ratings (study 2).",
                    source="participant_key"),
             Column("study", pa.string(), "`study1` or `study2`",
                    "The study: `study1` wrote answers, `study2` rated pairs."),
