@@ -21,6 +21,17 @@ becomes ``K + 1 - r`` when the pair was shown swapped. Then, per pair (all vecto
                      orders equally often (one apart for an odd count), so position bias
                      cancels inside the pair (vacuously True for an unrated pair).
 
+Under ``aggregation.method: reliability_weighted`` the decision is instead the
+``weighted_mean`` of pair_stats: every un-swapped rating minus its rater's fitted position bias,
+weighted by its rater's ``slope / noise variance`` (:mod:`crowdpref.reliability`, fitted over all
+ratings of study 2), clipped to 1..K; ``tie``, chosen/rejected, ``mean_rating`` (chosen-first)
+and ``margin`` then come from it, while ``mean``, ``rating_spread`` and ``agreement`` stay the
+plain statistics of the ratings. With the default ``mean`` the rater model is still fitted (when
+every rating has a rater_key) for ``raters.parquet`` and ``weighted_mean``, but decides nothing.
+Each preference row also carries ``p_chosen`` and the ``mean_rating_low``/``mean_rating_high``
+interval: a seeded bootstrap of the deciding statistic over the pair's own ratings
+(:func:`crowdpref.uncertainty.bootstrap_pairs`).
+
 Ties are reported and left out of the preference rows; pairs with fewer ratings than
 ``ratings_per_pair`` are reported and kept or dropped (``aggregation.incomplete_pairs``); pairs
 with no rating are always left out. Bad input (ratings of unknown pairs, ratings outside 1..K,

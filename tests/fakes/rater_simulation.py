@@ -84,8 +84,9 @@ def simulate(*, n_pairs: int = 2000, ratings_per_pair: int = 3, per_rater: int =
         dup = np.flatnonzero((sorted_grid[:, 1:] == sorted_grid[:, :-1]).any(axis=1))
         if not len(dup):
             break
-        other = rng.integers(0, n_pairs, len(dup))  # swap column 0 with a random pair's
-        grid[dup, 0], grid[other, 0] = grid[other, 0], grid[dup, 0].copy()
+        other = rng.integers(0, n_pairs, len(dup))  # swap a random slot with a random pair's
+        col = rng.integers(0, r, len(dup))
+        grid[dup, col], grid[other, col] = grid[other, col], grid[dup, col].copy()
     slots = np.arange(n_ratings)
     pair_of = slots % n_pairs
     slot_in_pair = slots // n_pairs
