@@ -18,6 +18,8 @@ from crowdpref.contracts import RESPONSES
 from crowdpref.store import ParticipantState, Store, open_store
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
+from crowdpref.filters import preregister
+from crowdpref.participants import participants_frame, write_participants
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.runfolder import write_json, write_parquet
 
@@ -169,7 +171,9 @@ def study1_collection(config: StudyConfig, questions: pd.DataFrame, owner: Any, 
 
 
 def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
-    """The study-1 collection for a config on the configured Argilla (reads questions.parquet)."""
+    """The study-1 collection for a config on the configured Argilla (reads questions.parquet).
+    The first opening records the study's preregistered filter rules in the store
+    (:func:`crowdpref.filters.preregister`): aggregation refuses rules changed after that."""
     from crowdpref.argilla_client import ArgillaOwner
     from crowdpref.portal.links import finish_url
     from crowdpref.runfolder import RunFolder, read_parquet
@@ -177,8 +181,9 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
     run = RunFolder.for_study(settings.runs_dir, config.name)
     questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study1_collection(config, questions, owner, run.path, store or open_store(settings),
-                             finish_url(settings, config.name, "study1"))
+    store = store or open_store(settings)
+    preregister(store, config.name, config.filters)  # the filter rules as they stand when collection starts
+    return study1_collection(config, questions, owner, run.path, store, finish_url(settings, config.name, "study1"))
 
 
 def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -196,6 +201,9 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
         )
     frame = responses_frame(collection.spec, answers, ids)  # type: ignore[arg-type]
     _key_truth_by_response(run_folder / "private", ids)
+    s1 = collection.spec.config.study1  # type: ignore[attr-defined]
+    write_participants(run_folder, "study1", participants_frame(
+        "study1", collection.participants(), ids.participant_key, s1.too_fast_seconds, s1.checks.count > 0))
     write_parquet(frame, run_folder / "responses.parquet")
     return frame, report
 

@@ -20,6 +20,7 @@ from crowdpref.config import Batches, StudyConfig
 from crowdpref.contracts import RATINGS
 from crowdpref.errors import CrowdprefError
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
+from crowdpref.participants import participants_frame, write_participants
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.store import ParticipantState, Store, open_store
 
@@ -267,5 +268,9 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
             f"study 2 export refused: {len(report['anomalies'])} anomalies (see "
             f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
         )
+    s2 = collection.spec.config.study2  # type: ignore[attr-defined]
+    write_participants(run_folder, "study2", participants_frame(
+        "study2", collection.participants(), Pseudonyms(run_folder / "private").participant_key,
+        s2.too_fast_seconds, s2.checks.count > 0))
     write_parquet(frame, run_folder / "ratings.parquet")
     return frame, report

@@ -29,7 +29,7 @@ from rapidfuzz.process import cdist
 
 from crowdpref.contracts import ANSWER_FLAGS
 from crowdpref.errors import CrowdprefError
-from crowdpref.store import SUBMITTED, ParticipantState
+from crowdpref.store import EXCLUDED, SUBMITTED, ParticipantState
 
 # --- time on task ------------------------------------------------------------------------------
 TIME_ON_TASK = ["username", "source", "status", "items_submitted", "median_seconds_per_item", "min_seconds",
@@ -45,14 +45,15 @@ def _never_a_check(_item_id: str) -> bool:
 
 def item_seconds(participant: ParticipantState,
                  is_check: Callable[[str], bool] = _never_a_check) -> list[float]:
-    """Seconds per submitted study item, in submission order: the gap since the previous
+    """Seconds per submitted study item (an answer excluded later for failed checks was
+    submitted too), in submission order: the gap since the previous
     submission (a check's submission included, so the time spent on a check is not counted
     for the item after it), the first counted from the claim. Check items get no time of
     their own. A submission before the claim (Argilla's clock behind the store's) counts as
     0 s and the next gap still starts from the claim. Submitted items without a submission
     time are left out."""
     done = sorted((a.submitted_at, a.item_id) for a in participant.assignments
-                  if a.status == SUBMITTED and a.submitted_at is not None)
+                  if a.status in (SUBMITTED, EXCLUDED) and a.submitted_at is not None)
     seconds: list[float] = []
     previous = participant.claimed_at
     for at, item_id in done:
@@ -79,7 +80,8 @@ def time_on_task(participants: Sequence[ParticipantState], too_fast_seconds: flo
             "username": p.username,
             "source": p.source,
             "status": p.status,
-            "items_submitted": sum(1 for a in p.assignments if a.status == SUBMITTED and not is_check(a.item_id)),
+            "items_submitted": sum(1 for a in p.assignments
+                                   if a.status in (SUBMITTED, EXCLUDED) and not is_check(a.item_id)),
             "median_seconds_per_item": median,
             "min_seconds": min(seconds) if seconds else math.nan,
             "too_fast": bool(seconds) and median < too_fast_seconds,
