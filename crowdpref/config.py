@@ -825,6 +825,11 @@ class ProlificConfig(_Section):
     auto_approve: Bool = False
     """Approve submissions whose work is complete and valid automatically; false: list them for
     review (an artifact of the sync-prolific flow)."""
+    auto_reject: Bool = False
+    """Reject submissions that failed the quality checks automatically, with the proposed
+    message and category (``FAILED_CHECK``); false (the default): list them for review with
+    that proposal, and a person decides. Too-fast work is only ever listed for review (the time
+    between submissions is indirect evidence)."""
 
 
 # --- the whole study -----------------------------------------------------------------------

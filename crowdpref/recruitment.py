@@ -219,6 +219,7 @@ class SyncReport:
     approved: int = 0
     released_now: int = 0
     approved_now: int = 0
+    rejected_now: int = 0
     places_raised_to: int | None = None
     review: list[tuple[str, str]] | None = None  # (username, reason)
 
@@ -226,7 +227,67 @@ class SyncReport:
         return {"study": self.key, "places": self.places, "active": self.active, "returned": self.returned,
                 "timed out": self.timed_out, "rejected": self.rejected, "awaiting review": self.awaiting_review,
                 "approved": self.approved, "released now": self.released_now, "approved now": self.approved_now,
+                "rejected now": self.rejected_now,
                 "places raised to": self.places_raised_to or "", "to review": len(self.review or [])}
+
+
+# --- review decisions ------------------------------------------------------------------------------------
+FAILED_CHECK_MESSAGE = (
+    "Thank you for taking part. Your batch contained {total} attention check item(s) that told you "
+    "exactly what to answer, and {failed} of them were not answered as instructed, so we cannot "
+    "approve this submission under the study's stated rules. If you think this is a mistake, "
+    "please message us through Prolific."
+)
+TOO_QUICK_MESSAGE = (
+    "Thank you for taking part. Your answers were submitted faster than the task can be done "
+    "with care (a median of {median:.0f} seconds per item, where the study expects at least "
+    "{threshold:g}), so this submission is held for review against the study's stated rules."
+)
+
+
+@dataclass(frozen=True)
+class ReviewDecision:
+    """What to do with a submission awaiting review: ``approve``, ``review`` (a person decides;
+    ``category``/``message`` a proposed rejection, if any) or ``reject`` (automatically, with
+    ``category``/``message``; only with ``prolific.auto_reject`` and failed checks)."""
+
+    action: str
+    reason: str
+    category: str | None = None
+    message: str | None = None
+
+
+def review_decision(participant: Any | None, config: StudyConfig, key: str, auto_approve: bool) -> ReviewDecision:
+    """The decision for one submission from what the store knows of its participant: no work
+    claimed or not finished -> review; failed checks -> a proposed rejection (``FAILED_CHECK``;
+    rejected at once only with ``prolific.auto_reject``); too fast -> a proposed rejection
+    (``TOO_QUICKLY``), never automatic; complete and valid -> approve (``auto_approve``) or review.
+    Proposed messages meet Prolific's rule (at least 100 characters)."""
+    import statistics
+
+    from crowdpref.checks import is_check
+    from crowdpref.store import COMPLETE, FAILED
+    from crowdpref.work_quality import item_seconds
+
+    if participant is None:
+        return ReviewDecision("review", "no work claimed through the portal")
+    if participant.status != COMPLETE:
+        return ReviewDecision("review", "not every item submitted")
+    if participant.check_verdict == FAILED:
+        checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
+        message = FAILED_CHECK_MESSAGE.format(total=checks_total,
+                                              failed=participant.checks_answered - participant.checks_passed)
+        action = "reject" if config.prolific.auto_reject else "review"
+        return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
+    threshold = (config.study1 if key == "study1" else config.study2).too_fast_seconds
+    seconds = item_seconds(participant, is_check)
+    if threshold > 0 and seconds and statistics.median(seconds) < threshold:
+        median = statistics.median(seconds)
+        return ReviewDecision("review", f"too fast ({median:.0f} s per item, below {threshold:g} s)",
+                              "TOO_QUICKLY", TOO_QUICK_MESSAGE.format(median=median, threshold=threshold))
+    if auto_approve:
+        return ReviewDecision("approve", "complete")
+    return ReviewDecision("review", "complete: approve")
 
 
 def places_needed(places: int, submissions: list[Any], unclaimed: int, per_participant: int) -> int | None:
@@ -250,7 +311,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     work waits that nobody can claim. Every decision is an event in the store. The report names
     participants by username only; the submission ids for review go to
     ``private_dir/prolific-review-<key>.json`` (owner-only, rewritten on every sync)."""
-    from crowdpref.store import ACTIVE, COMPLETE
+    from crowdpref.store import ACTIVE
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
     auto = config.prolific.auto_approve if auto_approve is None else auto_approve
@@ -280,20 +341,27 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         if status != "AWAITING REVIEW":
             continue
         report.awaiting_review += 1
-        if participant is None:
-            reason = "no work claimed through the portal"
-        elif participant.status != COMPLETE:
-            reason = "not every item submitted"
-        else:
-            reason = ""
-        if not reason and auto:
+        decision = review_decision(participant, config, key, auto)
+        if decision.action == "approve":
             to_approve.append((submission.id, participant))
             continue
+        if decision.action == "reject":
+            client.reject_submission(submission.id, str(decision.message), str(decision.category))
+            store.log_event(cid, "rejected", participant.id, reason=decision.reason, category=decision.category)
+            report.rejected_now += 1
+            report.rejected += 1
+            report.awaiting_review -= 1
+            continue
         username = participant.username if participant is not None else "(unknown)"
-        report.review.append((username, reason or "complete: approve"))  # type: ignore[union-attr]
-        private.append({"username": username, "submission_id": submission.id, "reason": reason or "complete"})
+        shown = decision.reason + (f" (proposed rejection: {decision.category})" if decision.category else "")
+        report.review.append((username, shown))  # type: ignore[union-attr]
+        entry = {"username": username, "submission_id": submission.id, "reason": decision.reason}
+        if decision.category:
+            entry.update(proposed_category=decision.category, proposed_message=str(decision.message))
+        private.append(entry)
         if participant is not None and participant.id not in reviewed:
-            store.log_event(cid, "review", participant.id, reason=reason or "complete")
+            store.log_event(cid, "review", participant.id, reason=decision.reason,
+                            **({"proposed_category": decision.category} if decision.category else {}))
             reviewed.add(participant.id)
     if to_approve:
         client.bulk_approve([sid for sid, _ in to_approve])

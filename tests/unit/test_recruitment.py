@@ -382,10 +382,12 @@ def _arrive_and_claim(fake: FakeProlific, collection: Any, study_id: str) -> tup
     return arrival, claimed
 
 
-def _submit(collection: Any, claimed: Claimed, n: int | None = None) -> None:
+def _submit(collection: Any, claimed: Claimed, n: int | None = None, seconds_each: float = 60.0) -> None:
+    """Submit the participant's first ``n`` held items, one every ``seconds_each`` after their claim."""
     held = claimed.participant.held[: n if n is not None else None]
-    collection.store.record_progress(collection.info.id, claimed.participant.id,
-                                     {item: time.time() for item in held}, time.time())
+    start = claimed.participant.claimed_at
+    times = {item: start + seconds_each * (i + 1) for i, item in enumerate(held)}
+    collection.store.record_progress(collection.info.id, claimed.participant.id, times, max(times.values()))
 
 
 def test_sync_releases_returned_work_the_webhook_missed_and_raises_places(settings, store, fake, client,
@@ -703,3 +705,59 @@ def test_cli_invite_prints_signed_links_for_invite_studies_only(cli_env: Path) -
     assert len([line for line in refused.output.splitlines() if line.strip()]) == 1
     bad_key = CliRunner().invoke(app, ["invite", study, "--key", "study3"])
     assert bad_key.exit_code != 0 and "--key must be study1 or study2" in bad_key.output
+
+
+# --- decisions from the quality checks and time on task -----------------------------------------------
+def _finished_scene(settings, store, fake, client, tmp_path, seconds_each: float = 60.0, **prolific: Any):
+    config = _config(**prolific)
+    collection = _study1(config, store, tmp_path)
+    platform = ensure_prolific_study(collection, config, settings, client)
+    code = store.completion_code(collection.info.id)
+    arrival, claimed = _arrive_and_claim(fake, collection, platform.external_id)
+    _submit(collection, claimed, seconds_each=seconds_each)
+    fake.complete(arrival["session_id"], code)
+    return config, collection, arrival, claimed
+
+
+def test_failed_checks_are_listed_with_a_proposed_rejection_and_never_approved(settings, store, fake, client,
+                                                                               tmp_path) -> None:
+    config, collection, arrival, claimed = _finished_scene(settings, store, fake, client, tmp_path)
+    store.record_checks(collection.info.id, claimed.participant.id, {"check-i-x": False}, "failed")
+    report = sync_prolific(collection, config, client, auto_approve=True, private_dir=tmp_path / "private")
+    assert report.approved_now == 0 and report.rejected_now == 0
+    assert report.review == [(claimed.participant.username, "failed the quality checks (proposed rejection: FAILED_CHECK)")]
+    assert fake.submissions[arrival["session_id"]]["status"] == "AWAITING REVIEW"  # nothing rejected by itself
+    listed = json.loads((tmp_path / "private" / "prolific-review-study1.json").read_text())
+    assert listed[0]["proposed_category"] == "FAILED_CHECK" and len(listed[0]["proposed_message"]) >= 100
+    event = store.events(collection.info.id, kinds=["review"])[0]
+    assert json.loads(event["detail"])["proposed_category"] == "FAILED_CHECK"
+
+
+def test_auto_reject_rejects_failed_checks_on_prolific_with_the_message(settings, store, fake, client,
+                                                                        tmp_path) -> None:
+    config, collection, arrival, claimed = _finished_scene(settings, store, fake, client, tmp_path,
+                                                           auto_reject=True)
+    store.record_checks(collection.info.id, claimed.participant.id, {"check-i-x": False}, "failed")
+    report = sync_prolific(collection, config, client, auto_approve=True)
+    assert report.rejected_now == 1 and report.approved_now == 0 and report.review == []
+    assert fake.submissions[arrival["session_id"]]["status"] == "REJECTED"  # the fake wants >= 100 chars + category
+    assert [json.loads(e["detail"])["category"] for e in store.events(collection.info.id, kinds=["rejected"])] == \
+        ["FAILED_CHECK"]
+    assert sync_prolific(collection, config, client, auto_approve=True).rejected_now == 0  # once
+
+
+def test_too_fast_work_is_held_for_review_even_with_auto_reject(settings, store, fake, client, tmp_path) -> None:
+    config, collection, arrival, claimed = _finished_scene(settings, store, fake, client, tmp_path,
+                                                           seconds_each=2.0, auto_reject=True)
+    report = sync_prolific(collection, config, client, auto_approve=True, private_dir=tmp_path / "private")
+    assert report.approved_now == 0 and report.rejected_now == 0
+    assert report.review == [(claimed.participant.username,
+                              "too fast (2 s per item, below 20 s) (proposed rejection: TOO_QUICKLY)")]
+    assert fake.submissions[arrival["session_id"]]["status"] == "AWAITING REVIEW"
+
+
+def test_complete_passed_and_unhurried_work_is_approved(settings, store, fake, client, tmp_path) -> None:
+    config, collection, arrival, claimed = _finished_scene(settings, store, fake, client, tmp_path)
+    store.record_checks(collection.info.id, claimed.participant.id, {"check-i-x": True}, "passed")
+    report = sync_prolific(collection, config, client, auto_approve=True)
+    assert report.approved_now == 1 and fake.submissions[arrival["session_id"]]["status"] == "APPROVED"
