@@ -10,6 +10,7 @@ a scan for secrets, and the push to the Hub.
     data/responses_raw/train-00000-of-00001.parquet  every answer, with ``filtered_by``
     data/ratings_raw/train-00000-of-00001.parquet  every rating, with ``filtered_by``
     data/participants/train-00000-of-00001.parquet both studies' participants (when exported)
+    data/raters/train-00000-of-00001.parquet       study 2: reliability per anonymous rater (when aggregated)
     data/questions/train-00000-of-00001.parquet    the questions
     data/screening/train-00000-of-00001.parquet    hate-speech screening (when it ran)
 
@@ -119,6 +120,7 @@ FILTERS_FILE = "filters.json"
 RESPONSES_RAW = "responses_raw.parquet"
 RATINGS_RAW = "ratings_raw.parquet"
 PARTICIPANTS_FILE = "participants.parquet"
+RATERS_FILE = "raters.parquet"
 """Hub tag added when any answer or rating is simulated."""
 
 
@@ -420,8 +422,38 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         ),
         required=False,
     )
+    raters = Subset(
+        name="raters",
+        title="Raters (study 2)",
+        source_file=RATERS_FILE,
+        needed_by="rerun the aggregate-ratings flow (force=True)",
+        description=(
+            "One row per study-2 rater: how reliable their ratings were, fitted over every rating "
+            "collected (a one-factor model: each un-swapped rating follows the pair's latent "
+            "preference times the rater's slope, plus the rater's own A/B position bias and "
+            "noise). Anonymous ids only."
+        ),
+        columns=(
+            Column("rater_id", pa.string(), anon,
+                   "Anonymous id of the rater (the same id as `rater_id` in the ratings).",
+                   source="rater_key"),
+            Column("n_ratings", pa.int64(), "1 or more", "Ratings the rater gave."),
+            Column("reliability", pa.float64(), "0 to 1",
+                   "Share of a rating's variance that is signal: near 0 for a rater whose ratings "
+                   "do not follow the other raters (e.g. clicking at random), near 1 for a careful, "
+                   "consistent rater."),
+            Column("noise_sd", pa.float64(), "above 0", "The rater's noise, in scale points."),
+            Column("slope", pa.float64(), "0 or more",
+                   "How strongly the rater's ratings follow the pair's latent preference (about 1 "
+                   "for a typical rater, 0 for one who does not follow it)."),
+            Column("bias", pa.float64(), "scale points",
+                   "The rater's A/B position bias on the displayed scale (positive: pushed "
+                   "towards B)."),
+        ),
+        required=False,
+    )
     if not filtered:
-        return [preferences, responses, ratings, participants, questions, screening]
+        return [preferences, responses, ratings, participants, raters, questions, screening]
     rules = "`" + "`, `".join(FILTER_RULES) + "`"
     filtered_by = Column(
         FILTERED_BY, pa.string(), f"empty, or comma-separated rule names: {rules}",
@@ -454,7 +486,7 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
                      "its rater is removed or when one of the two answers it compares is."),
         columns=(*ratings.columns, filtered_by))
     return [preferences, kept_responses, kept_ratings, raw_responses, raw_ratings, participants,
-            questions, screening]
+            raters, questions, screening]
 
 
 # --- anonymous participant ids -------------------------------------------------------------
@@ -969,7 +1001,7 @@ def build_release(
 
     key_columns = {"responses": "participant_key", "responses_raw": "participant_key",
                    "participants": "participant_key", "ratings": "rater_key",
-                   "ratings_raw": "rater_key"}
+                   "ratings_raw": "rater_key", "raters": "rater_key"}
     keys = {str(k) for name, column in key_columns.items() if name in frames
             for k in frames[name][column].dropna()}
     ids = published_ids(run.private_dir / PUBLISHED_IDS_FILE, keys)

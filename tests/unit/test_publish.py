@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from crowdpref import contracts
+from crowdpref.reliability import RATER_COLUMNS
 from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
@@ -206,6 +207,11 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
                     "checks_verdict": "failed" if failed else "passed",
                     "median_seconds_per_item": 2.0 if fast else 45.0, "too_fast": fast})
         write_parquet(pd.DataFrame(people)[contracts.PARTICIPANTS], run.file("participants.parquet"))
+        write_parquet(pd.DataFrame({  # what aggregation writes: the rater reliability model's fit
+            "rater_key": [keys[u] for u in raters], "n_ratings": [3] * len(raters),
+            "reliability": [0.05, 0.7, 0.8, 0.75, 0.6, 0.9], "noise_sd": [2.3, 1.0, 0.9, 1.0, 1.2, 0.8],
+            "slope": [0.1, 1.0, 1.1, 1.0, 0.9, 1.1], "bias": [0.0, 0.2, -0.1, 0.0, 0.3, 0.1]}),
+            run.file("raters.parquet"))
     write_parquet(pd.DataFrame(prefs)[contracts.PREFERENCES], run.preferences)
 
     if screening:
@@ -282,7 +288,7 @@ def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -
     assert folder == planted.run.path / "release"
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert files == ["README.md", *(f"data/{n}/train-00000-of-00001.parquet"
-                                    for n in ("default", "participants", "questions", "ratings",
+                                    for n in ("default", "participants", "questions", "raters", "ratings",
                                               "responses", "screening"))]
     prefs = load(folder, None, tmp_path)
     assert prefs.column_names[:4] == ["prompt", "chosen", "rejected", "margin"]
@@ -291,7 +297,7 @@ def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -
     assert sorted(prefs["chosen"]) == sorted(source["chosen"])
     assert all(0 < m <= 1 for m in prefs["margin"])
     subsets = {s.name: s for s in release_subsets(planted.config, ["toxicity", "insult"])}
-    for name in ("responses", "ratings", "participants", "questions", "screening"):
+    for name in ("responses", "ratings", "participants", "raters", "questions", "screening"):
         ds = load(folder, name, tmp_path)
         assert ds.column_names == [c.name for c in subsets[name].columns]
         assert len(ds) == len(pd.read_parquet(planted.run.file(subsets[name].source_file)))
@@ -312,7 +318,7 @@ def test_card_yaml_and_every_column_documented(planted: PlantedRun) -> None:
     assert header["pretty_name"] == "Publish test study" and header["task_categories"]
     configs = {c["config_name"]: c for c in header["configs"]}
     assert configs["default"]["default"] is True
-    assert set(configs) == {"default", "responses", "ratings", "participants", "questions",
+    assert set(configs) == {"default", "responses", "ratings", "participants", "raters", "questions",
                             "screening"}
     for info in header["dataset_info"]:
         split = info["splits"][0]
@@ -368,7 +374,8 @@ def test_subsets_cover_the_contracts(planted: PlantedRun) -> None:
     for name, contract in (("default", contracts.PREFERENCES), ("responses", contracts.RESPONSES),
                            ("ratings", contracts.RATINGS), ("questions", contracts.QUESTIONS),
                            ("screening", contracts.SCREENING_BASE),
-                           ("participants", contracts.PARTICIPANTS)):
+                           ("participants", contracts.PARTICIPANTS),
+                           ("raters", RATER_COLUMNS)):
         sources = {c.source_name for c in subsets[name].columns}
         assert sources <= set(contract), (name, sources - set(contract))
     assert {"participant_key", "rater_key"}.isdisjoint(

@@ -135,7 +135,7 @@ def test_card_numbers_match_the_filter_report(planted: PlantedRun) -> None:
     header, _ = card_of(folder)
     assert {c["config_name"] for c in header["configs"]} == {
         "default", "responses", "ratings", "responses_raw", "ratings_raw", "participants",
-        "questions", "screening"}
+        "raters", "questions", "screening"}
     for subset in release_subsets(planted.config, ["toxicity", "insult"], filtered=True):
         for column in subset.columns:
             assert f"| `{column.name}` | {column.dtype} |" in body, (subset.name, column.name)
