@@ -303,6 +303,8 @@ def test_release_loads_back_with_datasets(planted: PlantedRun, tmp_path: Path) -
         assert len(ds) == len(pd.read_parquet(planted.run.file(subsets[name].source_file)))
         assert {c: f.dtype for c, f in ds.features.items()} == {
             c.name: c.dtype for c in subsets[name].columns}
+    # a rater's reliability row and their ratings carry the same anonymous id
+    assert set(load(folder, "raters", tmp_path)["rater_id"]) == set(load(folder, "ratings", tmp_path)["rater_id"])
     default_file = "data/default/train-00000-of-00001.parquet"
     assert release_summary(folder)[0] == {"config": "default", "file": default_file, "rows": 6,
                                          "bytes": (folder / default_file).stat().st_size}
