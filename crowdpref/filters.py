@@ -211,7 +211,8 @@ def apply_filters(
     ``participants`` (contracts.PARTICIPANTS) may be None for an older run folder only when
     every participant rule is off; ``raters`` (contracts.RATERS) is needed only when
     ``min_reliability`` is set. ``source`` names the config in error messages. Bad input is a
-    one-line :class:`CrowdprefError` naming the file, the field and the fix."""
+    one-line :class:`CrowdprefError` naming the file, the field and the fix; so are rules that
+    would remove every rating (nothing would be left to publish)."""
     _require(responses, ["response_id", "participant_key"], "responses.parquet",
               "rerun collect-responses")
     _require(ratings, ["rating_id", "rater_key", "response_a_id", "response_b_id"],
@@ -309,6 +310,14 @@ def apply_filters(
         ratings_before=len(ratings), ratings_after=int((~removed_rating).sum()),
         participants_file=participants is not None, raters_file=raters is not None,
         unlisted_writers=unlisted_writers, unlisted_raters=unlisted_raters)
+    if len(ratings) and not (~removed_rating).any():
+        worst = max((c for c in counts if c.on), key=lambda c: c.ratings)
+        raise CrowdprefError(
+            f"the preregistered filters remove every one of the {len(ratings)} ratings "
+            f"(filters.{worst.rule} alone removes {worst.ratings}): nothing would be left to publish; "
+            f"check the thresholds in {source} (a simulated crowd submits a batch in one call: set "
+            "study1/study2 too_fast_seconds to 0 for it) and start a new study, since the rules "
+            "are fixed once collection began")
     warnings = []
     if unlisted_writers or unlisted_raters:
         warnings.append(

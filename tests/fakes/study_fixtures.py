@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from crowdpref.contracts import PAIRS, QUESTIONS, RATINGS, RESPONSES, SCREENING_BASE
+from crowdpref.contracts import PAIRS, PARTICIPANTS, QUESTIONS, RATINGS, RESPONSES, SCREENING_BASE
 from crowdpref.ids import stable_id
 from crowdpref.runfolder import write_parquet
 
@@ -50,12 +50,25 @@ class StudyFixture:
     def midpoint(self) -> float:
         return (self.scale_points + 1) / 2
 
+    def participants(self) -> pd.DataFrame:
+        """participants.parquet as the study exports write it: every writer and rater finished,
+        no checks, unhurried (60 s per item)."""
+        rows = []
+        for study, frame, column in (("study1", self.responses, "participant_key"), ("study2", self.ratings, "rater_key")):
+            for key, n in frame.groupby(column).size().items():
+                rows.append({"participant_key": key, "study": study, "source": "simulated", "status": "complete",
+                             "items_assigned": int(n), "items_submitted": int(n), "checks_answered": 0,
+                             "checks_passed": 0, "checks_verdict": "none", "median_seconds_per_item": 60.0,
+                             "too_fast": False})
+        return pd.DataFrame(rows, columns=PARTICIPANTS)
+
     def write(self, run_dir: Path, *, screening: bool = True, truth: bool = True) -> Path:
         """Write the stage files into ``run_dir`` (truth as private/crowd-truth-responses.parquet)."""
         write_parquet(self.questions, run_dir / "questions.parquet")
         write_parquet(self.responses, run_dir / "responses.parquet")
         write_parquet(self.pairs, run_dir / "pairs.parquet")
         write_parquet(self.ratings, run_dir / "ratings.parquet")
+        write_parquet(self.participants(), run_dir / "participants.parquet")
         if screening:
             write_parquet(self.screening, run_dir / "screening.parquet")
         if truth:

@@ -247,7 +247,8 @@ def _expect_claimed(warm: bool) -> Callable[[Collection], list[str]]:
         problems = []
         if len(accounts) != 1:
             problems.append(f"{len(accounts)} accounts, expected 1 (no second account for the same key)")
-        if len(participants) != 1 or participants[0].status != ACTIVE or len(participants[0].held) != 3:
+        if (len(participants) != 1 or participants[0].status != ACTIVE
+                or sorted(map(is_check, participants[0].held)) != [False, False, False, True]):  # Q = 3 + the check
             problems.append(f"participants: {participants}")
         elif warm and participants[0].username != accounts[0].username:
             problems.append("the warm claim did not get the pool account")
@@ -265,8 +266,9 @@ def _expect_released(collection: Collection) -> list[str]:
     if len(participants) != 1:
         return [f"participants: {participants}"]
     p = participants[0]
-    statuses = sorted(a.status for a in p.assignments)
-    if p.status != RELEASED or statuses != ["released", "released", "submitted"]:
+    statuses = sorted((a.status, is_check(a.item_id)) for a in p.assignments)  # the check went unanswered
+    if p.status != RELEASED or statuses != [("released", False), ("released", False), ("released", True),
+                                            ("submitted", False)]:
         return [f"participant {p.username} is '{p.status}' with assignments {statuses}"]
     return []
 

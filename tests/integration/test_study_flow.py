@@ -32,8 +32,11 @@ def _study(tmp_path: Path, name: str, screening: dict | None = None, **crowd: ob
         "seed": 3,
         "participants": "simulated",
         "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
-        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 0.05},
-        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 0.05},
+        # the simulated crowd submits a batch in one call: time on task means nothing for it
+        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 0.05,
+                   "too_fast_seconds": 0},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 0.05,
+                   "too_fast_seconds": 0},
         "screening": {"fallback": "profanity-check", **(screening or {})},
         "crowd": {"dropout_rate": 0.15, "low_effort_rate": 0.1, "offensive_rate": 0.1, **crowd},
     }))

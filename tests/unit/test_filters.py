@@ -216,10 +216,8 @@ def test_overlapping_rules_count_per_rule_and_once_in_the_total() -> None:
 
 
 def test_kept_pairs_and_aggregation_on_the_filtered_data() -> None:
-    result = run(FiltersConfig(incomplete=True, min_reliability=0.5))
-    assert result.removed_response_ids == {"a_fail", "a_fast", "a_both", "a_gone"}
-    kept = result.kept_pairs(pairs())
-    assert kept["pair_id"].tolist() == []  # every pair holds a removed answer
+    with pytest.raises(CrowdprefError, match="remove every one of the 12 ratings"):
+        run(FiltersConfig(incomplete=True, min_reliability=0.5))  # every pair holds a removed answer
     result = run(FiltersConfig())
     kept = result.kept_pairs(pairs())
     assert kept["pair_id"].tolist() == ["p1"]
@@ -367,3 +365,26 @@ def test_filters_config_section_and_summary() -> None:
     off = parse_study({"name": "f-test", "filters": {"failed_checks": False, "too_fast": False}})
     assert off.filters.active() == [] and "off" in dict(off.summary_rows())["Filters"]
     assert np.isclose(cfg.filters.min_reliability, 0.25)
+
+
+def test_rules_that_remove_every_rating_are_refused_in_one_line():
+    """The simulated crowd submits in bulk: with a too-fast threshold every rater is flagged and
+    nothing would be left to publish - a clear error, not an empty release."""
+    from crowdpref.config import FiltersConfig
+    from crowdpref.contracts import PARTICIPANTS
+    from crowdpref.errors import CrowdprefError
+    from crowdpref.filters import apply_filters
+
+    responses = pd.DataFrame({"response_id": ["r1", "r2"], "participant_key": ["w1", "w2"]})
+    ratings = pd.DataFrame({"rating_id": ["x1", "x2"], "rater_key": ["a", "b"],
+                            "response_a_id": ["r1", "r2"], "response_b_id": ["r2", "r1"]})
+    people = pd.DataFrame([{"participant_key": k, "study": s, "source": "simulated", "status": "complete",
+                            "items_assigned": 1, "items_submitted": 1, "checks_answered": 0, "checks_passed": 0,
+                            "checks_verdict": "none", "median_seconds_per_item": 0.0, "too_fast": s == "study2"}
+                           for k, s in (("w1", "study1"), ("w2", "study1"), ("a", "study2"), ("b", "study2"))],
+                          columns=PARTICIPANTS)
+    with pytest.raises(CrowdprefError, match=r"remove every one of the 2 ratings \(filters.too_fast alone") as err:
+        apply_filters(FiltersConfig(), people, responses, ratings, source="s.yaml")
+    assert "\n" not in str(err.value) and "too_fast_seconds to 0" in str(err.value)
+    kept = apply_filters(FiltersConfig(too_fast=False), people, responses, ratings, source="s.yaml")
+    assert len(kept.ratings) == 2
