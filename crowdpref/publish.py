@@ -792,6 +792,52 @@ def _check_filters(filters: Mapping[str, Any], frames: Mapping[str, pd.DataFrame
             "with force=True")
 
 
+def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
+                    aggregation: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Quality checks, reliability and uncertainty" section: what each study's
+    checks were and how participants did (from the ``participants`` configuration), how the
+    pairs were decided, and what the uncertainty columns mean."""
+    s1, s2 = config.study1.checks, config.study2.checks
+    out = ["## Quality checks, reliability and uncertainty", ""]
+    for study, checks, what in (
+            ("study1", s1, f"{s1.count} instructed-response item(s) per batch (the text told the "
+                           "participant exactly which word to write and which rating to give)"),
+            ("study2", s2, f"{s2.gold_pairs} gold pair(s) (a clearly good and a clearly bad answer) "
+                           f"and {s2.repeated_pairs} repeated pair(s) (one of the rater's own pairs "
+                           f"again, in the other A/B order; consistent within {s2.repeat_tolerance} "
+                           "points) per batch")):
+        name = "Study 1" if study == "study1" else "Study 2"
+        if checks.count == 0:
+            out += [f"{name} had no quality checks.", ""]
+            continue
+        rule = "all" if checks.min_passed is None else f"at least {checks.min_passed}"
+        action = ("their counted work was excluded and given to other participants, so every item "
+                  "still has its planned number of answers from people who passed" if checks.on_fail == "exclude"
+                  else "they were flagged and their work kept (the filters below decide about it)")
+        line = (f"{name} mixed {what} into every batch, graded automatically; passing needed {rule}. "
+                f"Participants who failed: {action}.")
+        if participants is not None and "checks_verdict" in participants:
+            rows = participants[participants["study"] == study]
+            counts = rows["checks_verdict"].value_counts()
+            line += (f" Of {len(rows)} participants, {int(counts.get('passed', 0))} passed, "
+                     f"{int(counts.get('failed', 0))} failed and {int(counts.get('unanswered', 0))} "
+                     f"left before answering them; {int((rows['status'] == 'excluded').sum())} had "
+                     "their work excluded.")
+        out += [line, ""]
+    method = (aggregation or {}).get("method", "mean")
+    out += [("Each pair was decided by the plain mean of its ratings, as in the published method. "
+             if method == "mean" else
+             "Each pair was decided by the reliability-weighted mean of its ratings, each rating "
+             "corrected for its rater's A/B position bias. ")
+            + "Rater reliability (the `raters` configuration) comes from a one-factor model fitted "
+            "over every rating; `p_chosen` is the share of bootstrap resamples of a pair's own "
+            "ratings that land on the chosen side, and `mean_rating_low` / `mean_rating_high` "
+            f"bound its mean rating ({config.aggregation.interval_level:.0%} interval). With only "
+            f"{config.study2.ratings_per_pair} ratings per pair these describe how one-sided the "
+            "ratings were, not a calibrated probability.", ""]
+    return out
+
+
 def filters_section(filters: Mapping[str, Any] | None) -> list[str]:
     """The card's "Filters (preregistered)" section (markdown lines) from ``filters.json``."""
     out = ["## Filters (preregistered)", ""]
@@ -1361,6 +1407,8 @@ def dataset_card(
            else "Pairs with fewer ratings than planned were dropped."), "",
     ]
 
+    out += quality_section(config, next((b.table.to_pandas() for b in built
+                                         if b.subset.name == "participants"), None), aggregation)
     out += filters_section(filters)
 
     # agreement

@@ -748,3 +748,24 @@ def test_scan_finds_exactly_what_a_naive_search_finds(tmp_path: Path) -> None:
     hits = scan_for_secrets(tmp_path, forbidden)
     got = {int(h.split("#")[1].split(" ")[0]) for h in hits}
     assert got == expected and {1, 2, 3, 4, 5, 6} <= got
+
+
+def test_card_states_the_checks_and_how_participants_did(tmp_path: Path) -> None:
+    config = small_config()
+    config = config.model_copy(update={
+        "study1": config.study1.model_copy(update={"checks": config.study1.checks.model_copy(
+            update={"count": 1, "on_fail": "exclude"})}),
+        "study2": config.study2.model_copy(update={"checks": config.study2.checks.model_copy(
+            update={"gold_pairs": 1, "repeated_pairs": 1, "min_passed": 1})})})
+    planted = write_study_run(tmp_path / "runs" / "pub-test", config)
+    _, body = card_of(build(planted))
+    section = body.split("## Quality checks, reliability and uncertainty", 1)[1].split("\n## ", 1)[0]
+    assert "Study 1 mixed 1 instructed-response item(s) per batch" in section
+    assert "passing needed all" in section and "their counted work was excluded" in section
+    # the planted participants: the first writer failed; every rater passed, the last one returned
+    assert "Of 3 participants, 2 passed, 1 failed and 0 left before answering them" in section
+    assert "Study 2 mixed 1 gold pair(s)" in section and "passing needed at least 1" in section
+    assert "Of 6 participants, 6 passed, 0 failed" in section
+    assert "plain mean of its ratings" in section and "90% interval" in section
+    _, plain = card_of(build(write_study_run(tmp_path / "runs2" / "pub-test", small_config())))
+    assert "Study 1 had no quality checks." in plain and "Study 2 had no quality checks." in plain
