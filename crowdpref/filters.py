@@ -62,6 +62,9 @@ PARTICIPANT_RULES = ("failed_checks", "too_fast", "incomplete")
 """The rules read from participants.parquet."""
 FILTERED_BY = "filtered_by"
 """The column of the raw data naming the rules that removed a row ("" when kept)."""
+EXCLUDED = "excluded"
+"""``filtered_by`` of work taken out of the count DURING collection (failed quality checks with
+``on_fail: exclude``; its items were answered again by others): never one of the rules."""
 RULE_TEXT = {
     "failed_checks": "participants whose quality checks failed (checks_verdict \"failed\")",
     "too_fast": "participants flagged too fast (median time per item below too_fast_seconds)",
@@ -128,6 +131,11 @@ class FilterReport:
     preregistered: dict[str, Any] | None = None
     """The study store's record (``rules``, ``recorded_at``); None: the rules were not
     recorded before collection began."""
+    excluded_answers: int = 0
+    """Answers excluded during collection (failed checks), in the raw data as ``excluded``;
+    not counted in ``answers_before`` or by any rule."""
+    excluded_ratings: int = 0
+    """Ratings excluded during collection, likewise."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +154,19 @@ class FilterResult:
     removed_response_ids: frozenset[str]
     report: FilterReport
     warnings: list[str] = field(default_factory=list)
+
+    def with_excluded(self, responses: pd.DataFrame | None, ratings: pd.DataFrame | None) -> None:
+        """Add the work excluded during collection (``responses_excluded.parquet``,
+        ``ratings_excluded.parquet``) to the raw data, marked ``excluded``, so the raw
+        configurations hold every answer and rating collected."""
+        for frame, attr, count in ((responses, "responses_raw", "excluded_answers"),
+                                   (ratings, "ratings_raw", "excluded_ratings")):
+            if frame is None or frame.empty:
+                continue
+            raw = getattr(self, attr)
+            extra = frame[[c for c in raw.columns if c != FILTERED_BY]].assign(**{FILTERED_BY: EXCLUDED})
+            setattr(self, attr, pd.concat([raw, extra], ignore_index=True))
+            setattr(self.report, count, len(extra))
 
     def kept_pairs(self, pairs: pd.DataFrame) -> pd.DataFrame:
         """``pairs`` without the pairs that hold a removed answer (``first_response_id`` /

@@ -65,7 +65,7 @@ from crowdpref.aggregation import order_balance, source_counts
 from crowdpref.config import REPO_PART_RE, StudyConfig
 from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.filters import FILTERED_BY, RULE_TEXT
+from crowdpref.filters import EXCLUDED, FILTERED_BY, RULE_TEXT
 from crowdpref.filters import RULES as FILTER_RULES
 from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import RunFolder, write_json
@@ -456,9 +456,11 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         return [preferences, responses, ratings, participants, raters, questions, screening]
     rules = "`" + "`, `".join(FILTER_RULES) + "`"
     filtered_by = Column(
-        FILTERED_BY, pa.string(), f"empty, or comma-separated rule names: {rules}",
+        FILTERED_BY, pa.string(), f"empty, `{EXCLUDED}`, or comma-separated rule names: {rules}",
         "The preregistered filter rules that removed the row (see \"Filters (preregistered)\"); "
-        "empty when it was kept.")
+        f"`{EXCLUDED}` when the row was taken out of the count during collection (its author "
+        "failed the quality checks and the study excludes on failure; the item was answered "
+        "again by someone else); empty when it was kept.")
     kept_responses = replace(
         responses, source_file=RESPONSES_RAW, kept_only=True,
         needed_by="rerun the aggregate-ratings flow (force=True)",
@@ -776,7 +778,9 @@ def _check_filters(filters: Mapping[str, Any], frames: Mapping[str, pd.DataFrame
 
     checks: list[tuple[str, Any, int]] = []
     for what, raw in (("answers", "responses_raw"), ("ratings", "ratings_raw")):
-        frame = frames[raw]
+        excluded = frames[raw][FILTERED_BY].fillna("").astype(str).eq(EXCLUDED)  # before the rules ran
+        checks.append((f"excluded_{what}", filters.get(f"excluded_{what}", 0), int(excluded.sum())))
+        frame = frames[raw][~excluded.to_numpy(dtype=bool)]
         checks += [(f"{what}_before", filters.get(f"{what}_before"), len(frame)),
                    (f"{what}_after", filters.get(f"{what}_after"), len(frame) - hits(frame, None)),
                    (f"total.{what}", (filters.get("total") or {}).get(what), hits(frame, None))]
@@ -882,6 +886,13 @@ def filters_section(filters: Mapping[str, Any] | None) -> list[str]:
             f"kept ({_fmt(total.get('ratings_of_removed_answers'))} of those removed belong to a "
             f"pair holding a removed answer, {_fmt(total.get('ratings_by_removed_raters'))} were "
             "given by a removed rater; a rating can be both).", ""]
+    excluded = (filters.get("excluded_answers") or 0, filters.get("excluded_ratings") or 0)
+    if any(excluded):
+        out += [f"Before these rules, {excluded[0]} answers and {excluded[1]} ratings were taken out "
+                "of the count during collection because their authors failed the quality checks "
+                f"(see above); other participants answered those items again. They are in "
+                f"`responses_raw` / `ratings_raw` with `filtered_by` `{EXCLUDED}` and not in the "
+                "numbers above.", ""]
     if filters.get("participants_file") is False:
         out += ["The participants file was not available, so the rules that read it were off.", ""]
     unlisted = (filters.get("unlisted_writers") or 0, filters.get("unlisted_raters") or 0)

@@ -116,6 +116,11 @@ class ParticipantState:
         return {a.item_id: a.submitted_at or 0.0 for a in self.assignments if a.status == SUBMITTED}
 
     @property
+    def answered_at(self) -> dict[str, float]:
+        """When each item they submitted was submitted (counted or excluded later)."""
+        return {a.item_id: a.submitted_at or 0.0 for a in self.assignments if a.status in (SUBMITTED, EXCLUDED)}
+
+    @property
     def excluded(self) -> list[str]:
         """Items they submitted that were taken out of the count (failed checks)."""
         return [a.item_id for a in self.assignments if a.status == EXCLUDED]

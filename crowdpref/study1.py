@@ -46,6 +46,10 @@ realistic social situation**: is it clear, plausible, and does it call for socia
 Your answers may be published in an open dataset without your name or Prolific ID.
 """
 
+EXCLUDED_RESPONSES = "responses_excluded.parquet"
+"""Answers submitted by writers who failed the checks under ``on_fail: exclude``: not counted,
+kept for the raw release."""
+
 QUALITY_TITLE = "How well does this question capture a realistic social situation?"
 QUALITY_DESCRIPTION = "1 = poorly (unclear, implausible, or not about social reasoning) ... 5 = very well."
 
@@ -158,7 +162,7 @@ def responses_frame(
                 "source": participant.source,
                 "text": text.strip(),
                 "quality": int(answer.values["quality"]),
-                "submitted_at": pd.Timestamp(participant.submitted[question_id], unit="s", tz="UTC"),
+                "submitted_at": pd.Timestamp(participant.answered_at[question_id], unit="s", tz="UTC"),
             }
         )
     frame = pd.DataFrame(rows, columns=RESPONSES)
@@ -201,6 +205,8 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
         )
     frame = responses_frame(collection.spec, answers, ids)  # type: ignore[arg-type]
     _key_truth_by_response(run_folder / "private", ids)
+    excluded = [(p, a) for p, a in submitted if a.record_external_id in p.excluded]
+    write_parquet(responses_frame(collection.spec, excluded, ids), run_folder / EXCLUDED_RESPONSES)  # type: ignore[arg-type]
     s1 = collection.spec.config.study1  # type: ignore[attr-defined]
     write_participants(run_folder, "study1", participants_frame(
         "study1", collection.participants(), ids.participant_key, s1.too_fast_seconds, s1.checks.count > 0))

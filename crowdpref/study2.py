@@ -48,6 +48,10 @@ language; rate them like any other answer (offensive wording usually makes an an
 Your ratings may be published in an open dataset without your name or Prolific ID.
 """
 
+EXCLUDED_RATINGS = "ratings_excluded.parquet"
+"""Ratings given by raters who failed the checks under ``on_fail: exclude``: not counted, kept
+for the raw release."""
+
 PREFERENCE_TITLE = "Which answer is better, and how strongly?"
 
 
@@ -231,7 +235,7 @@ def ratings_frame(
             "rater_key": ids.participant_key(participant.username),
             "source": participant.source,
             "rating": value,
-            "submitted_at": pd.Timestamp(participant.submitted[pair_id], unit="s", tz="UTC"),
+            "submitted_at": pd.Timestamp(participant.answered_at[pair_id], unit="s", tz="UTC"),
         })
     frame = pd.DataFrame(rows, columns=RATINGS).sort_values(["pair_id", "rating_id"]).reset_index(drop=True)
     return frame, rejected
@@ -250,7 +254,8 @@ def study1_overlap(collection: Collection) -> int:
 def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """ratings.parquet + the validation report (study2/validation.json): every pair has its R
     ratings, no rater rated a pair twice, no study-1 participant rated (when excluded)."""
-    answers = collection.collected_answers()
+    submitted = collection.submitted_answers()
+    answers = collection.collected_answers(submitted)
     report = collection.validation_report(answers)
     overlap = study1_overlap(collection)
     report["study1_participants_who_rated"] = overlap
@@ -268,6 +273,9 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
             f"study 2 export refused: {len(report['anomalies'])} anomalies (see "
             f"{collection.folder / 'validation.json'}), first: {report['anomalies'][0]}"
         )
+    excluded = [(p, a) for p, a in submitted if a.record_external_id in p.excluded]
+    excluded_frame, _ = ratings_frame(collection.spec, excluded, Pseudonyms(run_folder / "private"))  # type: ignore[arg-type]
+    write_parquet(excluded_frame, run_folder / EXCLUDED_RATINGS)
     s2 = collection.spec.config.study2  # type: ignore[attr-defined]
     write_participants(run_folder, "study2", participants_frame(
         "study2", collection.participants(), Pseudonyms(run_folder / "private").participant_key,

@@ -25,6 +25,8 @@ from crowdpref.filters import (
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.store import open_store
+from crowdpref.study1 import EXCLUDED_RESPONSES
+from crowdpref.study2 import EXCLUDED_RATINGS
 from tasks.collection import artifact_key
 
 REPORT_ROWS = 200
@@ -48,6 +50,10 @@ class AggregationInputs:
     truth_source: str | None
     participants: pd.DataFrame | None = None
     """participants.parquet (the study exports), None when absent (an older run folder)."""
+    excluded_responses: pd.DataFrame | None = None
+    """responses_excluded.parquet: answers excluded during collection (failed checks)."""
+    excluded_ratings: pd.DataFrame | None = None
+    """ratings_excluded.parquet: ratings excluded during collection (failed checks)."""
 
 
 @dataclass
@@ -75,8 +81,10 @@ def read_inputs(run: RunFolder) -> AggregationInputs:
         truth, source = truth_by_text(pd.read_parquet(by_user), responses), f"{TRUTH_STUDY1} (by text)"
     participants = (pd.read_parquet(run.file(PARTICIPANTS_FILE))
                     if run.file(PARTICIPANTS_FILE).exists() else None)
+    excluded = [pd.read_parquet(run.file(name)) if run.file(name).exists() else None
+                 for name in (EXCLUDED_RESPONSES, EXCLUDED_RATINGS)]
     return AggregationInputs(questions, responses, pairs, ratings, screening, truth, source,
-                             participants)
+                             participants, *excluded)
 
 
 def _preregistered(cfg: StudyConfig) -> dict[str, object] | None:
@@ -104,6 +112,7 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
     kept = apply_filters(cfg.filters, inputs.participants, inputs.responses, inputs.ratings,
                          all_raters, source=cfg.source or "the study config")
     kept.report.preregistered = _preregistered(cfg)
+    kept.with_excluded(inputs.excluded_responses, inputs.excluded_ratings)  # the raw data holds them too
     for line in kept.warnings:
         logger.warning(line)
     if kept.report.preregistered is None:

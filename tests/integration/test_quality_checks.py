@@ -76,6 +76,11 @@ def test_a_writer_who_fails_the_check_is_excluded_and_their_questions_are_answer
     # the excluded writer's answers stay in their Argilla dataset (the raw record), never in the export
     excluded_key = report_["checks"]["failed_participant_keys"][0]
     assert excluded_key not in set(frame["participant_key"])
+    kept_apart = pd.read_parquet(tmp_path / "responses_excluded.parquet")  # for the raw release
+    assert set(kept_apart["participant_key"]) == {excluded_key} and len(kept_apart) == 3
+    people = pd.read_parquet(tmp_path / "participants.parquet").set_index("participant_key")
+    assert people.loc[excluded_key, "status"] == "excluded" and people.loc[excluded_key, "checks_verdict"] == "failed"
+    assert (people["checks_verdict"] == "passed").sum() == 4
     session = AnnotatorSession(argilla_server.api_url, careless, store.password(failed.account_id))
     try:
         dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
@@ -155,4 +160,6 @@ def test_gold_and_repeated_pairs_catch_a_rater_who_always_picks_a(argilla_server
     assert report["checks"]["excluded_participants"] == 1 and report["checks"]["excluded_items"] == 9
     lazy_key = report["checks"]["failed_participant_keys"]
     assert len(lazy_key) == 1 and lazy_key[0] not in set(frame["rater_key"])
+    kept_apart = pd.read_parquet(tmp_path / "ratings_excluded.parquet")
+    assert set(kept_apart["rater_key"]) == set(lazy_key) and len(kept_apart) == 9
     assert pd.Series(frame["rater_key"]).nunique() == 6

@@ -212,3 +212,32 @@ def test_missing_participants_file_with_rules_on_stops_the_aggregation(tmp_path:
     with pytest.raises(CrowdprefError, match=r"^participants\.parquet not found, but "
                                              r"filters\.failed_checks, filters\.too_fast need it"):
         aggregate_run(planted)
+
+
+def test_work_excluded_during_collection_is_in_the_raw_configurations_only(tmp_path: Path, state: Path) -> None:
+    """Ratings and answers whose authors failed the checks under ``on_fail: exclude`` never
+    count (the exports keep them apart); the raw configurations still hold them, marked."""
+    planted = write_study_run(tmp_path / "runs" / "pub-test", small_config())
+    run = planted.run
+    ratings = pd.read_parquet(run.ratings)
+    excluded_ratings = ratings.head(2).assign(rating_id=["excl-1", "excl-2"], rater_key="p_excluded00")
+    excluded_responses = pd.read_parquet(run.responses).head(1).assign(response_id="r_excluded", text="x")
+    excluded_ratings.to_parquet(run.file("ratings_excluded.parquet"))
+    excluded_responses.to_parquet(run.file("responses_excluded.parquet"))
+    aggregate_run(planted)
+    report = json.loads(run.file("filters.json").read_text())
+    assert (report["excluded_answers"], report["excluded_ratings"]) == (1, 2)
+    assert report["ratings_before"] == len(ratings)  # the rules' numbers are unchanged
+    folder = build(planted)
+    raw = published(folder, "ratings_raw")
+    assert len(raw) == len(ratings) + 2
+    assert sorted(raw.loc[raw[FILTERED_BY] == "excluded", "rating_id"]) == ["excl-1", "excl-2"]
+    assert "excl-1" not in set(published(folder, "ratings")["rating_id"])
+    assert published(folder, "responses_raw")[FILTERED_BY].eq("excluded").sum() == 1
+    _, body = card_of(folder)
+    assert "1 answers and 2 ratings were taken out of the count during collection" in body
+    # a report that does not match the raw files is refused
+    report["excluded_ratings"] = 3
+    run.file("filters.json").write_text(json.dumps(report))
+    with pytest.raises(CrowdprefError, match="excluded_ratings is 3 but"):
+        build(planted)
