@@ -660,7 +660,7 @@ class Store:
                 raise StoreError(f"participant {pid} is {row.status}: only a finished participant's work can be "
                                  "excluded (release them first)")
             done = list(conn.execute(select(s.item_id).where(
-                s.participant_id == pid, s.status == SUBMITTED, s.item_id.in_(list(items)))).scalars())
+                s.participant_id == pid, s.status == SUBMITTED, s.item_id.in_(list(items))).order_by(s.position)).scalars())
             conn.execute(update(t.assignments).where(s.participant_id == pid, s.status == SUBMITTED,
                                                      s.item_id.in_(done)).values(status=EXCLUDED))
             conn.execute(update(t.participants).where(p.id == pid).values(excluded_at=now))
