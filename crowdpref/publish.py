@@ -804,12 +804,12 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
     s1, s2 = config.study1.checks, config.study2.checks
     out = ["## Quality checks, reliability and uncertainty", ""]
     for study, checks, what in (
-            ("study1", s1, f"{s1.count} instructed-response item(s) per batch (the text told the "
+            ("study1", s1, f"{s1.count} instructed-response item(s) (the text told the "
                            "participant exactly which word to write and which rating to give)"),
             ("study2", s2, f"{s2.gold_pairs} gold pair(s) (a clearly good and a clearly bad answer) "
                            f"and {s2.repeated_pairs} repeated pair(s) (one of the rater's own pairs "
                            f"again, in the other A/B order; consistent within {s2.repeat_tolerance} "
-                           "points) per batch")):
+                           "points)")):
         name = "Study 1" if study == "study1" else "Study 2"
         if checks.count == 0:
             out += [f"{name} had no quality checks.", ""]

@@ -760,7 +760,8 @@ def test_card_states_the_checks_and_how_participants_did(tmp_path: Path) -> None
     planted = write_study_run(tmp_path / "runs" / "pub-test", config)
     _, body = card_of(build(planted))
     section = body.split("## Quality checks, reliability and uncertainty", 1)[1].split("\n## ", 1)[0]
-    assert "Study 1 mixed 1 instructed-response item(s) per batch" in section
+    assert "Study 1 mixed 1 instructed-response item(s) (the text told the participant" in section
+    assert "into every batch, graded automatically" in section
     assert "passing needed all" in section and "their counted work was excluded" in section
     # the planted participants: the first writer failed; every rater passed, the last one returned
     assert "Of 3 participants, 2 passed, 1 failed and 0 left before answering them" in section
