@@ -428,8 +428,9 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         source_file=RATERS_FILE,
         needed_by="rerun the aggregate-ratings flow (force=True)",
         description=(
-            "One row per study-2 rater: how reliable their ratings were, fitted over every rating "
-            "collected (a one-factor model: each un-swapped rating follows the pair's latent "
+            "One row per study-2 rater whose ratings counted: how reliable their ratings were, "
+            "fitted over every counted rating, before the preregistered filters (a one-factor "
+            "model: each un-swapped rating follows the pair's latent "
             "preference times the rater's slope, plus the rater's own A/B position bias and "
             "noise). Anonymous ids only."
         ),
@@ -834,7 +835,7 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
              "Each pair was decided by the reliability-weighted mean of its ratings, each rating "
              "corrected for its rater's A/B position bias. ")
             + "Rater reliability (the `raters` configuration) comes from a one-factor model fitted "
-            "over every rating; `p_chosen` is the share of bootstrap resamples of a pair's own "
+            "over every counted rating (before the preregistered filters); `p_chosen` is the share of bootstrap resamples of a pair's own "
             "ratings that land on the chosen side, and `mean_rating_low` / `mean_rating_high` "
             f"bound its mean rating ({config.aggregation.interval_level:.0%} interval). With only "
             f"{config.study2.ratings_per_pair} ratings per pair these describe how one-sided the "
