@@ -152,18 +152,27 @@ class Instruction:
         return INSTRUCTED_TEXT.format(word=self.word, rating=self.rating)
 
 
-def instructed_ids(seed: int, key_hash: str, count: int) -> list[str]:
-    """The ids of a participant's ``count`` instructed-response items (distinct words)."""
+def _draw(kind: str, parts: tuple[object, ...], count: int, feature: Callable[[str], object],
+          distinct: int) -> list[str]:
+    """``count`` check ids of ``kind`` drawn from a hash of ``parts``, whose ``feature`` (the
+    word, the gold question) differs while ``distinct`` values last."""
     ids: list[str] = []
-    words: set[str] = set()
+    seen: set[object] = set()
     n = 0
     while len(ids) < count:
-        item = f"{CHECK_PREFIX}{INSTRUCTED}-{_digest(seed, key_hash, n)[:16]}"
+        item = f"{CHECK_PREFIX}{kind}-{_digest(*parts, n)[:16]}"
         n += 1
-        if instruction(item, 1, 5).word not in words or n > 10 * count + len(INSTRUCTED_WORDS):
-            words.add(instruction(item, 1, 5).word)
+        value = feature(item)
+        if value not in seen or len(seen) >= distinct:
+            seen.add(value)
             ids.append(item)
     return ids
+
+
+def instructed_ids(seed: int, key_hash: str, count: int) -> list[str]:
+    """The ids of a participant's ``count`` instructed-response items (distinct words)."""
+    return _draw(INSTRUCTED, (seed, key_hash), count, lambda item: instruction(item, 1, 5).word,
+                 len(INSTRUCTED_WORDS))
 
 
 def instruction(item_id: str, low: int, high: int) -> Instruction:
@@ -189,17 +198,7 @@ def grade_instructed(item_id: str, answer: str | None, rating: object, low: int,
 # --- study 2: gold and repeated pairs ------------------------------------------------------------------
 def gold_ids(seed: int, key_hash: str, count: int) -> list[str]:
     """The ids of a rater's ``count`` gold pairs (distinct gold questions while they last)."""
-    ids: list[str] = []
-    used: set[int] = set()
-    n = 0
-    while len(ids) < count:
-        item = f"{CHECK_PREFIX}{GOLD}-{_digest(seed, key_hash, 'gold', n)[:16]}"
-        n += 1
-        index = gold_index(item)
-        if index not in used or len(used) >= len(GOLD_PAIRS):
-            used.add(index)
-            ids.append(item)
-    return ids
+    return _draw(GOLD, (seed, key_hash, "gold"), count, gold_index, len(GOLD_PAIRS))
 
 
 def gold_index(item_id: str) -> int:

@@ -361,6 +361,12 @@ class QualityScale(_Section):
 OnFail = Literal["keep", "exclude"]
 
 
+def _check_min_passed(min_passed: int | None, count: int) -> None:
+    if min_passed is not None and min_passed > count:
+        raise _problem("min_passed", f"{min_passed} is more than the {count} checks",
+                       f"use at most {count}, or leave it out (all must be passed)")
+
+
 class InstructedChecks(_Section):
     """Study 1's quality checks: instructed-response items mixed into every batch. Each one
     tells the participant exactly what to write and which rating to give (drawn per
@@ -382,9 +388,7 @@ class InstructedChecks(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> InstructedChecks:
-        if self.min_passed is not None and self.min_passed > self.count:
-            raise _problem("min_passed", f"{self.min_passed} is more than the {self.count} checks",
-                           f"use at most {self.count}, or leave it out (all must be passed)")
+        _check_min_passed(self.min_passed, self.count)
         return self
 
     @property
@@ -425,9 +429,7 @@ class RatingChecks(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> RatingChecks:
-        if self.min_passed is not None and self.min_passed > self.count:
-            raise _problem("min_passed", f"{self.min_passed} is more than the {self.count} checks",
-                           f"use at most {self.count}, or leave it out (all must be passed)")
+        _check_min_passed(self.min_passed, self.count)
         return self
 
 
