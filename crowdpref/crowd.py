@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from crowdpref.argilla_client import AnnotatorSession
+from crowdpref.checks import is_check
 from crowdpref.collection import Collection
 from crowdpref.crowd_arrivals import DirectDoor, Door
 from crowdpref.config import CrowdConfig, StudyConfig
@@ -338,9 +339,12 @@ class SimulatedCrowd:
                     if dropping:
                         report.dropouts.append(participant.username)
                         answered = len(participant.assignments) - len(pending)
-                        # 1 .. Q-1 answers over all their records, so at least one assigned item stays
-                        # undone whatever order the queue shows (an extra record may be among them)
-                        leave_after = self.answers_before_leaving(key, len(participant.assignments))
+                        # 1 .. Q-1 answers over all their records (Q: their study items, the quality
+                        # checks not counted), so at least one study item stays undone whatever order
+                        # the queue shows (a check may be among the records answered). Simulator
+                        # bookkeeping only: what a check asks is never looked up.
+                        items = sum(not is_check(a.item_id) for a in participant.assignments)
+                        leave_after = self.answers_before_leaving(key, items)
                         budget = max(0, leave_after - answered)
                     submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
                     report.answers_submitted += session.submit(submissions) if submissions else 0

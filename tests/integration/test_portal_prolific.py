@@ -33,8 +33,11 @@ def _study(folder: Path, name: str, **overrides: object) -> str:
     data = {
         "name": name, "seed": 5, "participants": "simulated",
         "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
-        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 30},
-        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 30},
+        # too_fast_seconds 0: the simulated crowd submits a batch in one call (time on task means nothing)
+        "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 30,
+                   "too_fast_seconds": 0},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 30,
+                   "too_fast_seconds": 0},
         "screening": {"fallback": "profanity-check"},
         "crowd": {"dropout_rate": 0.2, "never_start_rate": 0.1, "low_effort_rate": 0.1, "offensive_rate": 0.0,
                   "arrive_via": "prolific"},
