@@ -263,11 +263,9 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     rejected at once only with ``prolific.auto_reject``); too fast -> a proposed rejection
     (``TOO_QUICKLY``), never automatic; complete and valid -> approve (``auto_approve``) or review.
     Proposed messages meet Prolific's rule (at least 100 characters)."""
-    import statistics
-
     from crowdpref.checks import is_check
     from crowdpref.store import COMPLETE, FAILED
-    from crowdpref.work_quality import item_seconds
+    from crowdpref.work_quality import time_on_task
 
     if participant is None:
         return ReviewDecision("review", "no work claimed through the portal")
@@ -280,9 +278,9 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
         action = "reject" if config.prolific.auto_reject else "review"
         return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
     threshold = (config.study1 if key == "study1" else config.study2).too_fast_seconds
-    seconds = item_seconds(participant, is_check)
-    if threshold > 0 and seconds and statistics.median(seconds) < threshold:
-        median = statistics.median(seconds)
+    pace = time_on_task([participant], threshold, is_check).iloc[0]
+    if pace["too_fast"]:
+        median = float(pace["median_seconds_per_item"])
         return ReviewDecision("review", f"too fast ({median:.0f} s per item, below {threshold:g} s)",
                               "TOO_QUICKLY", TOO_QUICK_MESSAGE.format(median=median, threshold=threshold))
     if auto_approve:
