@@ -21,6 +21,8 @@ cache of ``bert-base-uncased``), to test the seeded-cache path offline.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import os
 import random
 from dataclasses import dataclass
@@ -120,15 +122,24 @@ def synthetic_corpus(n: int, seed: int = 0) -> tuple[list[str], list[list[float]
 
 def train_tokenizer(texts: list[str], folder: Path, vocab_size: int = 400):
     """A WordPiece tokenizer trained on ``texts``, saved in ``folder`` as a BertTokenizer."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import normalizers, pre_tokenizers
     from transformers import BertTokenizer
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size,
-                                                             special_tokens=SPECIAL_TOKENS))
-    tokenizer = BertTokenizer(vocab=tok.get_vocab(), model_max_length=MAX_LENGTH)
+    # Not tokenizers' WordPieceTrainer: it breaks ties between equally frequent merges in a
+    # randomly seeded hash order, so two builds got different vocabularies - and a tiny model
+    # trained on them scored borderline texts on either side of a threshold (a flaky test). The
+    # vocabulary here is a pure function of the texts: the special tokens, every character
+    # (alone and as a ``##`` continuation), then the most frequent whole words (ties by word).
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    splitter = pre_tokenizers.BertPreTokenizer()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(word for word, _ in splitter.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars = sorted({c for word in counts for c in word})
+    vocab = [*SPECIAL_TOKENS, *chars, *(f"##{c}" for c in chars)]
+    words = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if len(w) > 1]
+    vocab += words[: max(0, vocab_size - len(vocab))]
+    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(vocab)}, model_max_length=MAX_LENGTH)
     tokenizer.save_pretrained(folder)
     return tokenizer
 

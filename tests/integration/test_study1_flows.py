@@ -56,6 +56,7 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     info = store.find_collection(name, "study1")
     assert store.participants(info.id) == []  # nobody holds work before they arrive
     assert [a.state for a in store.accounts(info.id)] == ["ready", "ready"]  # the warm pool
+    assert store.get_meta(f"filters:{name}") is not None  # the filter rules, recorded as collection began
 
     # four participants arrive and claim; sim-study1-0003 answers one question and goes quiet
     assert simulate_crowd(study, dropouts=["sim-study1-0003"])["submitted"] < 16  # 4 x (3 questions + the check)
