@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from crowdpref.aggregation import unswap
 from crowdpref.store import FAILED, PASSED, UNANSWERED, ParticipantState
 
 CHECK_PREFIX = "check-"
@@ -239,9 +240,8 @@ def grade_repeat(first: object, first_swapped: bool, second: object, second_swap
     differ by at most ``tolerance`` points."""
     if not isinstance(first, int) or not isinstance(second, int):
         return False
-    u1 = scale_points + 1 - first if first_swapped else first
-    u2 = scale_points + 1 - second if second_swapped else second
-    return abs(u1 - u2) <= tolerance
+    u1, u2 = unswap([first, second], [first_swapped, second_swapped], scale_points)
+    return bool(abs(u1 - u2) <= tolerance)
 
 
 # --- the verdict ---------------------------------------------------------------------------------------

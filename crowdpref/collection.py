@@ -331,7 +331,8 @@ class Collection:
         if (outcome, len(results), sum(results.values())) != (
                 participant.check_verdict, participant.checks_answered, participant.checks_passed):
             self.store.record_checks(self.info.id, participant.id, results, outcome or "")
-        self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
+        if outcome == FAILED and self.spec.on_fail == "exclude":  # (no store read on other passes)
+            self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
 
     def _exclude_if_failed(self, participant: ParticipantState) -> None:
         """``on_fail: exclude``: a finished participant (complete, or released) who failed the

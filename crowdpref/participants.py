@@ -13,7 +13,7 @@ import pandas as pd
 from crowdpref.checks import is_check
 from crowdpref.contracts import PARTICIPANTS
 from crowdpref.runfolder import write_parquet
-from crowdpref.store import ParticipantState
+from crowdpref.store import EXCLUDED, SUBMITTED, ParticipantState
 from crowdpref.work_quality import time_on_task
 
 FILE = "participants.parquet"
@@ -34,7 +34,7 @@ def participants_frame(study: str, participants: Sequence[ParticipantState], par
             "source": p.source,
             "status": EXCLUDED_STATUS if p.excluded_at is not None else p.status,
             "items_assigned": len(items),
-            "items_submitted": sum(a.status in ("submitted", "excluded") for a in items),
+            "items_submitted": sum(a.status in (SUBMITTED, EXCLUDED) for a in items),
             "checks_answered": answered,
             "checks_passed": p.checks_passed,
             "checks_verdict": (p.check_verdict or "unanswered") if has_checks else "none",
