@@ -233,11 +233,15 @@ class SyncReport:
 
 # --- review decisions ------------------------------------------------------------------------------------
 FAILED_CHECK_MESSAGE = (
-    "Thank you for taking part. Your batch contained {total} attention check item(s) that told you "
-    "exactly what to answer, and {failed} of them were not answered as instructed, so we cannot "
-    "approve this submission under the study's stated rules. If you think this is a mistake, "
-    "please message us through Prolific."
+    "Thank you for taking part. Your batch contained {total} attention check item(s) ({what}), "
+    "and {failed} of them were not answered as the study's rules require, so we cannot approve "
+    "this submission. If you think this is a mistake, please message us through Prolific."
 )
+CHECK_KINDS = {
+    "study1": "items whose text told you exactly which word to write and which rating to give",
+    "study2": "pairs with one clearly better answer, and a pair shown twice in swapped order that "
+              "should get a consistent rating",
+}
 TOO_QUICK_MESSAGE = (
     "Thank you for taking part. Your answers were submitted faster than the task can be done "
     "with care (a median of {median:.0f} seconds per item, where the study expects at least "
@@ -273,7 +277,7 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
         return ReviewDecision("review", "not every item submitted")
     if participant.check_verdict == FAILED:
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
-        message = FAILED_CHECK_MESSAGE.format(total=checks_total,
+        message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
                                               failed=participant.checks_answered - participant.checks_passed)
         action = "reject" if config.prolific.auto_reject else "review"
         return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)

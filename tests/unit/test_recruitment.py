@@ -729,6 +729,7 @@ def test_failed_checks_are_listed_with_a_proposed_rejection_and_never_approved(s
     assert fake.submissions[arrival["session_id"]]["status"] == "AWAITING REVIEW"  # nothing rejected by itself
     listed = json.loads((tmp_path / "private" / "prolific-review-study1.json").read_text())
     assert listed[0]["proposed_category"] == "FAILED_CHECK" and len(listed[0]["proposed_message"]) >= 100
+    assert "exactly which word to write" in listed[0]["proposed_message"]  # study 1's kind of check
     event = store.events(collection.info.id, kinds=["review"])[0]
     assert json.loads(event["detail"])["proposed_category"] == "FAILED_CHECK"
 
