@@ -5,10 +5,13 @@ ones, marked, so that models can learn the difference; ``screening.policy: drop`
 from the preference data instead (``screening.parquet`` still lists every answer, and
 :func:`excluded_response_ids` tells later stages which ones are out).
 
-Loading. The real code path is always ``detoxify.Detoxify(model_type, checkpoint=..., device=...)``.
-Before calling it, everything it would read is checked on disk, so that a machine without
-network fails in a second with a one-line :class:`CrowdprefError` naming the missing file and
-how to provide it, instead of a URLError (or two minutes of Hub retries):
+Loading. The model is built by detoxify's own ``get_model_and_tokenizer`` and scored by its
+``Detoxify.predict``; only the unpickling is ours: the checkpoint is read with
+``torch.load(weights_only=True)``, so a checkpoint named in a config can hold tensors and plain
+containers but never run code (one holding other Python objects is refused with a one-line error
+saying how to re-save it). Before loading, everything it would read is checked on disk, so that a
+machine without network fails in a second with a one-line :class:`CrowdprefError` naming the
+missing file and how to provide it, instead of a URLError (or two minutes of Hub retries):
 
 - released weights (``screening.checkpoint`` unset): the checkpoint in the torch hub cache,
   ``$TORCH_HOME/hub/checkpoints/<file>`` (file names from detoxify's ``MODEL_URLS``), and the
@@ -17,8 +20,10 @@ how to provide it, instead of a URLError (or two minutes of Hub retries):
 - a local checkpoint (``screening.checkpoint``): its ``config.arch.args.model_type`` must be a
   local folder with ``config.json`` + tokenizer files, or a Hub name present in the HF cache.
 
-Once everything is there the model loads with Hub access switched off (nothing needs it).
-``allow_download=True`` skips the checks and lets detoxify download as it normally would.
+Once everything is there the base model is loaded from its local folder (the snapshot in the HF
+cache, or the folder ``model_type`` names), so nothing asks the Hub - without switching Hub access
+off for the rest of the process. ``allow_download=True`` skips the checks and downloads what is
+missing, as detoxify normally would (still unpickling with ``weights_only=True``).
 Only when the study names ``fallback: profanity-check`` does a loading failure switch to
 alt-profanity-check - loudly: a warning in the log, in the result, in the ``model`` column and
 in the limitations text the artifact and dataset card use. Never silently.
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -266,19 +273,40 @@ def _missing_in_folder(folder: Path, tokenizer_groups: Sequence[tuple[str, ...]]
     return missing
 
 
-def _read_checkpoint_args(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """``config.arch.args`` and the class names of a detoxify-format checkpoint (memory-mapped,
-    so a 400 MB file is not read twice)."""
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint file, unpickled with ``weights_only=True`` (memory-mapped, so a 400 MB file
+    is not read twice): tensors and plain containers load, anything that could run code is
+    refused in one line."""
     import torch
 
     try:
         try:
-            loaded = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError:  # legacy (non-zip) format cannot be memory-mapped
-            loaded = torch.load(path, map_location="cpu", weights_only=False)
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CrowdprefError(_refusal(path, exc)) from None
     except Exception as exc:  # noqa: BLE001
         raise CrowdprefError(f"{path}: cannot read the detoxify checkpoint "
                              f"({type(exc).__name__}: {_first_line(exc)}): check screening.checkpoint") from None
+    if not isinstance(loaded, dict):
+        raise CrowdprefError(f"{path}: not a detoxify-format checkpoint (it holds a "
+                             f"{type(loaded).__name__}, not a dict): check screening.checkpoint")
+    return loaded
+
+
+def _refusal(where: Path | str, exc: BaseException) -> str:
+    """The one-line refusal of a checkpoint holding Python objects ``weights_only`` rejects."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+    what = f" ({found.group(1)})" if found else ""
+    return (f"{where}: refused: the checkpoint holds Python objects other than tensors and plain "
+            f"containers{what}, and unpickling them could run arbitrary code; on a machine where "
+            "you trust the file, re-save just its parts with torch.save({'config': ckpt['config'], "
+            "'state_dict': ckpt['state_dict']}, NEW_FILE) and point screening.checkpoint at NEW_FILE")
+
+
+def _checkpoint_parts(loaded: dict[str, Any], path: Path | str) -> tuple[dict[str, Any], list[str]]:
+    """``config.arch.args`` and the class names of a loaded detoxify-format checkpoint."""
     try:
         args = dict(loaded["config"]["arch"]["args"])
         classes = list(loaded["config"]["dataset"]["args"]["classes"])
@@ -292,6 +320,11 @@ def _read_checkpoint_args(path: Path) -> tuple[dict[str, Any], list[str]]:
             "{'config': {'arch': {'args': {model_type, model_name, tokenizer_name, num_classes}}, "
             "'dataset': {'args': {'classes': [...]}}}, 'state_dict': ...}") from None
     return args, classes
+
+
+def _read_checkpoint_args(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """``config.arch.args`` and the class names of a detoxify-format checkpoint file."""
+    return _checkpoint_parts(_load_checkpoint(path), path)
 
 
 def missing_model_files(cfg: ScreeningConfig) -> tuple[list[Path], str]:
@@ -339,23 +372,48 @@ def resolve_device(setting: str) -> str:
     return setting
 
 
-@contextmanager
-def _hub_offline(cache: Path) -> Iterator[None]:
-    """Hub access off and the cache as the environment says now, while detoxify loads files
-    that are known to be local; transformers' progress bar off."""
-    from huggingface_hub import constants
-    from transformers.utils import logging as hf_logging
+#: detoxify's own renaming of the Jigsaw class names (``detoxify.detoxify.load_checkpoint``).
+DETOXIFY_CLASS_NAMES = {"toxic": "toxicity", "identity_hate": "identity_attack",
+                        "severe_toxic": "severe_toxicity"}
 
-    saved = constants.HF_HUB_OFFLINE, constants.HF_HUB_CACHE
-    bar = hf_logging.is_progress_bar_enabled()
-    constants.HF_HUB_OFFLINE, constants.HF_HUB_CACHE = True, str(cache)
-    hf_logging.disable_progress_bar()
+
+def _local_base_model(model_type: str, cache: Path) -> str:
+    """``model_type`` as a folder on disk: itself when it is one, else its snapshot in the HF
+    cache (which :func:`missing_model_files` has checked holds config and tokenizer)."""
+    folder = Path(model_type).expanduser()
+    return str(folder) if folder.is_dir() else str(_hf_snapshot_dir(model_type, cache))
+
+
+def _build_detector(loaded: dict[str, Any], source: Path | str, device: str, *,
+                    base_model_folder: Callable[[str], str] | None) -> Any:
+    """A ``detoxify.Detoxify`` from an already (safely) loaded checkpoint: detoxify's
+    ``get_model_and_tokenizer`` builds the model, detoxify's ``predict`` scores. Mirrors
+    ``detoxify.detoxify.load_checkpoint`` without its ``torch.load(weights_only=False)``.
+    ``base_model_folder`` maps the checkpoint's ``model_type`` to a local folder (no Hub)."""
+    from detoxify import detoxify as dx
+
+    args, classes = _checkpoint_parts(loaded, source)
+    if base_model_folder is not None:
+        args["model_type"] = base_model_folder(str(args["model_type"]))
+    model, tokenizer = dx.get_model_and_tokenizer(**args, state_dict=loaded["state_dict"])
+    detector = dx.Detoxify.__new__(dx.Detoxify)
+    detector.model, detector.tokenizer = model, tokenizer
+    detector.class_names = [DETOXIFY_CLASS_NAMES.get(c, c) for c in classes]
+    detector.device = device
+    detector.model.to(device)
+    return detector
+
+
+def _download_release(model: str) -> dict[str, Any]:
+    """The released checkpoint of ``model`` via torch.hub's cache (downloaded when missing),
+    unpickled with ``weights_only=True``."""
+    import torch.hub
+
+    url = _detoxify_urls()[model]
     try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE, constants.HF_HUB_CACHE = saved
-        if bar:
-            hf_logging.enable_progress_bar()
+        return torch.hub.load_state_dict_from_url(url, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CrowdprefError(_refusal(url, exc)) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -385,14 +443,24 @@ def load_detoxify(cfg: ScreeningConfig, *, allow_download: bool = False,
         if missing:
             shown = "; ".join(str(p) for p in missing)
             raise CrowdprefError(f"detoxify cannot load {what} offline: missing {shown}: {how}")
-    import detoxify
-
-    load = _hub_offline(hf_hub_cache()) if not allow_download else _quiet_progress()
     started = time.perf_counter()
+    source: Path | str
+    if cfg.checkpoint is not None:
+        source = cfg.checkpoint
+        loaded = _load_checkpoint(cfg.checkpoint)
+    elif allow_download:
+        source, loaded = _detoxify_urls()[cfg.model], _download_release(cfg.model)
+    else:
+        source = torch_hub_checkpoint(cfg.model)[0]
+        loaded = _load_checkpoint(source)
+    cache = hf_hub_cache()
     try:
-        with load:
-            detector = detoxify.Detoxify(
-                cfg.model, checkpoint=str(cfg.checkpoint) if cfg.checkpoint else None, device=device)
+        with _quiet_progress():
+            detector = _build_detector(
+                loaded, source, device,
+                base_model_folder=None if allow_download else (lambda name: _local_base_model(name, cache)))
+    except CrowdprefError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one line
         raise CrowdprefError(f"detoxify could not load {what} on {device} "
                              f"({type(exc).__name__}: {_first_line(exc)}): check the files, or "

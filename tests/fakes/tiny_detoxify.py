@@ -220,7 +220,7 @@ def seed_release_caches(tiny: TinyDetoxify, torch_home: Path, hf_home: Path) -> 
     import torch
     from detoxify.detoxify import MODEL_URLS
 
-    loaded = torch.load(tiny.checkpoint, map_location="cpu", weights_only=False)
+    loaded = torch.load(tiny.checkpoint, map_location="cpu", weights_only=True)
     ckpt = torch_home / "hub" / "checkpoints" / MODEL_URLS["original"].rsplit("/", 1)[-1]
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     torch.save(detoxify_checkpoint("bert-base-uncased", loaded["state_dict"]), ckpt)

@@ -2,12 +2,14 @@
 BERT checkpoint built and trained in seconds (tests/fakes/tiny_detoxify.py), fully offline:
 scores per label, per-label thresholds, flag/drop policies, length-sorted batching, the
 one-line error for missing weights, the seeded-cache path, the profanity-check fallback (only
-when configured, and loudly) and empty texts."""
+when configured, and loudly), empty texts, the refusal of checkpoints that would run code when
+unpickled, and loading without switching Hub access off for the whole process."""
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -209,10 +211,28 @@ def test_seeded_caches_load_the_released_model_path_offline(
         screener: Screener, monkeypatch: pytest.MonkeyPatch) -> None:
     torch_home, hf_home = offline_caches
     seed_release_caches(tiny_detoxify, torch_home, hf_home)
-    monkeypatch.delenv("HF_HUB_OFFLINE")  # the loader switches Hub access off itself
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # the loader reads the cache folders, never the Hub
+    from huggingface_hub import constants
+
+    assert not constants.HF_HUB_OFFLINE
+    seen: set[bool] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # the process-wide Hub switch, sampled while the model loads
+        while not done.is_set():
+            seen.add(bool(constants.HF_HUB_OFFLINE))
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     started = time.perf_counter()
-    released = load_screener(ScreeningConfig(model="original", device="auto"))
+    try:
+        released = load_screener(ScreeningConfig(model="original", device="auto"))
+    finally:
+        done.set()
+        watcher.join()
     assert time.perf_counter() - started < 30
+    assert seen == {False}  # other threads of the process never saw Hub access switched off
     assert released.model == "detoxify:original" and not released.fallback_used
     assert released.device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert "toxic_original-c1212f89.ckpt" in released.description
@@ -269,7 +289,7 @@ def test_checkpoint_whose_model_folder_lacks_files(tiny_detoxify: TinyDetoxify, 
                                                    tmp_path: Path) -> None:
     empty = tmp_path / "base-model"
     empty.mkdir()
-    state = torch.load(tiny_detoxify.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(tiny_detoxify.checkpoint, map_location="cpu", weights_only=True)["state_dict"]
     broken = tmp_path / "broken.ckpt"
     torch.save(detoxify_checkpoint(str(empty), state), broken)
     with pytest.raises(CrowdprefError, match=f"missing {empty / 'config.json'}"):
@@ -300,3 +320,33 @@ def test_disabled_screening_marks_nothing_and_loads_no_model() -> None:
 
 def test_default_thresholds_match_the_original_labels() -> None:
     assert tuple(ScreeningConfig().thresholds) == DETOXIFY_LABELS["original"] == LABELS
+
+
+class _RunsCodeWhenUnpickled:
+    """An object whose unpickling calls a function: what a hostile checkpoint would hold."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_unrun(tiny_detoxify: TinyDetoxify,  # noqa: F811
+                                                            tmp_path: Path) -> None:
+    loaded = torch.load(tiny_detoxify.checkpoint, map_location="cpu", weights_only=True)
+    marker = tmp_path / "code-ran"
+    hostile = tmp_path / "hostile.ckpt"
+    torch.save({**loaded, "hyper_parameters": _RunsCodeWhenUnpickled(marker)}, hostile)
+    with pytest.raises(CrowdprefError) as err:
+        load_screener(ScreeningConfig(checkpoint=hostile))
+    message = str(err.value)
+    assert not marker.exists()  # nothing in the pickle ran
+    assert "\n" not in message and str(hostile) in message
+    assert "refused" in message and "could run arbitrary code" in message
+    assert "(getattr)" in message  # names the global it would have had to call
+    assert "screening.checkpoint" in message
+    # the plain parts of the same checkpoint, re-saved as the message says, load and score
+    plain = tmp_path / "plain.ckpt"
+    torch.save({"config": loaded["config"], "state_dict": loaded["state_dict"]}, plain)
+    assert load_screener(ScreeningConfig(checkpoint=plain)).model == "detoxify:checkpoint:plain.ckpt"
