@@ -566,13 +566,23 @@ def score_texts(scorer: Scorer, texts: Sequence[str], batch_size: int, *,
     return out
 
 
-def excluded_response_ids(screening: pd.DataFrame, policy: str) -> set[str]:
+def excluded_response_ids(screening: pd.DataFrame, policy: str, source: str = "screening.parquet") -> set[str]:
     """The response_ids later stages must leave out: the flagged ones under ``drop``, none under
-    ``flag`` (flagged answers stay in, marked)."""
+    ``flag`` (flagged answers stay in, marked). The one place this rule is written: pairing,
+    aggregation and the release all ask here. An answer whose ``flagged`` is missing was not
+    screened, so under ``drop`` nobody can say whether it stays: a one-line error naming
+    ``source`` (the file the frame came from)."""
     if policy not in ("flag", "drop"):
         raise ValueError(f"unknown screening policy {policy!r}")
     if policy == "flag" or screening.empty:
         return set()
+    missing = screening["flagged"].isna()
+    if missing.any():
+        ids = screening.loc[missing, "response_id"].astype(str).tolist()
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        raise CrowdprefError(f"{source}: {len(ids)} answer(s) have no 'flagged' value ({shown}), so "
+                             "screening.policy 'drop' cannot tell whether they stay: rerun "
+                             "screen-responses to rewrite the file")
     return set(screening.loc[screening["flagged"].astype(bool), "response_id"].astype(str))
 
 

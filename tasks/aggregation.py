@@ -23,6 +23,7 @@ from crowdpref.filters import (
     report_markdown,
 )
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
+from crowdpref.screening import excluded_response_ids
 from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from crowdpref.study1 import EXCLUDED_RESPONSES
@@ -103,9 +104,8 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
     of a simulated crowd when there is one. Deterministic, so not retried."""
     logger = get_run_logger()
     excluded: set[str] = set()
-    if inputs.screening is not None and cfg.screening.policy == "drop":
-        flagged = inputs.screening["flagged"].eq(True)
-        excluded = set(inputs.screening.loc[flagged, "response_id"])
+    if inputs.screening is not None:
+        excluded = excluded_response_ids(inputs.screening, cfg.screening.policy)
     # the preregistered filters, on reliabilities fitted over EVERY rating; the default
     # preferences are built from what they keep (raters.parquet keeps every rater)
     all_raters = rater_reliabilities(inputs.ratings, cfg.study2.scale_points)

@@ -12,6 +12,7 @@ from crowdpref.crowd_arrivals import open_door
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.runfolder import RunFolder, read_parquet, write_parquet
+from crowdpref.screening import excluded_response_ids
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
@@ -30,7 +31,7 @@ def excluded_by_screening(config, run: RunFolder) -> set[str]:
     if config.screening.policy != "drop":
         return set()
     screening = read_parquet(run.screening, needed_by="screening.policy is 'drop': run screen-responses before pairing")
-    return set(screening.loc[screening["flagged"], "response_id"])
+    return excluded_response_ids(screening, config.screening.policy, source=str(run.screening))
 
 
 @task(name="build-pairs")

@@ -350,3 +350,20 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tiny_detoxify: TinyDe
     plain = tmp_path / "plain.ckpt"
     torch.save({"config": loaded["config"], "state_dict": loaded["state_dict"]}, plain)
     assert load_screener(ScreeningConfig(checkpoint=plain)).model == "detoxify:checkpoint:plain.ckpt"
+
+
+def test_the_drop_rule_is_one_function_and_a_missing_flag_stops_it() -> None:
+    frame = pd.DataFrame({"response_id": ["r1", "r2", "r3"], "flagged": [True, False, True]})
+    assert excluded_response_ids(frame, "flag") == set()
+    assert excluded_response_ids(frame, "drop") == {"r1", "r3"}
+    # object dtype, as a parquet round trip with a missing value gives it
+    unscreened = pd.DataFrame({"response_id": ["r1", "r2", "r3"], "flagged": [True, None, False]},
+                              dtype=object)
+    assert excluded_response_ids(unscreened, "flag") == set()  # nothing is dropped anyway
+    with pytest.raises(CrowdprefError) as err:
+        excluded_response_ids(unscreened, "drop", source="/run/screening.parquet")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("/run/screening.parquet: 1 answer(s)")
+    assert "r2" in message and "rerun screen-responses" in message
+    with pytest.raises(ValueError, match="unknown screening policy"):
+        excluded_response_ids(frame, "remove")
