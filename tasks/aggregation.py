@@ -28,6 +28,7 @@ from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from crowdpref.study1 import EXCLUDED_RESPONSES
 from crowdpref.study2 import EXCLUDED_RATINGS
+from tasks.artifacts import which_rows
 from tasks.collection import artifact_key
 
 REPORT_ROWS = 200
@@ -193,8 +194,7 @@ def publish_aggregation_artifacts(study: str, result: AggregationResult) -> None
     create_table_artifact(
         key=artifact_key(study, "aggregation-ties-incomplete"),
         table=rows or [{"pair_id": "(none)", "status": "every pair complete and decided"}],
-        description=f"Ties, incomplete, unrated and excluded pairs (first {REPORT_ROWS} of "
-                    f"{len(report)}).",
+        description=f"Ties, incomplete, unrated and excluded pairs ({which_rows(REPORT_ROWS, len(report))}).",
     )
     if result.raters is not None:
         create_table_artifact(
@@ -221,8 +221,7 @@ def rater_table(raters: pd.DataFrame) -> list[dict[str, object]]:
 
 def rater_table_description(raters: pd.DataFrame) -> str:
     n = len(raters)
-    which = f"first {REPORT_ROWS} of {n}" if n > REPORT_ROWS else f"all {n}"
-    return (f"Rater reliability, least reliable first ({which} raters; anonymous keys): share "
+    return (f"Rater reliability, least reliable first ({which_rows(REPORT_ROWS, n)} raters; anonymous keys): share "
             "of a rating's variance that follows the consensus, 0 to 1.")
 
 

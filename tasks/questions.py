@@ -13,6 +13,7 @@ from crowdpref.config import StudyConfig
 from crowdpref.questions import QuestionSet, build_questions
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
+from tasks.artifacts import which_rows
 
 SAMPLE_PER_CATEGORY = 3
 REJECTED_SHOWN = 100
@@ -66,8 +67,7 @@ def publish_question_artifacts(study: str, question_set: QuestionSet) -> None:
     create_table_artifact(
         key=f"{study}-questions-rejected",
         table=rejected_rows or [{"kind": "(none)", "reason": "every question offered was used"}],
-        description=f"Questions not used, and why (first {REJECTED_SHOWN} of "
-                    f"{len(question_set.rejected)}).",
+        description=f"Questions not used, and why ({which_rows(REJECTED_SHOWN, len(question_set.rejected))}).",
     )
 
 
