@@ -725,6 +725,10 @@ class PublishConfig(_Section):
     """Put a content warning on the card (flagged answers are kept)."""
     tags: list[Str] = Field(default_factory=lambda: ["human-feedback", "rlhf"])
     """Card tags."""
+    timestamp_precision: Literal["day", "hour", "minute", "second", "microsecond"] = "day"
+    """How precisely published timestamps (``submitted_at``) are kept: truncated in UTC to the
+    day (default), hour, minute or second, or ``microsecond`` (as recorded). Coarse times make
+    participants harder to re-identify from when they worked (crowdpref.privacy)."""
 
     @field_validator("repo_id")
     @classmethod

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crowdpref.aggregation import order_balance, source_counts
@@ -67,8 +68,18 @@ from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.filters import EXCLUDED, FILTERED_BY, RULE_TEXT
 from crowdpref.filters import RULES as FILTER_RULES
+from crowdpref.privacy import PATTERNS as PRIVACY_PATTERNS
+from crowdpref.privacy import TIMESTAMP_PRECISIONS, first_hit, mask_all
 from crowdpref.pseudonyms import SALT_FILE
-from crowdpref.runfolder import RunFolder, write_json
+from crowdpref.runfolder import (
+    RELEASE_DIR,
+    RunFolder,
+    new_release_staging,
+    release_lock,
+    repair_release,
+    swap_in_release,
+    write_json,
+)
 from crowdpref.store import Store
 
 __all__ = [
@@ -85,6 +96,15 @@ __all__ = [
     "hub_dataset_url",
     "provenance_text",
     "push_release",
+    "HUB_KEEP",
+    "PRIVACY_FILE",
+    "PrivacyError",
+    "PrivacyReport",
+    "coarsen_timestamps",
+    "privacy_markdown",
+    "read_privacy_report",
+    "release_files",
+    "release_folder",
     "read_stats",
     "release_subsets",
     "release_summary",
@@ -94,7 +114,6 @@ __all__ = [
 ]
 
 SPLIT = "train"
-RELEASE_DIR = "release"
 PUBLISHED_IDS_FILE = "published-ids.json"
 ID_LENGTH = 10
 ID_ALPHABET = string.ascii_letters + string.digits
@@ -135,6 +154,10 @@ class Column:
     allowed: str
     meaning: str
     source: str | None = None
+    free_text: bool = False
+    """Text people wrote (answers, questions): personal details found in it by
+    :mod:`crowdpref.privacy` are masked. Every other text column is crowdpref's own (ids,
+    labels, metadata): a hit there stops the build."""
 
     @property
     def source_name(self) -> str:
@@ -183,6 +206,27 @@ class Subset:
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
+def timestamp_allowed(precision: str) -> str:
+    """The card's "allowed values" of a published timestamp at ``precision``."""
+    if precision == "microsecond":
+        return "UTC date and time (as recorded, to the microsecond)"
+    if precision == "day":
+        return "UTC date (the time is always 00:00: published to the day)"
+    return f"UTC date and time, truncated to the {precision}"
+
+
+def coarsen_timestamps(array: pa.Array, precision: str) -> pa.Array:
+    """``array`` (a timestamp array) truncated to the start of its ``precision``'s unit in UTC
+    (``publish.timestamp_precision``); ``microsecond`` leaves it as recorded."""
+    if precision == "microsecond":
+        return array
+    if precision not in TIMESTAMP_PRECISIONS:
+        raise ConfigError(f"publish.timestamp_precision: must be one of "
+                          f"{', '.join(TIMESTAMP_PRECISIONS)} (got {precision!r}): fix the study "
+                          "config")
+    return pc.floor_temporal(array, unit=precision)
+
+
 def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *,
                     filtered: bool = False) -> list[Subset]:
     """Every configuration of the release and its columns, in card order. ``screening_scores``:
@@ -200,6 +244,7 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
     anon = f"{ID_LENGTH} random letters and digits"
     flag_note = ("true or false; empty (null) when the answer was not screened")
     sources = ", ".join(f"`{x}`" for x in SOURCES[:-1]) + f" or `{SOURCES[-1]}`"
+    when = timestamp_allowed(config.publish.timestamp_precision)
 
     def source_meaning(who: str, did: str) -> str:
         return (f"Where the {who} came from: `simulated` - {did} by crowdpref's simulated crowd "
@@ -221,11 +266,11 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         columns=(
             Column("prompt", pa.string(), "non-empty text",
                    "The question both answers reply to (the same text as `question` in the "
-                   "`questions` configuration)."),
+                   "`questions` configuration).", free_text=True),
             Column("chosen", pa.string(), "non-empty text",
-                   "The answer the raters preferred on average."),
+                   "The answer the raters preferred on average.", free_text=True),
             Column("rejected", pa.string(), "non-empty text",
-                   "The other answer of the pair."),
+                   "The other answer of the pair.", free_text=True),
             Column("margin", pa.float64(), "above 0, at most 1",
                    f"How strong the preference is: the distance of the mean rating from the "
                    f"scale midpoint ({mid:g}), divided by its largest possible value ({mid - 1:g}). "
@@ -292,11 +337,14 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
                    source="participant_key"),
             Column("source", pa.string(), sources,
                    source_meaning("writer", "the answer was written")),
-            Column("text", pa.string(), "non-empty text", "The answer as the participant wrote it."),
+            Column("text", pa.string(), "non-empty text",
+                   "The answer as the participant wrote it (personal details and credentials "
+                   "recognised by their form replaced by a placeholder; see \"Privacy\").",
+                   free_text=True),
             Column("quality", pa.int64(), f"{q.min} to {q.max}",
                    f"The writer's rating of the question's quality ({q.min} = poor, "
                    f"{q.max} = excellent)."),
-            Column("submitted_at", TIMESTAMP, "UTC date and time", "When the answer was submitted."),
+            Column("submitted_at", TIMESTAMP, when, "When the answer was submitted."),
         ),
     )
     labels = config.study2.scale_labels
@@ -329,7 +377,7 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
                    "The point picked, on the A/B scale as displayed: "
                    + "; ".join(f"{i} = {_lower_first(label)}" for i, label in enumerate(labels, start=1))
                    + "."),
-            Column("submitted_at", TIMESTAMP, "UTC date and time", "When the rating was submitted."),
+            Column("submitted_at", TIMESTAMP, when, "When the rating was submitted."),
         ),
     )
     questions = Subset(
@@ -340,7 +388,8 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
         description="The questions of the study, one row per question.",
         columns=(
             Column("question_id", pa.string(), qid, "Id of the question (a hash of its text)."),
-            Column("question", pa.string(), "non-empty text", "The question shown to participants."),
+            Column("question", pa.string(), "non-empty text", "The question shown to participants.",
+                   free_text=True),
             Column("category", pa.string(), categories, "The social-reasoning category."),
             Column("source", pa.string(), "`bank`, `file:<name>` or `llm:<model>`",
                    "Where the question came from: the curated bank shipped with crowdpref, a "
@@ -691,6 +740,117 @@ def _strings(data: Any) -> list[str]:
     return []
 
 
+# --- personal details found by their form (crowdpref.privacy) -------------------------------
+PRIVACY_FILE = "privacy.json"
+"""What the privacy pass of the last build masked (counts only, never a value), in the run folder."""
+
+
+class PrivacyError(CrowdprefError):
+    """A personal detail or credential in one of crowdpref's own columns: the build stops."""
+
+
+@dataclass
+class PrivacyReport:
+    """What the build masked in participant text, per pattern and published column (counts
+    only), and how precisely timestamps were published."""
+
+    timestamp_precision: str = "microsecond"
+    masked: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Pattern name -> {"<configuration>.<column>": values replaced}."""
+
+    def add(self, pattern: str, where: str, count: int) -> None:
+        if count:
+            cell = self.masked.setdefault(pattern, {})
+            cell[where] = cell.get(where, 0) + count
+
+    @property
+    def total(self) -> int:
+        return sum(n for cells in self.masked.values() for n in cells.values())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per pattern that hit (in :data:`crowdpref.privacy.PATTERNS` order)."""
+        return [{"pattern": p.name, "what": p.label, "placeholder": p.placeholder,
+                 "replaced": sum(self.masked[p.name].values()),
+                 "columns": ", ".join(f"{w} ({n})" for w, n in sorted(self.masked[p.name].items()))}
+                for p in PRIVACY_PATTERNS if p.name in self.masked]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"about": "personal details masked in the release (counts only)",
+                "timestamp_precision": self.timestamp_precision, "total": self.total,
+                "patterns": self.rows()}
+
+
+def privacy_markdown(report: PrivacyReport) -> list[str]:
+    """The card's (and the artifact's) lines on what the pattern scan masked and on timestamps."""
+    kinds = ", ".join(p.label for p in PRIVACY_PATTERNS)
+    out = [f"Answer and question texts were scanned for personal details and credentials "
+           f"recognised by their form ({kinds}). "]
+    if report.total:
+        out[0] += (f"{report.total} were found and replaced by a placeholder such as "
+                   "`[email removed]` (the values themselves are not kept in the release):")
+        out += ["", "| What | Placeholder | Replaced | In (configuration.column: values) |",
+                "|---|---|---|---|"]
+        out += [f"| {r['what']} | `{r['placeholder']}` | {r['replaced']} | {_cell(r['columns'])} |"
+                for r in report.rows()]
+        out += ["", "The same answer appears in several configurations (e.g. `responses.text` "
+                "and `default.chosen`), so one typed value can be counted more than once."]
+    else:
+        out[0] += "None was found."
+    out += ["", "Other personal details (names, places, stories) cannot be recognised this way: "
+            "answer texts are otherwise published as written, not edited."]
+    precision = report.timestamp_precision
+    out += ["", "Timestamps (`submitted_at`) are published "
+            + ("as recorded, to the microsecond." if precision == "microsecond" else
+               f"to the {precision}: truncated in UTC to the start of the {precision}"
+               + (" (the time of day is always 00:00)" if precision == "day" else "")
+               + ", so the moment a participant worked cannot be read from them.")]
+    return out
+
+
+def _apply_privacy(frames: dict[str, pd.DataFrame], subsets: Sequence[Subset], run: RunFolder,
+                   target: Path, needles: list[_Needle], report: PrivacyReport) -> None:
+    """Mask personal details in every free-text column of ``frames`` (in place, recording what
+    in ``report``); refuse one in any other text column (crowdpref's own). A known secret
+    (``needles``) in a free-text column refuses the build before masking could hide it."""
+    for subset in subsets:
+        frame = frames[subset.name]
+        where_file = subset.data_path
+        for column in subset.columns:
+            if not pa.types.is_string(column.type):
+                continue
+            values = frame[column.source_name].tolist()
+            where = f"{where_file}: column '{column.name}'"
+            if column.free_text:
+                texts = [_text(v) for v in values]
+                found = _scan_values(sorted(set(texts)), needles, where, rows=lambda t=texts: t)
+                if found:
+                    needle, at = found[0]
+                    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                    raise CrowdprefError(
+                        f"refusing to publish {target}: {at}: {_describe(needle)}{more}: remove "
+                        "it from the run folder's data and build again; nothing was written")
+                masked, counts = mask_all(values)
+                for pattern, count in counts.items():
+                    report.add(pattern, f"{subset.name}.{column.name}", count)
+                if counts:
+                    frames[subset.name] = frame = frame.assign(
+                        **{column.source_name: pd.Series(masked, index=frame.index, dtype=object)})
+                continue
+            hit = first_hit(values)
+            if hit is not None:
+                row, pattern = hit
+                raise PrivacyError(
+                    f"refusing to publish {target}: {where} row {row} holds what looks like "
+                    f"{_pattern_label(pattern)} ({pattern}); this column is written by crowdpref "
+                    f"(from {run.file(subset.source_file).name}), not typed by participants: fix "
+                    "the data or the stage that wrote it and build again; nothing was written")
+
+
+def _pattern_label(name: str) -> str:
+    label = next(p.label for p in PRIVACY_PATTERNS if p.name == name)
+    return ("an " if label[0].lower() in "aeiou" else "a ") + label
+
+
 # --- statistics the card reports ------------------------------------------------------------
 def read_stats(path: Path) -> dict[str, Any] | None:
     """A stats JSON file of the run folder, or None when it is missing or unreadable."""
@@ -711,7 +871,8 @@ def collection_stats(store: Store, study_name: str) -> dict[str, dict[str, int]]
 
 
 # --- building the release --------------------------------------------------------------------
-def _to_table(frame: pd.DataFrame, subset: Subset, source: Path) -> pa.Table:
+def _to_table(frame: pd.DataFrame, subset: Subset, source: Path,
+              timestamp_precision: str = "microsecond") -> pa.Table:
     arrays = []
     for column in subset.columns:
         try:
@@ -719,7 +880,8 @@ def _to_table(frame: pd.DataFrame, subset: Subset, source: Path) -> pa.Table:
             if pa.types.is_timestamp(column.type):
                 if pa.types.is_timestamp(array.type) and array.type.tz is None:
                     array = array.cast(pa.timestamp(array.type.unit, tz="UTC"))
-                array = array.cast(column.type, safe=False)
+                array = coarsen_timestamps(array.cast(column.type, safe=False),
+                                           timestamp_precision)
             elif pa.types.is_null(array.type):
                 array = pa.nulls(len(array), column.type)
             else:
@@ -1067,37 +1229,57 @@ def build_release(
         if name in frames:
             frames[name] = frames[name].assign(**{column: frames[name][column].map(ids)})
 
-    built = [_Built(s, _to_table(frames[s.name], s, run.file(s.source_file))) for s in subsets]
-    target = run.file(RELEASE_DIR)
+    target = run.release
+    forbidden = [*forbidden, *sorted(keys)]
+    precision = config.publish.timestamp_precision
+    privacy = PrivacyReport(timestamp_precision=precision)
+    _apply_privacy(frames, subsets, run, target, _needles(forbidden), privacy)
+    built = [_Built(s, _to_table(frames[s.name], s, run.file(s.source_file), precision))
+             for s in subsets]
     run.path.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".release-staging-", dir=run.path))
-    os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the release itself is meant to be public
-    try:
-        for item in built:
-            path = staging / item.subset.data_path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(item.table, path)
-            item.file_bytes = path.stat().st_size
-        card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
-                            collection=collection, repo_id=repo_id, filters=filters)
-        (staging / "README.md").write_text(card, encoding="utf-8")
-        hits = scan_for_secrets(staging, [*forbidden, *sorted(keys)])
-        if hits:
-            more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
-            raise CrowdprefError(
-                f"refusing to publish {target}: {hits[0]}{more}: remove it from the run "
-                "folder's data (or the stats passed in) and build again; nothing was written"
-            )
-        old = None
-        if target.exists():
-            old = run.path / f".release-old-{secrets.token_hex(4)}"
-            target.rename(old)
-        staging.rename(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with release_lock(run.path):
+        repair_release(run.path)  # a killed build's leftovers; a missing release/ put back
+        staging = new_release_staging(run.path)
+        try:
+            for item in built:
+                path = staging / item.subset.data_path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(item.table, path)
+                item.file_bytes = path.stat().st_size
+            card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
+                                collection=collection, repo_id=repo_id, filters=filters,
+                                privacy=privacy)
+            (staging / "README.md").write_text(card, encoding="utf-8")
+            hits = scan_for_secrets(staging, forbidden)
+            if hits:
+                more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+                raise CrowdprefError(
+                    f"refusing to publish {target}: {hits[0]}{more}: remove it from the run "
+                    "folder's data (or the stats passed in) and build again; nothing was written"
+                )
+            swap_in_release(run.path, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    write_json(privacy.to_json(), run.file(PRIVACY_FILE))
     return target
+
+
+def release_folder(run_folder: RunFolder | Path) -> Path:
+    """``<run>/release/`` after repairing what a killed build or swap left (see
+    :func:`crowdpref.runfolder.repair_release`); a one-line error when nothing was built."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    with release_lock(run.path):
+        folder = repair_release(run.path)
+    if folder is None:
+        raise CrowdprefError(f"{run.release}: not found: run the publish-dataset flow to build "
+                             "the release")
+    return folder
+
+
+def read_privacy_report(run_folder: RunFolder | Path) -> dict[str, Any] | None:
+    """The last build's :data:`PRIVACY_FILE` (counts only), or None."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    return read_stats(run.file(PRIVACY_FILE))
 
 
 def release_summary(folder: Path) -> list[dict[str, Any]]:
@@ -1294,6 +1476,7 @@ def dataset_card(
     collection: Mapping[str, Mapping[str, Any]] | None,
     repo_id: str | None,
     filters: Mapping[str, Any] | None = None,
+    privacy: PrivacyReport | None = None,
 ) -> str:
     """The README.md: YAML header + the card text (written for this project, in its own words).
     ``filters``: ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the
@@ -1557,8 +1740,9 @@ def dataset_card(
         "(`participant_id`, `rater_id`), drawn at random for this dataset and unrelated to any "
         "Prolific id, Argilla username or internal key; the table linking them stays with the "
         "study team. The release contains no usernames, passwords or API keys: every file is "
-        "scanned for them before it is published. Answer texts are published as written; they "
-        "were not edited for personal details.", "",
+        "scanned for them before it is published.", "",
+        *privacy_markdown(privacy or PrivacyReport(
+            timestamp_precision=config.publish.timestamp_precision)), "",
     ]
 
     # loading
@@ -1650,6 +1834,39 @@ def _clean(text: str, token: str) -> str:
     return re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)[:160]
 
 
+HUB_KEEP = frozenset({".gitattributes"})
+"""Remote files a push never deletes: the Hub creates ``.gitattributes`` with a repo (its LFS
+rules) and needs it; a release that has its own replaces it."""
+
+
+def release_files(folder: Path) -> dict[str, Path]:
+    """Path in the repo (POSIX) -> local file, for every file of a built release."""
+    return {p.relative_to(folder).as_posix(): p for p in sorted(Path(folder).rglob("*"))
+            if p.is_file()}
+
+
+def _mirror(api: Any, repo_id: str, folder: Path) -> Any:
+    """One commit that makes the repo's main branch equal to ``folder`` (see push_release)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    local = release_files(folder)
+    try:
+        remote = set(api.list_repo_files(repo_id, repo_type="dataset"))
+    except RevisionNotFoundError:  # a repo without any commit yet
+        remote = set()
+    stale = sorted(p for p in remote - set(local) if p not in HUB_KEEP)
+    operations: list[Any] = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(file))
+                              for path, file in local.items()]
+    operations += [CommitOperationDelete(path_in_repo=path) for path in stale]
+    summary = "Publish dataset release (crowdpref)"
+    if stale:
+        summary += f": {len(stale)} file(s) no longer in the release deleted"
+    return api.create_commit(repo_id=repo_id, repo_type="dataset", operations=operations,
+                             commit_message=summary)
+
+
 def push_release(
     folder: Path,
     repo_id: str | None,
@@ -1657,13 +1874,20 @@ def push_release(
     private: bool = True,
     endpoint: str | None = None,
 ) -> PushResult:
-    """Upload a built release to the Hub as a dataset repo: ``create_repo(exist_ok=True)`` then
-    ``upload_folder`` (files of the same name are overwritten, so pushing again is safe).
+    """Make the Hub dataset repo equal to a built release, in one commit:
+    ``create_repo(exist_ok=True)``, ``list_repo_files``, then one ``create_commit`` that adds
+    every file of the release and deletes every remote file the release does not have (a
+    configuration dropped from the release disappears from the Hub), except the files the Hub
+    itself keeps a repo working with (:data:`HUB_KEEP`, e.g. ``.gitattributes``) unless the
+    release has its own. Unchanged files are not uploaded again and nothing at all is committed
+    when nothing changed, so pushing again (or a retry) is safe.
 
     Without ``repo_id`` or ``token`` nothing is pushed and the result says where the folder is.
     Every failure is a one-line :class:`PushError` naming the repo, the endpoint and the setting
     to fix; it never contains the token."""
     folder = Path(folder)
+    if folder.name == RELEASE_DIR and not folder.exists():
+        folder = release_folder(folder.parent)  # a swap killed between its renames
     if not (folder / "README.md").is_file():
         raise CrowdprefError(f"{folder}: not a built release (no README.md): build it first")
     if not repo_id or not token:
@@ -1690,8 +1914,7 @@ def push_release(
             # repo (repo_info succeeded) but cannot build its URL for a non-huggingface.co
             # endpoint. The repo exists; the upload below reports what the token may do.
             repo_url = None
-        info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="dataset",
-                                 commit_message="Publish dataset release (crowdpref)")
+        info = _mirror(api, repo_id, folder)
     except OfflineModeIsEnabled:
         raise PushError(f"cannot push {where}: offline mode is on (HF_HUB_OFFLINE is set): unset "
                         "HF_HUB_OFFLINE to push, or unset CROWDPREF_HF_REPO_ID") from None

@@ -6,26 +6,43 @@
         api.upload_folder(repo_id="me/data", folder_path=folder, repo_type="dataset")
         hub.repos["datasets/me/data"].files  # {"README.md": b"...", ...}
 
-It implements just what ``create_repo`` + ``upload_folder`` of huggingface_hub 2.x call (read
-from ``hf_api.py`` / ``_commit_api.py`` / ``_upload_pipeline.py``):
+It implements just what ``create_repo``, ``list_repo_files`` / ``list_repo_tree``,
+``create_commit`` and ``upload_folder`` of huggingface_hub 2.x call (read from ``hf_api.py`` /
+``_commit_api.py`` / ``utils/_pagination.py``):
 
 ``POST /api/repos/create``                       ``{name, organization, type, visibility}``;
-                                                 409 when it exists (``exist_ok`` accepts that)
+                                                 409 when it exists (``exist_ok`` accepts that).
+                                                 Like the Hub, a new repo starts with a system
+                                                 commit holding ``.gitattributes``
+                                                 (:data:`GITATTRIBUTES`)
 ``GET  /api/{type}s/{owner}/{name}[/revision/r]`` repo info (used after a 403 on create)
+``GET  /api/{type}s/{repo}/tree/{rev}[/{path}]``  ``?recursive=&expand=``: a JSON list of
+                                                 ``{type: file|directory, oid, size, path}``,
+                                                 ``tree_page_size`` entries per page, the next
+                                                 page in a ``Link: <...>; rel="next"`` header
+                                                 (the Hub's cursor pagination); ``rev`` is
+                                                 ``main`` or the head commit, else 404
+                                                 ``RevisionNotFound``
 ``POST /api/validate-yaml``                      README metadata check (YAML must parse)
 ``POST /api/{type}s/{repo}/preupload/{rev}``     answers every file ``uploadMode: regular``
                                                  (with the git oid of the stored copy, so
                                                  unchanged files are skipped like on the Hub)
-``POST /api/{type}s/{repo}/commit/{rev}``        NDJSON: a ``header`` line, then ``file``
-                                                 lines with base64 content (``lfsFile`` lines
-                                                 are refused: nothing here stores LFS objects)
+``POST /api/{type}s/{repo}/commit/{rev}``        NDJSON: a ``header`` line (``summary``,
+                                                 ``description``, optional ``parentCommit``:
+                                                 412 when it is not the head), then ``file``
+                                                 lines with base64 content, ``deletedFile``
+                                                 (404 ``EntryNotFound`` for a path that does not
+                                                 exist, as the Hub answers) and
+                                                 ``deletedFolder`` lines, all applied as ONE
+                                                 commit (``lfsFile`` lines are refused: nothing
+                                                 here stores LFS objects)
 ``GET  /api/whoami-v2``                          the token's user
 
 Tokens: ``write_token`` may do everything, ``read_token`` may read but gets 403 on writes,
 anything else gets 401 (whose body echoes the token, as careless servers do, so tests can check
 that it is never repeated). ``fail_next`` injects error statuses into the next POSTs.
 ``requests`` logs ``(method, path)`` of every call; ``repos`` holds what arrived (``private``
-flag, files and their bytes, commits).
+flag, files and their bytes, commits: each with the files it ``added`` and ``deleted``).
 """
 
 from __future__ import annotations
@@ -36,6 +53,7 @@ import json
 import re
 import threading
 import uuid
+from urllib.parse import parse_qs, unquote, urlsplit
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +63,9 @@ import yaml
 WRITE_TOKEN = "hf_fakeWriteToken0123456789abcdef"
 READ_TOKEN = "hf_fakeReadToken0123456789abcdef"
 USER = "crowdpref-tester"
+GITATTRIBUTES = (b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"
+                 b"*.arrow filter=lfs diff=lfs merge=lfs -text\n")
+"""What the fake (like the Hub, in a longer version) puts in a new repo's first commit."""
 
 
 def git_blob_oid(content: bytes) -> str:
@@ -75,6 +96,8 @@ class FakeHubServer:
         self.requests: list[tuple[str, str]] = []
         #: status codes to answer the next POSTs with (one per request), e.g. [503]
         self.fail_next: list[int] = []
+        #: entries per page of a tree listing (the Hub pages by 1000)
+        self.tree_page_size = 1000
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -113,6 +136,7 @@ class FakeHubServer:
 def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
     repo_path = re.compile(
         r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)(?:/(preupload|commit|revision)/([^/]+))?$")
+    tree_path = re.compile(r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)/tree/([^/]+)(?:/(.+))?$")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -167,6 +191,10 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                     self._send(200, {"type": "user", "name": user[0],
                                      "auth": {"accessToken": {"role": user[1]}}})
                 return
+            tree = tree_path.match(path)
+            if tree:
+                self._tree(tree)
+                return
             match = repo_path.match(path)
             if match and match.group(4) in (None, "revision"):
                 user = self._user(write=False)
@@ -220,6 +248,52 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(404, {"error": f"not implemented in the fake hub: POST {path}"})
 
+        def _tree(self, match: re.Match[str]) -> None:
+            user = self._user(write=False)
+            if user is None:
+                return
+            kind, owner, name = match.group(1), match.group(2), match.group(3)
+            revision, folder = unquote(match.group(4)), unquote(match.group(5) or "")
+            repo = self._repo_or_404(f"{kind}/{owner}/{name}", user)
+            if repo is None:
+                return
+            if revision not in ("main", repo.sha):
+                self._send(404, {"error": f"Invalid rev id: {revision}"},
+                           {"X-Error-Code": "RevisionNotFound"})
+                return
+            query = parse_qs(urlsplit(self.path).query)
+            recursive = (query.get("recursive") or ["false"])[0].lower() == "true"
+            cursor = int((query.get("cursor") or ["0"])[0])
+            prefix = folder.rstrip("/") + "/" if folder else ""
+            with hub.lock:
+                files = {p: c for p, c in repo.files.items() if p.startswith(prefix)}
+            if folder and not files:
+                self._send(404, {"error": f"Entry not found: {folder}"},
+                           {"X-Error-Code": "EntryNotFound"})
+                return
+            entries: dict[str, dict[str, Any]] = {}
+            for file_path, content in sorted(files.items()):
+                parts = file_path[len(prefix):].split("/")
+                if not recursive and len(parts) > 1:
+                    entries.setdefault(prefix + parts[0], {"type": "directory", "size": 0})
+                    continue
+                for depth in range(1, len(parts)):
+                    entries.setdefault(prefix + "/".join(parts[:depth]),
+                                       {"type": "directory", "size": 0})
+                entries[file_path] = {"type": "file", "size": len(content),
+                                      "oid": git_blob_oid(content)}
+            listing = [{"path": p, "oid": e.get("oid") or hashlib.sha1(p.encode()).hexdigest(),
+                        **{k: v for k, v in e.items() if k != "oid"}}
+                       for p, e in sorted(entries.items())]
+            page = listing[cursor:cursor + hub.tree_page_size]
+            headers = {}
+            if cursor + hub.tree_page_size < len(listing):
+                base = self.path.split("?")[0]
+                headers["Link"] = (f"<{hub.url}{base}?recursive={str(recursive).lower()}"
+                                   f"&expand=false&cursor={cursor + hub.tree_page_size}>; "
+                                   'rel="next"')
+            self._send(200, page, headers)
+
         def _validate_yaml(self, body: bytes) -> None:
             content = json.loads(body).get("content", "")
             match = re.match(r"^---\n(.*?)\n---\n", content, re.S)
@@ -246,7 +320,12 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 if key in hub.repos:
                     self._send(409, {"error": "You already created this repo", "url": url})
                     return
-                hub.repos[key] = FakeRepo(kind, repo_id, private=payload.get("visibility") == "private")
+                repo = FakeRepo(kind, repo_id, private=payload.get("visibility") == "private")
+                repo.files[".gitattributes"] = GITATTRIBUTES  # the Hub's initial system commit
+                repo.commits.append({"oid": hashlib.sha1(repo_id.encode()).hexdigest(),
+                                     "summary": "initial commit", "files": [".gitattributes"],
+                                     "deleted": []})
+                hub.repos[key] = repo
             self._send(200, {"url": url, "name": repo_id, "id": uuid.uuid4().hex})
 
         def _commit(self, repo: FakeRepo, body: bytes) -> None:
@@ -255,7 +334,7 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": "first NDJSON line must be the header"})
                 return
             added: dict[str, bytes] = {}
-            deleted: list[str] = []
+            deleted: list[tuple[str, str]] = []
             for line in lines[1:]:
                 key, value = line.get("key"), line.get("value", {})
                 if key == "file":
@@ -264,19 +343,32 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                         return
                     added[value["path"]] = base64.b64decode(value["content"])
                 elif key in ("deletedFile", "deletedFolder"):
-                    deleted.append(value["path"])
+                    deleted.append((key, value["path"]))
                 else:
                     self._send(400, {"error": f"the fake hub does not store {key!r} operations"})
                     return
+            header = lines[0].get("value") or {}
             oid = hashlib.sha1(body).hexdigest()
             with hub.lock:
-                for path in deleted:
+                parent = header.get("parentCommit")
+                if parent is not None and parent != repo.sha:
+                    self._send(412, {"error": "A commit has happened since. Please refresh and "
+                                              "try again."})
+                    return
+                missing = [p for key, p in deleted if key == "deletedFile" and p not in repo.files]
+                if missing:
+                    self._send(404, {"error": f"A file with this name doesn't exist: {missing[0]}"},
+                               {"X-Error-Code": "EntryNotFound"})
+                    return
+                for key, path in deleted:
                     inside = path.rstrip("/") + "/"
-                    for existing in [p for p in repo.files if p == path or p.startswith(inside)]:
+                    for existing in [p for p in repo.files
+                                     if p == path or (key == "deletedFolder" and p.startswith(inside))]:
                         del repo.files[existing]
                 repo.files.update(added)
                 repo.commits.append({"oid": oid, "summary": lines[0]["value"].get("summary"),
-                                     "files": sorted(added), "deleted": deleted})
+                                     "files": sorted(added),
+                                     "deleted": sorted(p for _, p in deleted)})
             prefix = "" if repo.repo_type == "model" else f"{repo.repo_type}s/"
             self._send(200, {"commitUrl": f"{hub.url}/{prefix}{repo.repo_id}/commit/{oid}",
                              "commitOid": oid, "success": True})

@@ -15,7 +15,7 @@ from crowdpref.config import load_study
 from crowdpref.errors import CrowdprefError
 from crowdpref.publish import PushError
 from flows.publish_dataset import publish_dataset
-from tests.fakes.hub_server import FakeHubServer
+from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
 from tests.unit.test_publish import PlantedRun, write_study_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,8 @@ def test_with_settings_it_pushes_to_the_hub(demo_run: PlantedRun,
         folder = result.folder
         local = {p.relative_to(folder).as_posix(): p.read_bytes()
                  for p in folder.rglob("*") if p.is_file()}
-        assert repo.files == local and "data/ratings/train-00000-of-00001.parquet" in repo.files
+        assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}
+        assert "data/ratings/train-00000-of-00001.parquet" in repo.files
         assert b'load_dataset("crowdpref-tester/demo-rlhf"' in repo.files["README.md"]
         link = Artifact.get("demo-release")
         assert link is not None and result.url in str(link.data)

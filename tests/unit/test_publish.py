@@ -47,7 +47,7 @@ from crowdpref.publish import (
 )
 from crowdpref.store import Store
 from crowdpref.runfolder import RunFolder, write_json, write_parquet
-from tests.fakes.hub_server import FakeHubServer
+from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
 
 UTC = "UTC"
 
@@ -671,10 +671,11 @@ def test_push_to_the_fake_hub(planted: PlantedRun, hub: FakeHubServer) -> None:
     repo = hub.dataset("me/social-rlhf")
     assert repo.private is True
     local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    assert repo.files == local
+    assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}  # the Hub's own file stays
+    assert len(repo.commits) == 2  # the Hub's initial commit, then the release in one commit
     # pushing again is harmless: nothing changed, nothing committed
     again = push_release(folder, "me/social-rlhf", hub.write_token, private=True, endpoint=hub.url)
-    assert again.pushed and len(repo.commits) == 1
+    assert again.pushed and len(repo.commits) == 2
 
     push_release(folder, "me/public-rlhf", hub.write_token, private=False, endpoint=hub.url)
     assert hub.dataset("me/public-rlhf").private is False
