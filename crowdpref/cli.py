@@ -1,12 +1,16 @@
 """The ``crowdpref`` command line.
 
-Errors the user can fix (config, settings, a taken port, a missing venv) print one line and
-exit non-zero (2 for config problems); they never show a traceback.
+Errors the user can fix (config, settings, a taken port, a missing venv, a service that is not
+running, a damaged state file) print one line with the fix and exit non-zero - 2 for usage and
+config problems, 1 for failures; they never show a traceback. A flow that fails for such a
+reason shows the same one line and the link to its run, whose log in the Prefect UI keeps the
+full traceback. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -17,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, ServiceError, StateFileError
 from crowdpref.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -31,21 +35,105 @@ err_console = Console(stderr=True)
 
 
 def friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn :class:`CrowdprefError` into its one-line message and exit code."""
+    """Turn :class:`CrowdprefError` - and the few other exceptions :func:`explain` can say
+    something true about - into its one-line message and exit code. Anything else propagates
+    with its traceback: it is a bug."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except CrowdprefError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:  # noqa: BLE001 - re-raised below unless explained
+            explained = explain(exc)
+            if explained is None:
+                raise
+            err_console.print(f"[bold red]error:[/] {explained}", highlight=False, soft_wrap=True)
+            raise typer.Exit(explained.exit_code) from None
 
     return wrapper
 
 
+_SETTINGS: Settings | None = None
+
+
 def _settings() -> Settings:
-    return load_settings()
+    global _SETTINGS
+    _SETTINGS = load_settings()
+    return _SETTINGS
+
+
+def explain(exc: BaseException) -> CrowdprefError | None:
+    """A one-line error for ``exc`` when one can be said truthfully: a :class:`CrowdprefError`
+    itself, a connection to a service that failed (which service, how to start it), a state
+    file the OS refuses to read. None for anything else (a bug: keep its traceback)."""
+    import httpx
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:  # the exception and what caused it
+        seen.add(id(current))
+        if isinstance(current, CrowdprefError):
+            return current
+        if isinstance(current, (httpx.ConnectError, httpx.ConnectTimeout)):
+            try:
+                url = str(current.request.url)
+            except RuntimeError:  # raised without a request
+                url = ""
+            return ServiceError(_unreachable(url, current.__class__.__name__))
+        if isinstance(current, (PermissionError, IsADirectoryError, NotADirectoryError)) and current.filename:
+            return StateFileError(f"{current.filename}: cannot be used ({current.strerror}): fix the path or its "
+                                  "permissions (crowdpref must read and write its state folder, CROWDPREF_HOME)")
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _unreachable(url: str, why: str) -> str:
+    """Which service ``url`` belongs to, and how to get it running."""
+    settings = _SETTINGS
+    if settings is not None:
+        if url.startswith(settings.prefect_url):
+            return _prefect_down(settings, why)
+        if url.startswith(settings.argilla_api_url):
+            return _argilla_down(settings, why)
+        if url.startswith(settings.portal_public_url):
+            return (f"the participant portal at {settings.portal_public_url} is not reachable ({why}): start it with "
+                    "`crowdpref up` (or set CROWDPREF_PORTAL_URL)")
+    origin = url.split("/", 3)[:3]
+    return f"{'/'.join(origin) or 'a server'} is not reachable ({why}): is it running? (`crowdpref status` shows the embedded services)"
+
+
+def _prefect_down(settings: Settings, why: str) -> str:
+    if settings.embedded_prefect:
+        return (f"the Prefect server at {settings.prefect_ui_url} is not reachable ({why}): start it with "
+                "`crowdpref up` (or set PREFECT_API_URL)")
+    return f"the Prefect API at {settings.prefect_url} is not reachable ({why}): check PREFECT_API_URL"
+
+
+def _argilla_down(settings: Settings, why: str) -> str:
+    if settings.embedded_argilla:
+        return (f"the Argilla server at {settings.argilla_api_url} is not reachable ({why}): start it with "
+                "`crowdpref up` (or set CROWDPREF_ARGILLA_URL)")
+    return f"Argilla at {settings.argilla_api_url} is not reachable ({why}): check CROWDPREF_ARGILLA_URL"
+
+
+def _reachable(url: str, embedded: bool) -> str | None:
+    """None when ``url`` answers (the embedded services: with 200), else why not."""
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=5.0)
+    except httpx.HTTPError as exc:
+        return exc.__class__.__name__
+    if embedded and response.status_code != 200:
+        return f"HTTP {response.status_code}"
+    return None
+
+
+def _require_argilla(settings: Settings) -> None:
+    """Fail in one line, before anything starts, when Argilla does not answer."""
+    why = _reachable(f"{settings.argilla_api_url}/api/v1/status", settings.embedded_argilla)
+    if why is not None:
+        raise ServiceError(_argilla_down(settings, why))
 
 
 @app.command()
@@ -61,6 +149,11 @@ def up(
 
     settings = _settings()
     components = only or list(stack.COMPONENTS)
+    if "argilla" in components and settings.embedded_argilla:
+        from services.argilla.service import env as argilla_env
+
+        ensure_owner_credentials(settings)  # damaged secrets: one line before anything starts
+        argilla_env(settings)
     with console.status("starting services...") as spinner:
         rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."))
     _print_status(rows)
@@ -91,6 +184,7 @@ def deploy(
     from deployments.deploy import deploy_all, start_worker
 
     settings = _settings()
+    _use_prefect(settings)
     with console.status("registering deployments..."):
         names = deploy_all(settings)
     console.print(f"registered {len(names)} deployments: {', '.join(sorted(names))}", highlight=False)
@@ -158,9 +252,10 @@ def smoke() -> None:
     `make demo` uses it until the study flow exists."""
     settings = _settings()
     _use_prefect(settings)
+    _require_argilla(settings)
     from flows.smoke import smoke_check
 
-    smoke_check()
+    _call_flow(smoke_check, settings, "smoke")
     console.print(f"Prefect UI (flow runs): {settings.prefect_ui_url}/runs", highlight=False)
 
 
@@ -191,12 +286,71 @@ def run_flow(
 
     if flow_name not in FLOWS:
         raise typer.BadParameter(f"unknown flow '{flow_name}': choose one of {', '.join(FLOWS)}")
-    load_study(study)  # one-line error before Prefect starts
+    config = load_study(study)  # one-line error before Prefect starts
     settings = _settings()
     _use_prefect(settings)
+    if _needs_argilla(flow_name, config, settings):
+        _require_argilla(settings)
     module, attribute = FLOWS[flow_name]
-    result = getattr(importlib.import_module(module), attribute)(study=str(study))
+    result, _ = _call_flow(getattr(importlib.import_module(module), attribute), settings, flow_name, study=str(study))
     console.print(f"{flow_name}: {result}")
+
+
+ARGILLA_FLOWS = {"study": "ratings.parquet", "collect-responses": "responses.parquet",
+                 "collect-ratings": "ratings.parquet", "simulate-crowd": None, "recruit": None, "sync-prolific": None}
+"""Flows that talk to Argilla, and the output after which they no longer need it (None: always)."""
+
+
+def _needs_argilla(flow_name: str, config: Any, settings: Settings) -> bool:
+    if flow_name not in ARGILLA_FLOWS:
+        return False
+    done = ARGILLA_FLOWS[flow_name]
+    return done is None or not (settings.runs_dir / config.name / done).exists()
+
+
+def _call_flow(flow: Any, settings: Settings, name: str, **parameters: Any) -> tuple[Any, str]:
+    """Run a flow; return its result and the link to its run. When it fails for a reason :func:`explain` can put in
+    one line, raise that line with the run's link (the run's log in the UI keeps the
+    traceback; the console shows none); any other failure re-raises its exception."""
+    _quiet_explained_tracebacks()
+    state = flow(**parameters, return_state=True)
+    result = state.result(raise_on_failure=False)
+    run_url = f"{settings.prefect_ui_url}/runs/flow-run/{state.state_details.flow_run_id}"
+    if state.is_completed():
+        return result, run_url
+    if isinstance(result, BaseException):
+        explained = explain(result)
+        if explained is None:
+            raise result  # a bug: its traceback
+        failed = CrowdprefError(f"{name} failed: {explained} (run: {run_url})")
+        failed.exit_code = explained.exit_code
+        raise failed
+    raise CrowdprefError(f"the {name} flow ended {state.name}: {state.message} (run: {run_url})")
+
+
+def _quiet_explained_tracebacks() -> None:
+    """Prefect logs a failing task's or flow's exception with its traceback to the run's log
+    (the UI keeps it) and to the console. On this process's console, leave out the traceback
+    of an exception the CLI explains in one line; a bug's traceback stays."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not getattr(handler, "_crowdpref_quiet", False):
+            handler.format = _without_explained_traceback(handler.format)  # type: ignore[method-assign]
+            handler._crowdpref_quiet = True  # type: ignore[attr-defined]
+
+
+def _without_explained_traceback(format_record: Callable[[logging.LogRecord], str]) -> Callable[[logging.LogRecord], str]:
+    def format_without(record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or explain(exc) is None:
+            return format_record(record)
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None  # for this handler only
+        try:
+            return format_record(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+    return format_without
 
 
 @app.command()
@@ -216,16 +370,15 @@ def demo(
     config = load_study(study)
     settings = _settings()
     _use_prefect(settings)
+    _require_argilla(settings)
     from flows.study import study as study_flow
 
     started = time.perf_counter()
     if config.crowd.arrive_via == "prolific":
         _start_fake_prolific(config, settings)
-    state = study_flow(str(study), simulate=True, max_wait_s=max_wait_s, return_state=True)
-    run_url = f"{settings.prefect_ui_url}/runs/flow-run/{state.state_details.flow_run_id}"
-    result = state.result(raise_on_failure=False)
-    if not state.is_completed() or not isinstance(result, dict):
-        raise CrowdprefError(f"the study flow ended {state.name}: {state.message} (see {run_url})")
+    result, run_url = _call_flow(study_flow, settings, "study", study=str(study), simulate=True, max_wait_s=max_wait_s)
+    if not isinstance(result, dict):
+        raise CrowdprefError(f"the study flow returned {type(result).__name__}, not its stage table (run: {run_url})")
     table = Table(title=f"{config.name}: {result['status']} in {time.perf_counter() - started:.0f} s")
     for column in ("stage", "status", "seconds"):
         table.add_column(column)
@@ -387,8 +540,17 @@ def _start_fake_prolific(config: Any, settings: Settings) -> None:
 
 
 def _use_prefect(settings: Settings) -> None:
-    """Point Prefect (imported after this) at the configured server with the offline settings."""
+    """Point Prefect (imported after this) at the configured server with the offline settings;
+    fail in one line, before Prefect is imported, when the server does not answer."""
     os.environ.update(settings.prefect_env())
+    why = _reachable(f"{settings.prefect_url}/health", settings.embedded_prefect)
+    if why is not None:
+        raise ServiceError(_prefect_down(settings, why))
+    try:
+        settings.prefect_home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateFileError(f"{settings.prefect_home}: cannot create the Prefect home ({exc.strerror}): fix "
+                             "CROWDPREF_HOME or its permissions") from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

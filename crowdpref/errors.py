@@ -25,3 +25,23 @@ class ServiceError(CrowdprefError):
     """An embedded service could not be started, stopped or reached."""
 
     exit_code = 1
+
+
+class StateFileError(CrowdprefError):
+    """A file crowdpref keeps in its state folder (credentials, a salt, the store) is
+    unreadable or damaged. The message names the file and the safe way back."""
+
+    exit_code = 1
+
+
+def state_file_error(path: object, what: str, exc: BaseException, fix: str) -> StateFileError:
+    """The one-line error for state file ``path`` (``what`` it holds) that could not be read:
+    why (its OS error, or that its content is damaged) and ``fix``. The file's content is never
+    quoted (it may hold secrets)."""
+    if isinstance(exc, OSError):
+        why = exc.strerror or exc.__class__.__name__
+    elif isinstance(exc, (KeyError, TypeError)):
+        why = "damaged: fields missing"
+    else:  # ValueError: json.JSONDecodeError, UnicodeDecodeError
+        why = "damaged: not valid JSON"
+    return StateFileError(f"{path}: {what} cannot be read ({why}): {fix}")

@@ -9,6 +9,7 @@ import json
 import secrets
 from pathlib import Path
 
+from crowdpref.errors import state_file_error
 from crowdpref.ids import stable_id
 from crowdpref.runfolder import write_json
 
@@ -20,7 +21,13 @@ class Pseudonyms:
         path = private_dir / SALT_FILE
         if not path.exists():
             write_json({"salt": secrets.token_hex(16)}, path, private=True)
-        self._salt = json.loads(path.read_text())["salt"]
+        try:
+            salt = json.loads(path.read_text(encoding="utf-8"))["salt"]
+            if not isinstance(salt, str) or not salt:
+                raise TypeError("salt")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise state_file_error(path, "the participant-key salt", exc, _salt_fix(private_dir)) from None
+        self._salt = salt
 
     def participant_key(self, username: str) -> str:
         return stable_id("p_", self._salt, username, length=12)
@@ -33,3 +40,13 @@ class Pseudonyms:
 
     def __repr__(self) -> str:  # never show the salt
         return "Pseudonyms(<salted>)"
+
+
+def _salt_fix(private_dir: Path) -> str:
+    """A new salt is harmless only before anything was exported with the old one (every
+    participant key and response/rating id derives from it)."""
+    exported = [name for name in ("responses.parquet", "ratings.parquet") if (private_dir.parent / name).exists()]
+    if exported:
+        return (f"restore it from your backup ({' and '.join(exported)} already use it; a new salt would change "
+                "every participant key and response id)")
+    return "nothing was exported with it yet: delete it and rerun the stage (a new salt is created)"

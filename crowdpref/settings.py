@@ -21,7 +21,7 @@ import yaml
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from crowdpref.errors import ConfigError
+from crowdpref.errors import ConfigError, state_file_error
 
 DEFAULT_SETTINGS_FILE = "crowdpref.settings.yaml"
 
@@ -245,7 +245,26 @@ class Settings(BaseSettings):
             raise ConfigError(
                 f"{creds}: embedded Argilla owner credentials not found: run `crowdpref up` first"
             )
-        return json.loads(creds.read_text())["api_key"]
+        return self.owner_credentials()["api_key"]
+
+    def owner_credentials(self) -> dict[str, str]:
+        """The embedded Argilla owner's credentials (username, password, api_key) from
+        :attr:`owner_credentials_file`; a one-line error naming the file and the safe fix when
+        it cannot be read or is damaged."""
+        path = self.owner_credentials_file
+        try:
+            creds = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(creds, dict) or not all(
+                    isinstance(creds.get(k), str) and creds[k] for k in ("username", "password", "api_key")):
+                raise KeyError("username/password/api_key")
+        except (OSError, ValueError, KeyError) as exc:
+            if (self.argilla_home / "argilla.db").exists():
+                fix = ("restore it from your backup: the embedded Argilla's owner account keeps the old API key, "
+                       "so a new file would not match it")
+            else:
+                fix = "the embedded Argilla was never set up with it: delete it and run `crowdpref up` to create it"
+            raise state_file_error(path, "the Argilla owner credentials", exc, fix) from None
+        return creds
 
     def prefect_env(self) -> dict[str, str]:
         """Environment for anything that talks to or runs the embedded Prefect: offline settings,
@@ -281,7 +300,10 @@ class _YamlFileSource(PydanticBaseSettingsSource):
         try:
             data = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{self.path}: not valid UTF-8 YAML ({exc.__class__.__name__}): fix the file") from exc
+            raise ConfigError(f"{self.path}: not valid UTF-8 YAML ({exc.__class__.__name__}): fix the file") from None
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: the settings file cannot be read ({exc.strerror or exc.__class__.__name__}): "
+                              "fix its permissions, or point CROWDPREF_SETTINGS at a readable file") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{self.path}: expected a mapping of setting names to values")
         return _by_alias(data, source=str(self.path))

@@ -57,6 +57,7 @@ ACTIVE, RELEASING, COMPLETE, RELEASED = "active", "releasing", "complete", "rele
 # assignment statuses
 HELD, SUBMITTED = "held", "submitted"  # (and RELEASED)
 EXCLUDED = "excluded"  # submitted, then taken out of the count (the participant failed the checks)
+REOPENED = "reopened"  # counted, then taken out of the count on its own (unusable or lost answer): collected again
 IN_FLIGHT_OR_DONE = (HELD, SUBMITTED)
 # check verdicts (participants.check_verdict; None: the collection has no checks)
 PASSED, FAILED, UNANSWERED = "passed", "failed", "unanswered"
@@ -126,12 +127,17 @@ class ParticipantState:
         return [a.item_id for a in self.assignments if a.status == EXCLUDED]
 
     @property
+    def reopened(self) -> list[str]:
+        """Items whose answer was taken out of the count on its own (:meth:`Store.reopen`)."""
+        return [a.item_id for a in self.assignments if a.status == REOPENED]
+
+    @property
     def visible(self) -> list[str]:
-        """Items whose records belong in the participant's dataset now (an excluded answer
-        stays in Argilla: it no longer counts, it is not deleted)."""
+        """Items whose records belong in the participant's dataset now (an excluded or reopened
+        answer stays in Argilla: it no longer counts, it is not deleted)."""
         if self.status == RELEASED:
-            return [a.item_id for a in self.assignments if a.status in (SUBMITTED, EXCLUDED)]
-        return [a.item_id for a in self.assignments if a.status in (*IN_FLIGHT_OR_DONE, EXCLUDED)]
+            return [a.item_id for a in self.assignments if a.status in (SUBMITTED, EXCLUDED, REOPENED)]
+        return [a.item_id for a in self.assignments if a.status in (*IN_FLIGHT_OR_DONE, EXCLUDED, REOPENED)]
 
     @property
     def swapped(self) -> dict[str, bool | None]:
@@ -203,13 +209,15 @@ class PlatformStudy:
 
 @dataclass(frozen=True)
 class ItemCounts:
-    """Per item: copies submitted, held (in flight), released (given back) and excluded
-    (submitted by someone who failed the checks, taken out of the count) so far."""
+    """Per item: copies submitted, held (in flight), released (given back), excluded
+    (submitted by someone who failed the checks, taken out of the count) and reopened (an
+    unusable or lost answer taken out of the count) so far."""
 
     submitted: Counter[str]
     held: Counter[str]
     released: Counter[str]
     excluded: Counter[str] = field(default_factory=Counter)
+    reopened: Counter[str] = field(default_factory=Counter)
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -227,13 +235,10 @@ class Store:
         self.engine = _engine(url)
         try:
             upgrade(self.engine)
+            self._salt = self._key_salt()
         except DatabaseError as exc:  # OperationalError, or a damaged file ('not a database')
             self.engine.dispose()
-            raise StoreError(
-                f"the study store at {_redacted(url)} cannot be opened ({_first_line(exc)}): check "
-                "database_url, or move the damaged file aside and rerun"
-            ) from None
-        self._salt = self._key_salt()
+            raise StoreError(_cannot_open(url, exc)) from None
 
     # transactions ---------------------------------------------------------------------------
     @contextmanager
@@ -425,10 +430,10 @@ class Store:
         else:
             rows = conn.execute(query).all()
         counts: dict[str, Counter[str]] = {HELD: Counter(), SUBMITTED: Counter(), RELEASED: Counter(),
-                                           EXCLUDED: Counter()}
+                                           EXCLUDED: Counter(), REOPENED: Counter()}
         for item, status, n in rows:
             counts[status][item] = n
-        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED], counts[EXCLUDED])
+        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED], counts[EXCLUDED], counts[REOPENED])
 
     # claims -----------------------------------------------------------------------------------------
     def claim(self, info: CollectionInfo, key: str, source: str, *,
@@ -496,7 +501,7 @@ class Store:
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
                         warm=account_row is not None)
             for item in chosen:
-                if counts.released[item] or counts.excluded[item]:
+                if counts.released[item] or counts.excluded[item] or counts.reopened[item]:
                     self._event(conn, info.id, "reallocated", pid, item, at=now)
             state = self._participant(conn, pid)
             return Claimed(state, new=True, password=self._password(conn, account_id))
@@ -666,6 +671,47 @@ class Store:
             conn.execute(update(t.participants).where(p.id == pid).values(excluded_at=now))
             self._event(conn, cid, "excluded", pid, items=len(done), reason=reason)
             return done
+
+    def reopen(self, cid: int, item_id: str, reason: str, usernames: Sequence[str] | None = None) -> list[str]:
+        """Take the counted answers to ``item_id`` out of the count - all of them, or only
+        those of ``usernames`` - in one transaction: each becomes ``reopened`` (the answer stays
+        in Argilla and never counts again) with a ``reopened`` event naming ``reason``, and its
+        slot returns to the pool, where the next claim takes it (never to someone who held the
+        item before). Returns the usernames whose answer was reopened. Refuses, changing
+        nothing, an item the collection does not have, a username without a counted answer to
+        it, or an item without any."""
+        p, a, s = t.participants.c, t.accounts.c, t.assignments.c
+        with self._write(cid) as conn:
+            known = conn.execute(select(t.items.c.item_id).where(
+                t.items.c.collection_id == cid, t.items.c.item_id == item_id)).first()
+            if known is None:
+                raise StoreError(f"item '{item_id}' is not an item of this collection: check the id (the export's "
+                                 "message and validation.json name it)")
+            rows = conn.execute(select(s.participant_id, s.status, a.username)
+                                .join(t.participants, p.id == s.participant_id)
+                                .join(t.accounts, a.id == p.account_id)
+                                .where(s.collection_id == cid, s.item_id == item_id).order_by(s.participant_id)).all()
+            counted = [r for r in rows if r.status == SUBMITTED]
+            if usernames is not None:
+                wanted = set(usernames)
+                unknown = wanted - {r.username for r in counted}
+                if unknown:
+                    states = {r.username: r.status for r in rows}
+                    name = sorted(unknown)[0]
+                    raise StoreError(
+                        f"'{name}' has no counted answer to item '{item_id}' "
+                        f"({'it is ' + states[name] if name in states else 'they never held it'}): counted "
+                        f"answers are by {', '.join(r.username for r in counted) or 'nobody'}")
+                counted = [r for r in counted if r.username in wanted]
+            if not counted:
+                raise StoreError(f"item '{item_id}' has no counted answer to reopen (its copies are "
+                                 f"{', '.join(sorted(r.status for r in rows)) or 'unclaimed'}): nothing to do")
+            now = self.clock()
+            for row in counted:
+                conn.execute(update(t.assignments).where(s.participant_id == row.participant_id, s.item_id == item_id,
+                                                         s.status == SUBMITTED).values(status=REOPENED, released_at=now))
+                self._event(conn, cid, "reopened", row.participant_id, item_id, at=now, reason=reason)
+            return [r.username for r in counted]
 
     def request_drop(self, cid: int, username: str) -> ParticipantState:
         participant = self.participant(cid, username)
@@ -878,14 +924,29 @@ class Store:
 
 
 # --- engine, migrations --------------------------------------------------------------------------
+def _cannot_open(url: str, exc: BaseException) -> str:
+    """One line for a store that exists but cannot be used. Never advice that loses data: the
+    store is the study's ledger (who holds and answered what, account passwords)."""
+    where = _redacted(url)
+    if url.startswith("sqlite"):
+        return (f"the study store {where.split('///', 1)[-1]} cannot be opened ({_first_line(exc)}): it is damaged or "
+                "not readable - restore it from your backup (or fix its permissions), or point database_url "
+                "(CROWDPREF_DATABASE_URL) at another store; do not delete it: it holds the study's state")
+    return (f"the study store at {where} cannot be opened ({_first_line(exc)}): check that the database server "
+            "runs and database_url (CROWDPREF_DATABASE_URL) is right")
+
+
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
         if path and path != ":memory:":
             file = Path(path)
-            file.parent.mkdir(parents=True, exist_ok=True)
-            if not file.exists():  # owner-only from the first byte: it holds passwords
-                os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+            try:
+                file.parent.mkdir(parents=True, exist_ok=True)
+                if not file.exists():  # owner-only from the first byte: it holds passwords
+                    os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+            except OSError as exc:
+                raise StoreError(_cannot_open(url, exc)) from None
         engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")

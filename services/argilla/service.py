@@ -7,13 +7,12 @@ The owner account is generated on first start (random password and API key), kep
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
 from pathlib import Path
 
-from crowdpref.errors import ServiceError
+from crowdpref.errors import ServiceError, state_file_error
 from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok, redis_command
@@ -57,7 +56,14 @@ def _auth_secret(settings: Settings) -> str:
     path = settings.secrets_dir / "argilla-auth-secret"
     if not path.exists():
         write_text(secrets.token_hex(32), path, private=True)
-    return path.read_text().strip()
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+        if not secret:
+            raise ValueError("empty")
+    except (OSError, ValueError) as exc:  # a new key only logs browsers out: safe to recreate
+        raise state_file_error(path, "the Argilla token-signing key", exc,
+                               "delete it and run `crowdpref up` (a new key is made; browsers sign in again)") from None
+    return secret
 
 
 def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
@@ -70,7 +76,7 @@ def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
             "api_key": "crowdpref.apikey." + secrets.token_urlsafe(24),
         }
         write_json(creds, path, private=True)
-    return json.loads(path.read_text())
+    return settings.owner_credentials()  # a damaged or unreadable file: one line naming it and the fix
 
 
 def masked(secret: str) -> str:
