@@ -255,6 +255,39 @@ class ArgillaOwner:
                 return
             offset += len(items)
 
+    # --- webhooks (Standard Webhooks, sent by the server's rq worker) -------------------------
+    def webhooks(self) -> list[dict[str, Any]]:
+        """The server's webhooks (id, url, events, enabled, secret: owner only)."""
+        response = self._http.get("/api/v1/webhooks")
+        _raise_for_status(response, self.api_url, "the list of webhooks")
+        return list(response.json()["items"])
+
+    def ensure_webhook(self, url: str, events: Sequence[str], description: str | None = None) -> tuple[str, str]:
+        """The webhook that sends ``events`` to ``url``: found by its URL (one per URL, never a
+        second), its events and ``enabled`` brought in line, else created. Returns (id,
+        secret); the secret signs every delivery (keep it owner-only)."""
+        wanted = url.rstrip("/")
+        found = [w for w in self.webhooks() if str(w["url"]).rstrip("/") == wanted]
+        if found:
+            hook = found[0]
+            if set(hook["events"]) != set(events) or not hook["enabled"]:
+                response = self._http.patch(f"/api/v1/webhooks/{hook['id']}",
+                                            json={"events": list(events), "enabled": True})
+                _raise_for_status(response, self.api_url, f"updating the webhook to {wanted}")
+            return str(hook["id"]), str(hook["secret"])
+        body: dict[str, Any] = {"url": url, "events": list(events)}
+        if description:
+            body["description"] = description
+        response = self._http.post("/api/v1/webhooks", json=body)
+        _raise_for_status(response, self.api_url, f"creating a webhook to {wanted}")
+        created = response.json()
+        return str(created["id"]), str(created["secret"])
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        response = self._http.delete(f"/api/v1/webhooks/{webhook_id}")
+        if response.status_code != 404:
+            _raise_for_status(response, self.api_url, f"deleting webhook {webhook_id}")
+
     def close(self) -> None:
         self._http.close()
 

@@ -15,7 +15,12 @@ the studies - dataset settings, the record for an item, how an answer becomes a 
 - **monitoring**: reads answers back, marks participants complete, releases those inactive
   (counted from their claim and their last activity - a saved draft counts - never from
   provisioning) or dropped by the operator: their unsubmitted records leave their dataset (a
-  late answer cannot count twice) and the slots return to the pool for the next claim;
+  late answer cannot count twice) and the slots return to the pool for the next claim. It
+  scales with activity, not with participants: when the portal receives Argilla's webhooks
+  (:mod:`crowdpref.portal.argilla_hooks`), a pass reads from Argilla only the participants
+  with reported activity not read yet, those not read for the backstop (``backstop_s``), and
+  those about to be released (read once first, so a late answer is not lost); an idle
+  participant costs nothing. Without webhooks every pass reads every active participant;
 - **repair**: every step records its intent in the store before it touches Argilla and its
   result after, and every Argilla step is idempotent. So a process killed anywhere leaves a
   state the next :meth:`Collection.monitor` (or a repeated claim) completes, never refuses;
@@ -27,7 +32,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +57,8 @@ from crowdpref.store import (
     Store,
 )
 
+BACKSTOP_S = 1800.0  # a spec without ``backstop_s``: read a participant at least every 30 min
+
 FINISH_NOTE = """
 
 ### When you are done
@@ -71,6 +78,8 @@ class CollectionSpec(Protocol):
     seed: int
     remainder: str  # "smaller_last" | "error"
     inactive_after_s: float
+    # backstop_s: float (optional; default BACKSTOP_S) - with webhooks, a participant not read
+    # from Argilla for this long is read anyway
     pool_size: int  # K warm accounts
     counterbalance: bool  # study 2: display order chosen per rating
     exclude_from: str | None  # participants of this collection key are refused (study 1 -> 2)
@@ -123,6 +132,8 @@ class Progress:
     complete: bool
     released_now: list[str] = field(default_factory=list)
     accounts_ready_now: int = 0
+    read_now: int = 0  # participants this pass read from Argilla
+    webhooks: bool = False  # the pass relied on Argilla's webhooks (else it read everyone active)
 
     @property
     def share(self) -> float:
@@ -244,20 +255,38 @@ class Collection:
     # monitoring -----------------------------------------------------------------------------------
     def monitor(self) -> Progress:
         """Repair what a killed process left, read answers back, complete or release
-        participants, refill the pool. Never waits for people: returns the progress."""
+        participants, refill the pool. Never waits for people: returns the progress.
+
+        With Argilla's webhooks reaching the portal (:meth:`webhooks_active`), only the
+        participants :meth:`~crowdpref.store.Store.due_for_reading` names are read: reported
+        activity, the backstop, a release due (inactivity is decided from the store's last
+        activity; the participant is read once before being released), a drop requested, a
+        release or a claim a killed run left. Without webhooks, every active participant."""
         cid = self.info.id
         released_now = []
         if self.spec.on_fail == "exclude":  # an exclusion a killed run decided but did not write
-            for finished in self.store.participants(cid, statuses=[COMPLETE, RELEASED]):
+            for finished in self.store.failed_not_excluded(cid):
                 self._exclude_if_failed(finished)
-        for participant in self.store.participants(cid, statuses=[ACTIVE, RELEASING]):
+        webhooks = self.webhooks_active()
+        if webhooks:
+            due = self.store.due_for_reading(cid, self.clock(), self.backstop_s, self.spec.inactive_after_s)
+            todo = self.store.participants_by_id(cid, due)
+        else:
+            todo = self.store.participants(cid, statuses=[ACTIVE, RELEASING])
+        reads = 0
+        for participant in todo:
             if participant.status == RELEASING:  # a release a killed run began: finish it
                 self._finish_release(participant)
                 released_now.append(participant.username)
                 continue
+            if participant.status == COMPLETE:  # completed by a webhook: this read grades their checks
+                self._read_progress(participant)
+                reads += 1
+                continue
             if not participant.records_logged or participant.account_state == CREATING:
                 self.make_visible(participant)
             self._read_progress(participant)
+            reads += 1
             participant = self.store.participant(cid, participant.username)
             if participant.status != ACTIVE:
                 continue
@@ -272,7 +301,19 @@ class Collection:
                 self._finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
         ready_now = self.refill_pool()
-        return self.progress(released_now, ready_now)
+        return replace(self.progress(released_now, ready_now), read_now=reads, webhooks=webhooks)
+
+    @property
+    def backstop_s(self) -> float:
+        return float(getattr(self.spec, "backstop_s", BACKSTOP_S))
+
+    def webhooks_active(self) -> bool:
+        """Whether the portal receives Argilla's response webhooks from this collection's
+        Argilla (registered by the portal when it starts; the secret is in the store)."""
+        from crowdpref.portal.argilla_hooks import registered_for
+
+        api_url = getattr(self.owner, "api_url", None)
+        return isinstance(api_url, str) and registered_for(self.store, api_url)
 
     def refresh(self, participant: ParticipantState) -> ParticipantState:
         """Read the participant's answers from Argilla now (what the portal's finish page does):
@@ -302,6 +343,8 @@ class Collection:
     def _read_progress(self, participant: ParticipantState) -> None:
         """Record the participant's submitted answers and their latest activity (any response
         they saved - a draft counts)."""
+        seq = self.store.activity_seq(participant.id)  # activity reported from here on stays unread
+        started = self.clock()
         own = self._own_answers(participant)
         held = set(participant.held)
         submitted = {}
@@ -311,6 +354,7 @@ class Collection:
                                                         else self.clock())
         times = [a.updated_at.timestamp() for a in own if a.updated_at is not None]
         self.store.record_progress(self.info.id, participant.id, submitted, max(times) if times else None)
+        self.store.mark_read(self.info.id, participant.id, seq, started)
         self._grade_checks(participant, own)
 
     def _grade_checks(self, participant: ParticipantState, own: Sequence[SubmittedAnswer]) -> None:

@@ -458,6 +458,11 @@ class Study1Config(_Section):
     inactive_after_minutes: Float = Field(60.0, gt=0)
     """A participant with no activity (a submitted answer or a saved draft) for this long after
     their claim counts as dropped out and their unanswered questions go back to the pool."""
+    backstop_minutes: Float = Field(30.0, gt=0)
+    """Monitoring reads a participant's answers back from Argilla when Argilla's webhook (sent
+    to the portal as they work) reports activity; one not read for this long is read anyway -
+    the backstop for a lost webhook or a portal that was down. Without the portal's webhook,
+    every monitoring pass reads every active participant."""
     pool_size: Int = Field(10, ge=0)
     """Warm accounts kept ready (Argilla user, workspace, empty dataset), so a participant who
     arrives gets their work in one call; refilled by every collection run. 0: each account is
@@ -520,6 +525,11 @@ class Study2Config(_Section):
     inactive_after_minutes: Float = Field(60.0, gt=0)
     """A rater with no activity (submission or draft) for this long after their claim counts
     as dropped out; their pairs return to the pool."""
+    backstop_minutes: Float = Field(30.0, gt=0)
+    """Monitoring reads a participant's answers back from Argilla when Argilla's webhook (sent
+    to the portal as they work) reports activity; one not read for this long is read anyway -
+    the backstop for a lost webhook or a portal that was down. Without the portal's webhook,
+    every monitoring pass reads every active participant."""
     pool_size: Int = Field(10, ge=0)
     """Warm accounts kept ready (Argilla user, workspace, empty dataset), so a participant who
     arrives gets their work in one call; refilled by every collection run. 0: each account is

@@ -9,7 +9,8 @@ without a migration fails.
 - ``credentials``  account passwords; only here, never logged (owner-only store).
 - ``participants`` people who claimed work: salted hash of their key (never the raw
                    external id), source (simulated / prolific / invite), status, activity,
-                   the hash of their platform session (the submission webhooks name).
+                   the hash of their platform session (the submission webhooks name), the
+                   activity Argilla's webhooks reported and the last read from Argilla.
 - ``assignments``  participant x item: held -> submitted (-> excluded when they failed the
                    checks), or held -> released; for study 2 the display order of that one
                    rating (``swapped``). A batch's quality checks are assignments too (their
@@ -80,6 +81,7 @@ accounts = Table(
     Column("dataset_id", String(64)),  # the account's Argilla dataset, once provisioned
     UniqueConstraint("collection_id", "username", name="uq_accounts_username"),
     Index("ix_accounts_state", "collection_id", "state"),
+    Index("ix_accounts_dataset", "dataset_id"),  # the account a webhook names by its dataset
 )
 
 credentials = Table(
@@ -110,6 +112,11 @@ participants = Table(
     Column("checks_passed", Integer),  # ... and passed
     Column("check_verdict", String(20)),  # passed | failed | unanswered
     Column("excluded_at", Float),  # their submitted work taken out of the count (failed checks)
+    # activity Argilla's webhooks reported (a counter), how much of it the last read from Argilla
+    # covered, and when that read was: monitoring reads only whom activity or the backstop names
+    Column("activity_seq", Integer, nullable=False, default=0, server_default="0"),
+    Column("read_seq", Integer, nullable=False, default=0, server_default="0"),
+    Column("read_at", Float),
     UniqueConstraint("collection_id", "key_hash", name="uq_participants_key"),
     UniqueConstraint("account_id", name="uq_participants_account"),
     Index("ix_participants_status", "collection_id", "status"),

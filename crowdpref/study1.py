@@ -80,6 +80,7 @@ class Study1Spec:
         self.seed = self.config.seed
         self.remainder = s1.remainder
         self.inactive_after_s = s1.inactive_after_minutes * 60
+        self.backstop_s = s1.backstop_minutes * 60  # monitoring: read anyway after this long unread
         self.pool_size = s1.pool_size
         self.counterbalance = False
         self.exclude_from = None

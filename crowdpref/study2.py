@@ -84,6 +84,7 @@ class Study2Spec:
         self.seed = self.config.seed
         self.remainder = s2.remainder
         self.inactive_after_s = s2.inactive_after_minutes * 60
+        self.backstop_s = s2.backstop_minutes * 60  # monitoring: read anyway after this long unread
         self.pool_size = s2.pool_size
         self.counterbalance = True  # display order per rating, balanced within each pair
         self.exclude_from = "study1" if s2.exclude_study1_participants else None

@@ -52,7 +52,8 @@ def refill_account_pool(study: str, key: StudyKey) -> int:
 def monitor_collection(study: str, key: StudyKey) -> Progress:
     """Repair what a killed run left, read answers back, complete or release participants
     (their unanswered items return to the pool), refill the account pool; publish the progress,
-    the participants and their time on task."""
+    the participants and their time on task. With the portal receiving Argilla's webhooks, only
+    participants with reported activity (or due for the backstop or a release) are read."""
     from tasks.prolific import prolific_monitor_state
 
     collection = open_collection(study, key)
@@ -73,7 +74,9 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
         description=(
             f"{key}: {progress.submitted}/{progress.needed} submitted, {progress.outstanding} held by active "
             f"participants, {progress.unclaimed} waiting for the next claims; {progress.pool_ready} warm accounts; "
-            f"released now: {len(progress.released_now)}{on_prolific}"
+            f"released now: {len(progress.released_now)}; read from Argilla now: {progress.read_now} "
+            f"({'reported activity, backstop and releases: Argilla webhooks' if progress.webhooks else 'every active participant: no Argilla webhooks'})"
+            f"{on_prolific}"
         ),
     )
     return progress
@@ -121,7 +124,8 @@ def advance_collection(study: str, key: StudyKey, output: Path, export: Callable
     progress = monitor_collection(study, key)
     print(f"{key}: {progress.submitted}/{progress.needed} {noun} submitted, {progress.outstanding} held, "
           f"{progress.unclaimed} unclaimed, {len(progress.released_now)} participants released, "
-          f"{progress.pool_ready} warm accounts")
+          f"{progress.pool_ready} warm accounts; {progress.read_now} participants read from Argilla "
+          f"({'webhooks on' if progress.webhooks else 'no webhooks: every active participant'})")
     _sync_prolific(study, key)
     if not progress.complete:
         return "waiting"

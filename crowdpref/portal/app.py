@@ -14,6 +14,10 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   completion code and the way back to Prolific, else how many are left.
 - ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated); a RETURNED, TIMED-OUT or
   REJECTED submission gives its unfinished work back to the pool at once.
+- ``POST /hooks/argilla``: Argilla's response events (Standard Webhooks signatures, 401 when
+  bad): the participant's activity - and their submitted answer - reach the store at once, and
+  monitoring reads from Argilla only whom activity names (the portal registers the webhook when
+  it starts, :mod:`crowdpref.portal.argilla_hooks`).
 - ``GET  /healthz``.
 
 Nothing logs query strings: uvicorn's access log is off and :class:`_PathOnlyLog` writes the
@@ -109,6 +113,12 @@ def create_app(portal: Portal) -> FastAPI:
         status, reply = await run_in_threadpool(portal.prolific_webhook, dict(request.headers), body)
         return JSONResponse(reply, status_code=status)
 
+    @app.post("/hooks/argilla")
+    async def argilla_hook(request: Request) -> JSONResponse:
+        body = await request.body()
+        status, reply = await run_in_threadpool(portal.argilla_webhook, dict(request.headers), body)
+        return JSONResponse(reply, status_code=status)
+
     return app
 
 
@@ -124,4 +134,6 @@ def build_app(settings: Any | None = None) -> FastAPI:
     from crowdpref.store import open_store
 
     settings = settings or load_settings()
-    return create_app(Portal(settings, open_store(settings)))
+    portal = Portal(settings, open_store(settings))
+    portal.register_argilla_webhook_in_background()  # Argilla reports responses to /hooks/argilla
+    return create_app(portal)

@@ -1,5 +1,5 @@
 """What the portal does, without the web framework: check who arrives, claim their work, say
-where to go, recognise them when they are done, and act on Prolific's webhooks.
+where to go, recognise them when they are done, and act on Prolific's and Argilla's webhooks.
 
 Every refusal is a :class:`Refusal` (HTTP status, title, a plain sentence for the person) and
 is decided BEFORE anything is allocated. Prolific ids, session ids and passwords never appear
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import threading
 import time
@@ -25,7 +26,7 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
-from crowdpref.portal import links
+from crowdpref.portal import argilla_hooks, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
 from crowdpref.store import ACTIVE, COMPLETE, Claimed, Full, ParticipantState, Refused, Store
 
@@ -38,6 +39,7 @@ FINISHED = ("AWAITING REVIEW", "APPROVED")
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
 ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0
+log = logging.getLogger("crowdpref.portal")
 
 
 class Refusal(CrowdprefError):
@@ -385,6 +387,70 @@ class Portal:
         except CrowdprefError:
             return f"{status}: release begun, the next monitoring pass finishes it"
         return f"{status}: work released" if released else f"{status}: nothing held"
+
+
+    # Argilla webhooks ---------------------------------------------------------------------------------
+    def register_argilla_webhook(self, owner: Any | None = None) -> str:
+        """Make Argilla report participants' responses to this portal (``/hooks/argilla``): the
+        webhook is found or created on the configured Argilla, its secret kept in the store.
+        Idempotent; returns the webhook id."""
+        if owner is None:
+            from crowdpref.argilla_client import ArgillaOwner
+
+            owner = ArgillaOwner(self.settings.argilla_api_url, self.settings.resolved_argilla_api_key(), timeout_s=10.0)
+        return argilla_hooks.register(owner, self.store, argilla_hooks.hook_url(self.settings))
+
+    def register_argilla_webhook_in_background(self, retry_s: float = 10.0) -> threading.Thread:
+        """:meth:`register_argilla_webhook` from a daemon thread, retried until Argilla answers
+        (the portal may start before it). Until then monitoring polls, as without webhooks."""
+        def run() -> None:
+            while True:
+                try:
+                    self.register_argilla_webhook()
+                    log.info("Argilla webhook registered: responses are reported to %s", argilla_hooks.PATH)
+                    return
+                except CrowdprefError as exc:
+                    reason = (str(exc).splitlines() or [exc.__class__.__name__])[0][:200]
+                except Exception as exc:  # noqa: BLE001 - keep trying; the portal serves meanwhile
+                    reason = exc.__class__.__name__
+                log.warning("Argilla webhook not registered yet (%s); retrying in %g s", reason, retry_s)
+                time.sleep(retry_s)
+
+        thread = threading.Thread(target=run, name="argilla-webhook", daemon=True)
+        thread.start()
+        return thread
+
+    def argilla_webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        """Verify one of Argilla's response events and record it: the participant is marked as
+        having activity (the next monitoring pass reads them from Argilla) and, when it is their
+        own submitted answer to an item they hold, the submission counts now. Store writes only,
+        no Argilla call. Returns (HTTP status, reply); the reply names no participant."""
+        secret = self.store.get_meta(argilla_hooks.SECRET_META)
+        if secret is None:
+            return 503, {"error": "no Argilla webhook is registered for this portal"}
+        try:
+            argilla_hooks.verify(secret, headers, body)
+        except argilla_hooks.WebhookRejected as exc:
+            return 401, {"error": str(exc)}
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return 400, {"error": "body is not JSON"}
+        event = argilla_hooks.parse(payload)
+        if event is None:
+            return 200, {"outcome": "ignored"}
+        named = self.store.note_activity(event.dataset_id, event.workspace)
+        if not named:
+            return 200, {"outcome": "not a participant's dataset"}
+        counted = 0
+        for info, participant in named:
+            if event.kind == "response.deleted" or participant.status != ACTIVE or event.username != participant.username:
+                continue  # someone else's answer in their workspace never counts (the read decides)
+            submitted = {}
+            if event.status == "submitted" and event.record_external_id in participant.held:
+                submitted[event.record_external_id] = event.updated_at or self.clock()
+            counted += self.store.record_progress(info.id, participant.id, submitted, event.updated_at)
+        return 200, {"outcome": "activity recorded", "counted": counted}
 
 
 def _open_collection(path: Path, key: Key, settings: Any) -> Collection:
