@@ -777,7 +777,21 @@ class PrivacyReport:
     def to_json(self) -> dict[str, Any]:
         return {"about": "personal details masked in the release (counts only)",
                 "timestamp_precision": self.timestamp_precision, "total": self.total,
-                "patterns": self.rows()}
+                "masked": self.masked, "patterns": self.rows()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> PrivacyReport:
+        """The report :meth:`to_json` wrote (an empty one for None or a malformed file)."""
+        data = data or {}
+        precision = data.get("timestamp_precision")
+        report = cls(timestamp_precision=precision if precision in TIMESTAMP_PRECISIONS
+                     else "microsecond")
+        masked = data.get("masked")
+        for pattern, cells in (masked.items() if isinstance(masked, Mapping) else ()):
+            for where, count in (cells.items() if isinstance(cells, Mapping) else ()):
+                if isinstance(count, int):
+                    report.add(str(pattern), str(where), count)
+        return report
 
 
 def privacy_markdown(report: PrivacyReport) -> list[str]:

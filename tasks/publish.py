@@ -16,13 +16,17 @@ from prefect.cache_policies import NONE
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
 from crowdpref.publish import (
+    PrivacyReport,
     PushError,
     PushResult,
     build_release,
     collection_stats,
     forbidden_strings,
+    privacy_markdown,
     push_release,
+    read_privacy_report,
     read_stats,
+    release_folder,
     release_summary,
     scan_for_secrets,
 )
@@ -69,12 +73,15 @@ def store_collection_stats(settings: Settings, study_name: str) -> dict[str, dic
 
 
 # Deterministic and local: a retry would only repeat the failure. The run folder's release/
-# is replaced atomically, so a rerun simply rebuilds it.
+# is swapped in with renames that the next build repairs if they were cut short, so a rerun
+# simply rebuilds it.
 @task(name="build-release", cache_policy=NONE)
 def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
                           repo_id: str | None) -> Path:
-    """Anonymise, write ``<run>/release/`` in Hub layout with its card, and scan it (the build
-    refuses if a forbidden string is found)."""
+    """Anonymise, mask personal details in participant text, coarsen timestamps, write
+    ``<run>/release/`` in Hub layout with its card, and scan it (the build refuses if a
+    forbidden string is found, or a personal detail in one of crowdpref's own columns).
+    Artifact ``<study>-privacy``: what was masked, per pattern and column (counts only)."""
     logger = get_run_logger()
     aggregation = read_stats(run.file(AGGREGATION_STATS))
     screening = next((s for s in (read_stats(run.file(n)) for n in SCREENING_STATS) if s), None)
@@ -91,13 +98,32 @@ def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
                            collection=collection or None,
                            forbidden=release_forbidden(run, settings, cfg.name), repo_id=repo_id)
     logger.info(f"release built in {folder}")
+    privacy_artifact(cfg.name, run)
     return folder
+
+
+def privacy_artifact(study: str, run: RunFolder) -> None:
+    """The build's privacy report (``privacy.json``: counts per pattern and column, never a
+    value) as a markdown artifact ``<study>-privacy``, with a warning in the log when anything
+    was masked."""
+    report = PrivacyReport.from_json(read_privacy_report(run))
+    if report.total:
+        get_run_logger().warning(
+            f"{report.total} personal detail(s) masked in participant text: "
+            + ", ".join(f"{r['pattern']} {r['replaced']}" for r in report.rows())
+            + f" (artifact {study}-privacy)")
+    create_markdown_artifact(key=f"{study}-privacy",
+                             markdown="\n".join(["## Privacy of the release", "",
+                                                  *privacy_markdown(report)]),
+                             description="Personal details masked in the release (counts only) "
+                                         "and the timestamp precision.")
 
 
 @task(name="scan-release", cache_policy=NONE)
 def scan_release(folder: Path, run: RunFolder, settings: Settings, study_name: str) -> int:
     """Scan the release once more, right before it is pushed (it may have been edited since
     the build). Returns the number of forbidden strings checked."""
+    folder = release_folder(run) if not folder.exists() else folder  # a swap cut short
     forbidden = release_forbidden(run, settings, study_name)
     keys_file = run.private_dir / "published-ids.json"
     ids = read_stats(keys_file) or {}
