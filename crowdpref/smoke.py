@@ -1,6 +1,7 @@
 """A quick end-to-end check that a configured Argilla accepts what crowdpref will do:
 create a workspace and a dataset, log a record by id twice (no duplicate), read it back,
-delete the dataset. Used by `make demo` until the full study flow exists."""
+delete the dataset. `crowdpref smoke` runs it (the CLI round-trip test,
+tests/integration/test_services_cli.py, checks that its run completes)."""
 
 from __future__ import annotations
 

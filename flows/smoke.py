@@ -1,5 +1,6 @@
 """Smoke-check flow: the embedded (or configured) Argilla accepts what a study will do, and
-the run shows up in the Prefect UI. `make demo` runs it until the full study flow lands."""
+the run shows up in the Prefect UI. `crowdpref smoke` runs it; tests/integration/test_services_cli.py
+checks that the run completes and is recorded by the Prefect server."""
 
 from __future__ import annotations
 

@@ -44,8 +44,9 @@ What it does NOT promise
   dropped; ``- | ~ ( )`` are matched literally), and hits carry ``score=1.0`` instead of a BM25 score.
   SQLite only folds ASCII case.
 * No search index: every search scans the matching records of the dataset (through the dataset_id
-  index), so its cost grows linearly with the dataset - a few ms per 10k records, fine for preference
-  studies (tens of thousands of records), not for millions. Similarity search likewise.
+  index), so its cost grows linearly with the dataset: meant for preference studies (tens of thousands
+  of records), not for millions (``benchmarks/argilla_search.py`` times the annotator queue at 1k and
+  10k records). Similarity search likewise.
 * User progress counts this user's responses by status (what the UI shows); the ES version aggregates
   the statuses of all responses on the records this user answered.
 
