@@ -61,3 +61,13 @@ def test_the_schedules_the_readme_states_are_in_prefect_yaml():
     (sync,) = definitions["sync-prolific"].schedules
     assert sync.interval == _number(r"`sync-prolific` flow \(a (\d+)-minute schedule") * 60
     assert "registered inactive" in TEXT and not sync.active and not study.active
+
+
+def test_the_module_map_lists_every_cli_command():
+    from typer.main import get_command
+
+    from crowdpref.cli import app
+
+    listed = re.search(r"cli\.py `crowdpref ([a-z|-]+ ?[a-z|-]*)`", TEXT)
+    assert listed, "README module map no longer lists the CLI commands"
+    assert set(listed.group(1).replace(" ", "").split("|")) == set(get_command(app).commands)
