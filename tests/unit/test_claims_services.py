@@ -78,3 +78,17 @@ def test_owner_credentials_are_random_private_and_made_once(tmp_path, monkeypatc
     for secret in (creds["password"], creds["api_key"], key):
         shown = argilla_service.masked(secret)
         assert secret not in shown and len(shown) < len(secret)
+
+
+def test_a_missing_argilla_venv_is_one_line_naming_the_setting_and_the_fix(tmp_path, monkeypatch):
+    """crowdpref/cli.py: "a missing venv" is one of the errors the user can fix - one line, no traceback."""
+    from crowdpref.errors import CrowdprefError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CROWDPREF_SETTINGS", raising=False)
+    settings = load_settings(home=tmp_path / "state", argilla_venv=tmp_path / "no-such-venv")
+    with pytest.raises(CrowdprefError) as err:
+        argilla_service.server_python(settings)
+    message = str(err.value)
+    assert "\n" not in message and "no-such-venv" in message
+    assert "make setup" in message and "CROWDPREF_ARGILLA_VENV" in message
