@@ -66,8 +66,11 @@ def explain(exc: BaseException) -> CrowdprefError | None:
     """A one-line error for ``exc`` when one can be said truthfully: a :class:`CrowdprefError`
     itself, a connection to a service that failed (which service, how to start it), a state
     file the OS refuses to read. None for anything else (a bug: keep its traceback)."""
+    import click
     import httpx
 
+    if isinstance(exc, (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort)):
+        return None  # typer/click's own exits and usage errors (an inner command already reported)
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:  # the exception and what caused it
@@ -83,7 +86,7 @@ def explain(exc: BaseException) -> CrowdprefError | None:
         if isinstance(current, (PermissionError, IsADirectoryError, NotADirectoryError)) and current.filename:
             return StateFileError(f"{current.filename}: cannot be used ({current.strerror}): fix the path or its "
                                   "permissions (crowdpref must read and write its state folder, CROWDPREF_HOME)")
-        current = current.__cause__ or current.__context__
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return None
 
 
@@ -432,6 +435,70 @@ def drop(
     collection = open_collection(study, key)  # type: ignore[arg-type]
     collection.request_drop(username)
     console.print(f"{username}: marked dropped; the next collect run releases their unanswered items to the pool")
+
+
+@app.command()
+@friendly_errors
+def reopen(
+    item: str = typer.Argument(..., help="A question id (study 1) or pair id (study 2), e.g. from the export's message."),
+    study: Path = typer.Option(..., "--study", help="The study config the item belongs to."),
+    participant: list[str] = typer.Option(
+        None, "--participant", help="Reopen this participant's answer (their Argilla username; repeatable). "
+        "Default: the item's counted answers that cannot be used (read from Argilla)."),
+    reason: str = typer.Option("reopened by the operator", "--reason", help="Recorded in the event log."),
+) -> None:
+    """Send an item back to the pool: its counted answer stops counting (it stays in Argilla,
+    an event records why) and the next participant's claim takes the slot. Use it for an answer
+    you judge unusable; the exports reopen answers that are empty or discarded by themselves."""
+    from crowdpref.config import load_study
+    from crowdpref.reopen import reopen_item
+    from crowdpref.store import open_store
+
+    config = load_study(study)
+    settings = _settings()
+    if not participant:
+        participant = _unusable_answerers(study, config, settings, item)
+    store = open_store(settings)
+    try:
+        key, reopened = reopen_item(store, config.name, item, reason, usernames=participant)
+    finally:
+        store.close()
+    flow = "collect-responses" if key == "study1" else "collect-ratings"
+    console.print(f"{item} ({key}): the answer of {', '.join(reopened)} no longer counts; the slot is back in the "
+                  f"pool - the next claim takes it (`crowdpref run {flow} {study}` advances the collection)",
+                  highlight=False, soft_wrap=True)
+
+
+def _unusable_answerers(study: Path, config: Any, settings: Settings, item: str) -> list[str]:
+    """Who gave a counted answer to ``item`` that cannot be used, read from Argilla; a one-line
+    refusal naming the counted answers when every one of them can be used."""
+    from crowdpref.reopen import unusable_answers
+    from crowdpref.store import open_store
+    from crowdpref.studies import open_collection
+    from crowdpref.study1 import answer_problem
+    from crowdpref.study2 import rating_problem
+
+    store = open_store(settings)
+    try:
+        keys = [k for k in ("study1", "study2") if (info := store.find_collection(config.name, k)) is not None
+                and item in set(store.items(info.id))]
+    finally:
+        store.close()
+    if not keys:
+        from crowdpref.errors import ConfigError
+
+        raise ConfigError(f"'{item}' is not a question or pair of study '{config.name}' in the study store: copy the "
+                          "id from the export's message or validation.json")
+    _require_argilla(settings)
+    collection = open_collection(study, keys[0], settings)  # type: ignore[arg-type]
+    holders = [p for p in collection.participants() if item in p.submitted]
+    submitted = [(p, answer) for p in holders for answer in collection._own_answers(p) if answer.status == "submitted"]
+    problem = answer_problem if keys[0] == "study1" else rating_problem(config.study2.scale_points)
+    found = [u.username for u in unusable_answers(holders, submitted, problem) if u.item_id == item]
+    if not found:
+        raise CrowdprefError(f"every counted answer to {item} can be used (by {', '.join(p.username for p in holders) or 'nobody'}): "
+                             "name the one to reopen with --participant USERNAME")
+    return found
 
 
 @app.command("prolific-webhooks")

@@ -21,6 +21,7 @@ from crowdpref.errors import CrowdprefError
 from crowdpref.filters import preregister
 from crowdpref.participants import participants_frame, write_participants
 from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.reopen import reopen_unusable
 from crowdpref.runfolder import write_json, write_parquet
 
 GUIDELINES = """\
@@ -142,17 +143,35 @@ class Study1Spec:
         return checks.grade_instructed(item_id, values.get("response"), values.get("quality"), scale.min, scale.max)
 
 
+def answer_problem(values: Mapping[str, Any]) -> str | None:
+    """Why a study-1 answer cannot be used (no text but whitespace, no quality rating), or None."""
+    text = values.get("response")
+    if not isinstance(text, str) or not text.strip():
+        return "whitespace-only answer" if isinstance(text, str) else "no answer text"
+    quality = values.get("quality")
+    if not isinstance(quality, int) or isinstance(quality, bool):
+        return "no quality rating"
+    return None
+
+
 def responses_frame(
-    spec: Study1Spec, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]], ids: Pseudonyms
+    spec: Study1Spec, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]], ids: Pseudonyms,
+    skip_unusable: bool = False,
 ) -> pd.DataFrame:
-    """``responses.parquet``: one row per submitted answer that counts."""
+    """``responses.parquet``: one row per submitted answer that counts. An answer that cannot
+    be used (:func:`answer_problem`) stops it with the reopen command, or, with
+    ``skip_unusable`` (the excluded answers kept for the raw release), is left out."""
     rows: list[dict[str, Any]] = []
     for participant, answer in answers:
         question_id = answer.record_external_id
         text = answer.values.get("response")
-        if not isinstance(text, str) or not text.strip():
+        if answer_problem(answer.values) is not None:
+            if skip_unusable:
+                continue
             raise CrowdprefError(
-                f"an answer of {ids.participant_key(participant.username)} to {question_id} has no text"
+                f"the answer of {ids.participant_key(participant.username)} to {question_id} cannot be used "
+                f"({answer_problem(answer.values)}): run `crowdpref reopen {question_id} --study STUDY.yaml` to "
+                "collect it again"
             )
         rows.append(
             {
@@ -194,6 +213,11 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
 def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """responses.parquet + the validation report (also saved as study1/validation.json)."""
     submitted = collection.submitted_answers()
+    # a counted answer discarded in Argilla or holding only whitespace can never be exported:
+    # it stops counting (an event says why), its question goes back to the pool, and the
+    # collection is not complete after all (ItemsReopened; the next run collects it again)
+    reopen_unusable(collection.store, collection.info.id, collection.participants(), submitted, answer_problem,
+                    "study 1", "collect-responses")
     answers = collection.collected_answers(submitted)
     report = collection.validation_report(answers)
     ids = Pseudonyms(run_folder / "private")
@@ -207,7 +231,8 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
     frame = responses_frame(collection.spec, answers, ids)  # type: ignore[arg-type]
     _key_truth_by_response(run_folder / "private", ids)
     excluded = [(p, a) for p, a in submitted if a.record_external_id in p.excluded]
-    write_parquet(responses_frame(collection.spec, excluded, ids), run_folder / EXCLUDED_RESPONSES)  # type: ignore[arg-type]
+    write_parquet(responses_frame(collection.spec, excluded, ids, skip_unusable=True),  # type: ignore[arg-type]
+                  run_folder / EXCLUDED_RESPONSES)
     s1 = collection.spec.config.study1  # type: ignore[attr-defined]
     write_participants(run_folder, "study1", participants_frame(
         "study1", collection.participants(), ids.participant_key, s1.too_fast_seconds, s1.checks.count > 0))

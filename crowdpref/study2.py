@@ -5,7 +5,7 @@ what differs is that each rating's A/B order is chosen at the claim, counterbala
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from crowdpref.errors import CrowdprefError
 from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parquet
 from crowdpref.participants import participants_frame, write_participants
 from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.reopen import reopen_unusable
 from crowdpref.store import ParticipantState, Store, open_store
 
 GUIDELINES = """\
@@ -208,6 +209,18 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
                              finish_url(settings, config.name, "study2"))
 
 
+def rating_problem(scale_points: int) -> Callable[[Mapping[str, Any]], str | None]:
+    """Why a study-2 rating cannot be used (not a point of the 1..K scale), or None."""
+
+    def problem(values: Mapping[str, Any]) -> str | None:
+        value = values.get("preference")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= scale_points:
+            return f"rating {value!r} is outside 1..{scale_points}"
+        return None
+
+    return problem
+
+
 def ratings_frame(
     spec: Study2Spec, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]], ids: Pseudonyms
 ) -> tuple[pd.DataFrame, list[str]]:
@@ -256,6 +269,12 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
     """ratings.parquet + the validation report (study2/validation.json): every pair has its R
     ratings, no rater rated a pair twice, no study-1 participant rated (when excluded)."""
     submitted = collection.submitted_answers()
+    # a counted rating discarded in Argilla or outside the scale can never be exported: it stops
+    # counting (an event says why), its pair goes back to the pool (ItemsReopened; the next run
+    # collects it again)
+    reopen_unusable(collection.store, collection.info.id, collection.participants(), submitted,
+                    rating_problem(collection.spec.config.study2.scale_points),  # type: ignore[attr-defined]
+                    "study 2", "collect-ratings")
     answers = collection.collected_answers(submitted)
     report = collection.validation_report(answers)
     overlap = study1_overlap(collection)

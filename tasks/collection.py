@@ -16,6 +16,7 @@ from crowdpref.checks import is_check
 from crowdpref.collection import Collection, Progress
 from crowdpref.config import load_study
 from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.reopen import ItemsReopened
 from crowdpref.studies import StudyKey, open_collection
 from crowdpref.work_quality import describe_time_on_task, time_on_task, time_on_task_rows
 from tasks.retries import NETWORK
@@ -129,7 +130,12 @@ def advance_collection(study: str, key: StudyKey, output: Path, export: Callable
     _sync_prolific(study, key)
     if not progress.complete:
         return "waiting"
-    print(f"{key} complete: {export(study)}")
+    try:
+        exported = export(study)
+    except ItemsReopened as exc:  # unusable answers went back to the pool: not complete after all
+        print(f"{key}: {exc}")
+        return "waiting"
+    print(f"{key} complete: {exported}")
     return "complete"
 
 

@@ -660,7 +660,8 @@ def test_a_corrupt_store_file_gives_a_one_line_store_error(tmp_path: Path, damag
     message = str(caught.value)
     assert "\n" not in message
     assert str(file) in message
-    assert "move the damaged file aside" in message  # the fix
+    assert "restore it from your backup" in message and "database_url" in message  # the fix
+    assert "delete" not in message.replace("do not delete", "")  # never advice that loses the study's state
     assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no sqlite traceback
 
 

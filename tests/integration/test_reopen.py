@@ -1,0 +1,135 @@
+"""A stuck item goes back to the pool and is collected again, on the real embedded Argilla.
+
+Two questions, R = 2, Q = 2: two participants answer both through the annotator API (the path
+the web UI and the simulated crowd take). One answer is whitespace-only; another is counted and
+then discarded in Argilla. The store says complete, so before this change the export refused on
+every run. Now the operator's ``crowdpref reopen ITEM --study`` (the real CLI) finds and reopens
+the whitespace-only answer from Argilla, the export reopens the discarded one by itself and says
+so in one line, a newcomer's claim takes exactly those slots, and the export then succeeds with
+every question holding its R answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
+from crowdpref.config import load_study
+from crowdpref.reopen import ItemsReopened
+from crowdpref.runfolder import write_parquet
+from crowdpref.store import REOPENED, Claimed, Full, Store
+from crowdpref.study1 import export_responses, study1_collection
+from tests.conftest import REPO
+from tests.integration.test_study1_collection import _questions
+
+pytestmark = pytest.mark.integration
+
+
+def _write_study(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name,
+        "seed": 3,
+        "participants": "simulated",
+        "study1": {"responses_per_question": 2, "questions_per_participant": 2, "inactive_after_minutes": 600,
+                   "pool_size": 1},
+        "study2": {"pairs_per_participant": 1},
+        "crowd": {"dropout_rate": 0, "low_effort_rate": 0, "offensive_rate": 0, "never_start_rate": 0},
+    }))
+    return path
+
+
+def _answer(api_url: str, claimed: Claimed, dataset_name: str, text_for: dict[str, str],
+            status: str = "submitted") -> None:
+    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    try:
+        dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
+        records = {r["external_id"]: r["id"] for r in session.pending_records(dataset["id"])}
+        session.submit([(records[item], {"response": text, "quality": 4}) for item, text in text_for.items()],
+                       status=status)
+    finally:
+        session.close()
+
+
+def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: str, item: str) -> None:
+    """The participant turns their submitted answer into a discarded one (the UI's Discard)."""
+    record_id = owner.record_ids(owner.find_dataset(dataset_name, claimed.participant.username))[item]
+    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    try:
+        session.submit([(record_id, {"response": "changed my mind", "quality": 4})], status="discarded")
+    finally:
+        session.close()
+
+
+def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_again(
+        argilla_server, tmp_path, unique):
+    name = f"r{unique}"
+    home = tmp_path / "home"
+    study = _write_study(tmp_path, name)
+    config = load_study(study)
+    run = home / "studies" / name
+    questions = _questions().head(2)
+    write_parquet(questions, run / "questions.parquet")
+    q0, q1 = questions["question_id"]
+    api = argilla_server.api_url
+    owner = ArgillaOwner(api, argilla_server.owner_api_key)
+    store = Store(f"sqlite:///{home / 'store.sqlite'}")  # where the CLI finds it (CROWDPREF_HOME)
+    collection = study1_collection(config, questions, owner, run, store)
+
+    a = collection.claim("person-a", "simulated")
+    b = collection.claim("person-b", "simulated")
+    assert isinstance(a, Claimed) and isinstance(b, Claimed)
+    assert isinstance(collection.claim("person-c", "simulated"), Full)
+    _answer(api, a, collection.dataset_name, {q0: "I would talk to them kindly.", q1: "   \n  "})
+    _answer(api, b, collection.dataset_name, {q0: "Ask how they feel first.", q1: "Be honest but gentle."})
+    assert collection.monitor().complete  # the store counted all four answers
+    _discard(api, b, owner, collection.dataset_name, q0)  # ... and then b's q0 is discarded in Argilla
+
+    # the operator reopens the whitespace-only answer with the real CLI: it reads Argilla to find
+    # which counted answer to q1 cannot be used (a's, not b's)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_"))}
+    env.update(CROWDPREF_HOME=str(home), CROWDPREF_ARGILLA_URL=api,
+               CROWDPREF_ARGILLA_API_KEY=argilla_server.owner_api_key, COLUMNS="300")
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "crowdpref"), "reopen", q1, "--study", str(study)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert a.participant.username in done.stdout and b.participant.username not in done.stdout
+    assert store.participant(collection.info.id, a.participant.username).reopened == [q1]
+    again = subprocess.run([str(REPO / ".venv" / "bin" / "crowdpref"), "reopen", q1, "--study", str(study)],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "every counted answer to" in again.stderr  # b's answer is fine
+    assert len(again.stderr.strip().splitlines()) == 1 and "Traceback" not in again.stderr
+
+    # the export finds b's discarded q0 by itself: it reopens it and stops, in one line
+    with pytest.raises(ItemsReopened) as caught:
+        export_responses(collection, run)
+    assert caught.value.items == [q0] and "discarded" in str(caught.value) and "\n" not in str(caught.value)
+    assert not (run / "responses.parquet").exists()  # nothing half-written
+    reopened = [(e["item_id"], e["detail"]) for e in store.events(collection.info.id) if e["kind"] == "reopened"]
+    assert [item for item, _ in reopened] == [q1, q0]
+    assert "reopened by the operator" in reopened[0][1] and "discarded" in reopened[1][1]
+    assert [x.status for x in store.participant(collection.info.id, b.participant.username).assignments
+            if x.item_id == q0] == [REOPENED]
+
+    progress = collection.monitor()
+    assert not progress.complete and progress.unclaimed == 2  # two slots back in the pool
+
+    # a newcomer's claim takes exactly the two reopened slots; they answer; the export succeeds
+    c = collection.claim("person-c", "simulated")
+    assert isinstance(c, Claimed) and sorted(c.participant.items) == sorted([q0, q1])
+    _answer(api, c, collection.dataset_name, {q0: "Listen before giving advice.", q1: "Say it plainly, with care."})
+    assert collection.monitor().complete
+    frame, report = export_responses(collection, run)
+    assert report["valid"], report["anomalies"]
+    assert report["items_with_exactly_r_answers"] == 2 and report["workspaces_matching_allocation"] == 3
+    responses = pd.read_parquet(run / "responses.parquet")
+    assert responses.groupby("question_id").size().to_dict() == {q0: 2, q1: 2}
+    assert responses["text"].str.strip().ne("").all()
+    assert "changed my mind" not in set(responses["text"])
+    store.close()
