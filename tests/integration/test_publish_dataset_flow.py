@@ -135,3 +135,39 @@ def test_a_settings_key_inside_the_data_stops_the_flow(demo_run: PlantedRun) -> 
         publish_dataset(study=str(DEMO_STUDY), push=False)
     assert demo_run.api_keys[2] not in str(info.value)
     assert not (demo_run.run.path / "release").exists()
+
+
+def test_masked_personal_details_are_reported_in_an_artifact(demo_run: PlantedRun) -> None:
+    """An e-mail address and a Prolific id typed into an answer: masked in the release, counted
+    (never shown) in the ``<study>-privacy`` artifact; the stage still succeeds."""
+    from crowdpref.runfolder import write_parquet
+
+    email, pid = "someone.real@example.org", "5f1d2a3b4c5d6e7f8a9b0c1d"
+    responses = pd.read_parquet(demo_run.run.responses)
+    responses.loc[0, "text"] = f"mail me at {email} (Prolific {pid})"
+    write_parquet(responses, demo_run.run.responses)
+    result = publish_dataset(study=str(DEMO_STUDY), push=False)
+    texts = pd.read_parquet(result.folder / "data/responses/train-00000-of-00001.parquet")["text"]
+    assert texts[0] == "mail me at [email removed] (Prolific [prolific-id removed])"
+    artifact = _artifact_texts("demo-privacy")
+    assert "| e-mail address | `[email removed]` | 1 | responses.text (1) |" in artifact
+    assert "Prolific-style participant id" in artifact and "published to the day" in artifact
+    assert email not in artifact and pid not in artifact
+
+
+def test_the_flow_mirrors_a_dropped_configuration(demo_run: PlantedRun,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeHubServer() as hub:
+        monkeypatch.setenv("CROWDPREF_HF_TOKEN", hub.write_token)
+        monkeypatch.setenv("CROWDPREF_HF_REPO_ID", "crowdpref-tester/demo-rlhf")
+        monkeypatch.setenv("CROWDPREF_HF_ENDPOINT", hub.url)
+        publish_dataset(study=str(DEMO_STUDY))
+        repo = hub.dataset("crowdpref-tester/demo-rlhf")
+        assert "data/raters/train-00000-of-00001.parquet" in repo.files
+        demo_run.run.file("raters.parquet").unlink()
+        result = publish_dataset(study=str(DEMO_STUDY))
+        assert "data/raters/train-00000-of-00001.parquet" not in repo.files
+        assert repo.commits[-1]["deleted"] == ["data/raters/train-00000-of-00001.parquet"]
+        local = {p.relative_to(result.folder).as_posix(): p.read_bytes()
+                 for p in result.folder.rglob("*") if p.is_file()}
+        assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}
