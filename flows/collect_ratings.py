@@ -15,9 +15,10 @@ from tasks.study2 import build_pairs, export_ratings
 def collect_ratings(study: str = "studies/demo.yaml") -> str:
     """Pair the answers of each question, keep warm accounts ready for arriving raters (who
     claim their pairs when they arrive; study-1 participants are refused), read back their
-    8-point ratings (each rating's A/B order counterbalanced within its pair), release raters
-    who went quiet (their pairs return to the pool), and export `ratings.parquet` once every
-    pair has its R ratings.
+    8-point ratings, each rating's A/B order counterbalanced within its pair (with the portal
+    receiving Argilla's webhooks: only raters who worked since the last read, plus a slow
+    backstop), release raters who went quiet (their pairs return to the pool), and export
+    `ratings.parquet` once every pair has its R ratings.
 
     Needs the complete study-1 export. Never waits for people: returns "waiting" or "complete";
     run it again to advance."""

@@ -14,9 +14,10 @@ from tasks.study1 import export_responses
 @flow(name="collect-responses", log_prints=True)
 def collect_responses(study: str = "studies/demo.yaml") -> str:
     """Keep K warm accounts ready for arriving participants (who claim their Q questions when
-    they arrive), read back what participants submitted, release those who went quiet (their
-    unanswered questions return to the pool for the next claim), and export `responses.parquet`
-    once every question has its R answers.
+    they arrive), read back what participants submitted (with the portal receiving Argilla's
+    webhooks: only those who worked since the last read, plus a slow backstop), release those who
+    went quiet (their unanswered questions return to the pool for the next claim), and export
+    `responses.parquet` once every question has its R answers.
 
     Never waits for people: returns "waiting" with the progress recorded, or "complete".
     Run it again (by hand or on a schedule) to advance the collection."""
