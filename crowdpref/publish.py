@@ -34,9 +34,20 @@ counterbalanced inside each pair (:func:`display_order_text`, from the aggregati
 
 Privacy: participant keys (``participant_key``, ``rater_key``) are replaced by random
 10-character ids (:func:`published_ids`); the mapping stays in ``<run>/private/published-ids.json``
-(mode 0600) and is reused, so ids are stable across re-publishing. The release is built in a
-staging folder and scanned (:func:`scan_for_secrets`) for usernames, passwords, keys and the
-original participant keys before it replaces ``release/``; any hit refuses the build.
+(mode 0600) and is reused, so ids are stable across re-publishing. Personal details recognised
+by their form (:mod:`crowdpref.privacy`: Prolific ids, e-mail addresses, tokens and keys) are
+masked in the columns people wrote (``Column.free_text``: answers and questions) and counted in
+the card's "Privacy" section and ``<run>/privacy.json``; one in any other column (crowdpref's
+own ids, labels, metadata) stops the build. Timestamps are truncated to
+``publish.timestamp_precision`` (default: the day). The release is built in a staging folder
+and scanned (:func:`scan_for_secrets`) for usernames, passwords, keys and the original
+participant keys before it replaces ``release/``; any hit refuses the build.
+
+The swap (:func:`crowdpref.runfolder.swap_in_release`) marks the scanned staging folder ready,
+moves the old release aside and the ready one in; every build, scan and push first repairs what
+a killed swap left (:func:`crowdpref.runfolder.repair_release`), so a study always has a
+complete ``release/`` once one was built. :func:`push_release` makes the Hub repo equal to the
+release in one commit: files the release no longer has are deleted there.
 
 No Prefect imports: ``tasks/publish.py`` wraps this module.
 """
@@ -1202,10 +1213,13 @@ def build_release(
     ``aggregation`` (``aggregation.json``), ``screening`` (screening stats) and ``collection``
     (:func:`collection_stats`) feed the card; a missing one is reported there as "not
     available". ``forbidden``: strings that must not appear in any published file (usernames,
-    passwords, API keys, Prolific ids); the original participant keys are always added. The
-    release is built in a staging folder and scanned; any hit raises a one-line
-    :class:`CrowdprefError` and leaves the previous ``release/`` untouched. ``repo_id`` is only
-    used in the card's loading examples."""
+    passwords, API keys, Prolific ids); the original participant keys are always added.
+    Personal details in participant text are masked and reported (card, ``privacy.json``); one
+    in crowdpref's own columns raises :class:`PrivacyError`. The release is built in a staging
+    folder and scanned; any hit raises a one-line :class:`CrowdprefError` and leaves the
+    previous ``release/`` untouched. Leftovers of a killed build are cleaned (and a missing
+    ``release/`` put back) before anything is written. ``repo_id`` is only used in the card's
+    loading examples."""
     run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
     filters = _read_filters(run)
     subsets = release_subsets(config, filtered=filters is not None)

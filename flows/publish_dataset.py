@@ -19,14 +19,18 @@ def publish_dataset(study: str = "studies/demo.yaml", push: bool = True) -> Push
     configuration: prompt/chosen/rejected/margin + metadata), ``responses``, ``ratings``,
     ``questions`` and, when present, ``screening``; write a dataset card from the run's
     numbers and the statistics in ``aggregation.json``, the screening stats and the study
-    store's collection counts; replace participant keys by random 10-character ids (kept in ``private/``); scan
-    every file for usernames, passwords, Prolific ids and API keys (a hit stops the flow).
+    store's collection counts; replace participant keys by random 10-character ids (kept in
+    ``private/``); mask e-mail addresses, Prolific ids, tokens and keys typed into answers and
+    questions (counted in the card), truncate timestamps to ``publish.timestamp_precision``
+    (default: the day); scan every file for usernames, passwords, Prolific ids and API keys (a
+    hit stops the flow, as does a personal detail in one of crowdpref's own columns).
 
     With ``push`` and both a repo (``CROWDPREF_HF_REPO_ID`` or ``publish.repo_id``) and a
-    token (``HF_TOKEN`` / ``CROWDPREF_HF_TOKEN``) set, the folder is uploaded as a dataset repo
-    (private unless ``publish.private`` is false) to ``CROWDPREF_HF_ENDPOINT`` or the Hub;
-    otherwise it stays local. Artifacts: a link to the repo or folder, the card, and a table
-    of configurations with their row counts. Returns where the release is.
+    token (``HF_TOKEN`` / ``CROWDPREF_HF_TOKEN``) set, the dataset repo (private unless
+    ``publish.private`` is false) on ``CROWDPREF_HF_ENDPOINT`` or the Hub is made equal to
+    the folder in one commit (files the release dropped are deleted there); otherwise it stays
+    local. Artifacts: a link to the repo or folder, the card, a table of configurations with
+    their row counts, and what the privacy pass masked. Returns where the release is.
     """
     cfg = load_study(study)
     settings = load_settings()

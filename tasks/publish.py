@@ -147,13 +147,15 @@ def _retry_push(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(exc, PushError) and exc.retryable
 
 
-# upload_folder overwrites files of the same name and skips unchanged ones, so a retry or a
-# second push has the same effect as one (it costs an upload, hence at most two retries).
+# The push lists the repo and sends one commit that makes it equal to the release (unchanged
+# files are skipped, nothing is committed when nothing changed), so a retry or a second push has
+# the same effect as one (it costs an upload, hence at most two retries).
 @task(name="push-release", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 20],
       retry_condition_fn=_retry_push)
 def push_dataset_release(folder: Path, repo_id: str | None, settings: Settings,
                          private: bool) -> PushResult:
-    """Create the dataset repo (if needed) and upload the release folder."""
+    """Create the dataset repo (if needed) and make it equal to the release folder in one
+    commit (files the release dropped are deleted on the Hub)."""
     token = settings.hf_token.get_secret_value() if settings.hf_token is not None else None
     result = push_release(folder, repo_id, token, private=private, endpoint=settings.hf_endpoint)
     get_run_logger().info(result.message)
