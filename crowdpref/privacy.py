@@ -62,6 +62,9 @@ class Pattern:
     regex: re.Pattern[str]
     placeholder: str
     """What a masked value becomes."""
+    hints: tuple[str, ...] = ()
+    """Lower-case substrings one of which every match contains: a text holding none of them is
+    skipped without running the regular expression (a column is scanned several times faster)."""
 
     def accept(self, match: re.Match[str]) -> bool:
         """Extra checks a regular expression cannot say well (see ``argilla-key``)."""
@@ -80,10 +83,10 @@ _URLSAFE = r"A-Za-z0-9_\-"
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("hf-token", "Hugging Face token",
             re.compile(r"(?<![A-Za-z0-9_])(?:hf_|api_org_)[A-Za-z0-9]{30,}(?![A-Za-z0-9])"),
-            "[hf-token removed]"),
+            "[hf-token removed]", ("hf_", "api_org_")),
     Pattern("openai-key", "OpenAI API key",
             re.compile(rf"(?<![{_URLSAFE}])sk-[{_URLSAFE}]{{20,}}"),
-            "[openai-key removed]"),
+            "[openai-key removed]", ("sk-",)),
     Pattern("argilla-key", "Argilla API key",
             re.compile(rf"(?<![{_URLSAFE}.])(?:(?:[A-Za-z0-9_-]+\.)+apikey(?:\.[{_URLSAFE}]+)?"
                        rf"|[{_URLSAFE}]{{{_ARGILLA_GENERATED}}})(?![{_URLSAFE}])"),
@@ -91,16 +94,16 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("jwt", "JSON Web Token",
             re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}"
                        r"\.[A-Za-z0-9_-]+"),
-            "[token removed]"),
+            "[token removed]", ("eyj",)),
     Pattern("bearer-token", "token written as in an Authorization header (Bearer/Token ...)",
             re.compile(r"(?i)(?<![A-Za-z0-9])(?:bearer|token)\s+"
                        r"(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/-]{20,}=*"),
-            "[token removed]"),
+            "[token removed]", ("bearer", "token")),
     Pattern("email", "e-mail address",
             re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*"
                        r"[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
                        r"\.[A-Za-z]{2,}(?![A-Za-z0-9-])"),
-            "[email removed]"),
+            "[email removed]", ("@",)),
     Pattern("prolific-id", "Prolific-style participant id (24 hex digits)",
             re.compile(r"(?<![A-Za-z0-9_])[0-9a-fA-F]{24}(?![A-Za-z0-9_])"),
             "[prolific-id removed]"),
@@ -126,7 +129,10 @@ def find(text: str, patterns: Iterable[Pattern] = PATTERNS) -> list[Hit]:
     if not text:
         return []
     hits: list[Hit] = []
+    lowered = text.lower()
     for pattern in patterns:
+        if pattern.hints and not any(h in lowered for h in pattern.hints):
+            continue
         for match in pattern.regex.finditer(text):
             if not pattern.accept(match):
                 continue

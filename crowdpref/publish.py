@@ -61,7 +61,6 @@ import re
 import secrets
 import shutil
 import string
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
