@@ -261,18 +261,19 @@ class Collection:
         participants :meth:`~crowdpref.store.Store.due_for_reading` names are read: reported
         activity, the backstop, a release due (inactivity is decided from the store's last
         activity; the participant is read once before being released), a drop requested, a
-        release or a claim a killed run left. Without webhooks, every active participant."""
+        release or a claim a killed run left, a participant a webhook completed (to grade their
+        checks). Without webhooks, every active participant too."""
         cid = self.info.id
         released_now = []
         if self.spec.on_fail == "exclude":  # an exclusion a killed run decided but did not write
             for finished in self.store.failed_not_excluded(cid):
                 self._exclude_if_failed(finished)
         webhooks = self.webhooks_active()
-        if webhooks:
-            due = self.store.due_for_reading(cid, self.clock(), self.backstop_s, self.spec.inactive_after_s)
-            todo = self.store.participants_by_id(cid, due)
-        else:
-            todo = self.store.participants(cid, statuses=[ACTIVE, RELEASING])
+        # without webhooks the backstop is every pass: every active participant is read (and a
+        # participant a webhook completed - the portal may receive them still - is graded)
+        due = self.store.due_for_reading(cid, self.clock(), self.backstop_s if webhooks else 0.0,
+                                         self.spec.inactive_after_s)
+        todo = self.store.participants_by_id(cid, due)
         reads = 0
         for participant in todo:
             if participant.status == RELEASING:  # a release a killed run began: finish it
