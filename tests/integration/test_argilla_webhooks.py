@@ -62,12 +62,13 @@ class RecordingOwner(ArgillaOwner):
 def stack(argilla_server, tmp_path: Path, unique: str):
     """A study-1 collection (R=2, Q=3, no warm pool), its store, and a portal on a real port
     that registered Argilla's webhook (deleted again at the end)."""
-    def make(inactive_minutes: float = 60, backstop_minutes: float = 10):
+    def make(inactive_minutes: float = 60, backstop_minutes: float = 10, checks: dict | None = None):
         name = f"w{unique}"
         config = parse_study({
             "name": name, "seed": 5, "participants": "invite",
             "study1": {"responses_per_question": 2, "questions_per_participant": 3, "pool_size": 0,
-                       "inactive_after_minutes": inactive_minutes, "backstop_minutes": backstop_minutes},
+                       "inactive_after_minutes": inactive_minutes, "backstop_minutes": backstop_minutes,
+                       **({"checks": checks} if checks else {})},
             "study2": {"pairs_per_participant": 6},
         }, source="test")
         clock = Clock()
@@ -225,3 +226,20 @@ def test_a_participant_due_for_release_is_read_first_so_a_late_answer_counts(sta
     after = store.participant(collection.info.id, late.participant.username)
     assert after.status == RELEASED and list(after.submitted) == answered  # the late answer counted
     assert len([a for a in after.assignments if a.status == RELEASED]) == 2
+
+
+def test_a_participant_the_webhook_completed_has_their_checks_graded_by_the_next_pass(stack, argilla_server):
+    collection, store, owner, _, _, _ = stack(checks={"count": 1, "on_fail": "exclude"})
+    claimed = _claim(collection, "inv-1")
+    assert collection.monitor().read_now == 1
+    username = claimed.participant.username
+    # they answer everything - the instructed-response item too, like any question (so they fail it)
+    _submit(argilla_server.api_url, claimed, collection.dataset_name, 4)
+    _wait_for(lambda: store.participant(collection.info.id, username).status == COMPLETE, "complete via the webhook")
+    assert store.participant(collection.info.id, username).check_verdict == "unanswered"  # as last read
+    progress = collection.monitor()  # reads them once: grades the check, excludes their work
+    assert progress.read_now == 1
+    after = store.participant(collection.info.id, username)
+    assert after.check_verdict == "failed" and after.excluded_at is not None and len(after.excluded) == 3
+    assert progress.unclaimed == 12  # their three slots are free again
+    assert collection.monitor().read_now == 0  # graded once, never read again
