@@ -4,12 +4,13 @@ Two questions, R = 2, Q = 2: two participants answer both through the annotator 
 the web UI and the simulated crowd take). One answer is whitespace-only; another is counted and
 then discarded in Argilla. The store says complete, so before this change the export refused on
 every run. Now the operator's ``crowdpref reopen ITEM --study`` (the real CLI) finds and reopens
-the whitespace-only answer from Argilla, the export reopens the discarded one by itself and says
-so in one line, a newcomer's claim takes exactly those slots, and the export then succeeds with
-every question holding its R answers."""
+the whitespace-only answer from Argilla, the collection run's export reopens the discarded one
+by itself and the run ends "waiting" with one line saying so, newcomers' claims take exactly
+those slots, and the next run exports every question with its R answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,10 +22,9 @@ import yaml
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.config import load_study
-from crowdpref.reopen import ItemsReopened
 from crowdpref.runfolder import write_parquet
 from crowdpref.store import REOPENED, Claimed, Full, Store
-from crowdpref.study1 import export_responses, study1_collection
+from crowdpref.study1 import study1_collection
 from tests.conftest import REPO
 from tests.integration.test_study1_collection import _questions
 
@@ -68,9 +68,11 @@ def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: 
 
 
 def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_again(
-        argilla_server, tmp_path, unique):
+        argilla_server, study_env, tmp_path, unique, capsys):
+    from flows.collect_responses import collect_responses
+
     name = f"r{unique}"
-    home = tmp_path / "home"
+    home = study_env  # CROWDPREF_HOME of this test (the flow and the CLI use it), Argilla: the session's
     study = _write_study(tmp_path, name)
     config = load_study(study)
     run = home / "studies" / name
@@ -106,28 +108,35 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     assert again.returncode == 1 and "every counted answer to" in again.stderr  # b's answer is fine
     assert len(again.stderr.strip().splitlines()) == 1 and "Traceback" not in again.stderr
 
-    # the export finds b's discarded q0 by itself: it reopens it and stops, in one line
-    with pytest.raises(ItemsReopened) as caught:
-        export_responses(collection, run)
-    assert caught.value.items == [q0] and "discarded" in str(caught.value) and "\n" not in str(caught.value)
-    assert not (run / "responses.parquet").exists()  # nothing half-written
+    # a newcomer's claim takes exactly the reopened slot (never a or b, who held q1); they answer
+    c = collection.claim("person-c", "simulated")
+    assert isinstance(c, Claimed) and c.participant.items == [q1]
+    _answer(api, c, collection.dataset_name, {q1: "Say it plainly, with care."})
+    assert collection.monitor().complete  # the store counts 4 again - b's discarded q0 among them
+
+    # the collection run's export finds b's discarded q0 by itself: it reopens it, and the run
+    # ends "waiting" (not failed) with one line naming it; nothing is half-written
+    assert collect_responses(str(study)) == "waiting"
+    said = capsys.readouterr()  # the flow's prints reach the console through Prefect's logger
+    assert f"1 counted answer could not be used and went back to the pool ({q0}: its answer is no longer " \
+           "submitted in Argilla (discarded or deleted))" in said.out + said.err
+    assert not (run / "responses.parquet").exists()
     reopened = [(e["item_id"], e["detail"]) for e in store.events(collection.info.id) if e["kind"] == "reopened"]
     assert [item for item, _ in reopened] == [q1, q0]
     assert "reopened by the operator" in reopened[0][1] and "discarded" in reopened[1][1]
     assert [x.status for x in store.participant(collection.info.id, b.participant.username).assignments
             if x.item_id == q0] == [REOPENED]
+    assert collection.progress().unclaimed == 1  # the slot is back in the pool
 
-    progress = collection.monitor()
-    assert not progress.complete and progress.unclaimed == 2  # two slots back in the pool
-
-    # a newcomer's claim takes exactly the two reopened slots; they answer; the export succeeds
-    c = collection.claim("person-c", "simulated")
-    assert isinstance(c, Claimed) and sorted(c.participant.items) == sorted([q0, q1])
-    _answer(api, c, collection.dataset_name, {q0: "Listen before giving advice.", q1: "Say it plainly, with care."})
-    assert collection.monitor().complete
-    frame, report = export_responses(collection, run)
+    # the next newcomer takes it and answers; the next collection run exports every question
+    # with its R usable answers
+    d = collection.claim("person-d", "simulated")
+    assert isinstance(d, Claimed) and d.participant.items == [q0]
+    _answer(api, d, collection.dataset_name, {q0: "Listen before giving advice."})
+    assert collect_responses(str(study)) == "complete"
+    report = json.loads((run / "study1" / "validation.json").read_text())
     assert report["valid"], report["anomalies"]
-    assert report["items_with_exactly_r_answers"] == 2 and report["workspaces_matching_allocation"] == 3
+    assert report["items_with_exactly_r_answers"] == 2 and report["workspaces_matching_allocation"] == 4
     responses = pd.read_parquet(run / "responses.parquet")
     assert responses.groupby("question_id").size().to_dict() == {q0: 2, q1: 2}
     assert responses["text"].str.strip().ne("").all()
