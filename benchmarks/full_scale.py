@@ -468,6 +468,30 @@ def subscribe_webhooks(settings: Any, config_path: Path) -> None:
         store.close()
 
 
+def turn_off_argilla_webhooks(settings: Any, wait_s: float = 60.0) -> int:
+    """``--argilla-webhooks off``: once the portal has registered its Argilla webhook, delete it
+    on the server and make the store say none is registered, so monitoring polls every active
+    participant on every pass, as before webhooks. Returns how many webhooks were deleted."""
+    from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.portal import argilla_hooks
+    from crowdpref.store import open_store
+
+    store = open_store(settings)
+    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
+    try:
+        deadline = time.monotonic() + wait_s
+        while not argilla_hooks.registered_for(store, settings.argilla_api_url) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        hooks = owner.webhooks()
+        for hook in hooks:
+            owner.delete_webhook(str(hook["id"]))
+        store.set_meta(argilla_hooks.SERVER_META, "(turned off by benchmarks/full_scale.py)")
+        return len(hooks)
+    finally:
+        owner.close()
+        store.close()
+
+
 # --- the run ------------------------------------------------------------------------------------
 def label_stages(sampler: StackSampler) -> None:
     """Wrap the stage flows the study flow calls (module globals of flows.study) so the sampler
@@ -543,6 +567,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the state folder (printed)")
     parser.add_argument("--max-wait-s", type=float, default=120.0,
                         help="how long a run may wait for quiet participants to be released")
+    parser.add_argument("--argilla-webhooks", choices=("on", "off"), default="on",
+                        help="off: delete the portal's Argilla webhook, so monitoring polls (to compare)")
     parser.add_argument("--arrivals-per-visit", type=int, default=None,
                         help="new simulated participants per crowd visit (default: the config's pool size)")
     args = parser.parse_args()
@@ -596,6 +622,9 @@ def main() -> int:
         console.print("starting the private stack (Argilla, Prefect, portal, fake Prolific)...")
         settings = start_stack(home, llm.base_url, llm.api_key or "", config_dir)
         subscribe_webhooks(settings, config_path)
+        if args.argilla_webhooks == "off":
+            deleted = turn_off_argilla_webhooks(settings)
+            console.print(f"Argilla webhooks off: {deleted} deleted; monitoring polls every active participant")
         setup_s = time.perf_counter() - started
         console.print(f"stack up in {setup_s:.0f} s (not counted); state folder {home}", highlight=False)
         memory.start()
