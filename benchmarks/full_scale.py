@@ -18,7 +18,8 @@ simulated crowd arrives through the fake Prolific, 10% drop out part-way, 5% nev
 ``arrivals_per_visit`` = the config's pool size); ``too_fast_seconds: 0`` in both studies (the
 simulated crowd submits a batch in one bulk call, so its time on task means nothing);
 ``screening.fallback: profanity-check`` (detoxify's 'original' weights cannot be downloaded on
-an offline machine; the stage says so loudly, as in the demo). The LLM endpoint is a machine
+an offline machine; the stage says so loudly, as in the demo); ``prolific.auto_approve: true``
+(nobody reviews the fake Prolific's submissions; as in the demo). The LLM endpoint is a machine
 setting, not a config field: OPENAI_BASE_URL points at the fake, which writes distinct questions
 (:func:`llm_questions`). ``--questions N`` scales the question set down (``per_category`` and
 the number of categories); every other size stays the config's.
@@ -48,6 +49,7 @@ for study 1 and screening, per rating for study 2...); compare two scales to see
 faster than linearly.
 
     .venv/bin/python benchmarks/full_scale.py [--questions N] [--keep] [--max-wait-s 120]
+                                              [--argilla-webhooks on|off] [--arrivals-per-visit N]
 
 Target (issue 12): the whole study in under 45 minutes on this 2-core machine.
 """
