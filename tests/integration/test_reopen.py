@@ -11,6 +11,7 @@ those slots, and the next run exports every question with its R answers."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -67,8 +68,19 @@ def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: 
         session.close()
 
 
+class _FlowRunLog(logging.Handler):
+    """The messages of the flow runs' log, as the Prefect UI shows them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.text = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text += record.getMessage() + "\n"
+
+
 def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_again(
-        argilla_server, study_env, tmp_path, unique, capsys):
+        argilla_server, study_env, tmp_path, unique):
     from flows.collect_responses import collect_responses
 
     name = f"r{unique}"
@@ -116,10 +128,15 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
 
     # the collection run's export finds b's discarded q0 by itself: it reopens it, and the run
     # ends "waiting" (not failed) with one line naming it; nothing is half-written
-    assert collect_responses(str(study)) == "waiting"
-    said = capsys.readouterr()  # the flow's prints reach the console through Prefect's logger
+    said = _FlowRunLog()  # Prefect's loggers do not propagate to the root logger: listen on them
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    flow_runs.addHandler(said)
+    try:
+        assert collect_responses(str(study)) == "waiting"
+    finally:
+        flow_runs.removeHandler(said)
     assert f"1 counted answer could not be used and went back to the pool ({q0}: its answer is no longer " \
-           "submitted in Argilla (discarded or deleted))" in said.out + said.err
+           "submitted in Argilla (discarded or deleted))" in said.text  # the flow run's log says it
     assert not (run / "responses.parquet").exists()
     reopened = [(e["item_id"], e["detail"]) for e in store.events(collection.info.id) if e["kind"] == "reopened"]
     assert [item for item, _ in reopened] == [q1, q0]
