@@ -729,8 +729,18 @@ def forbidden_strings(run_folder: RunFolder | Path, secrets_: Iterable[str | Non
     if isinstance(salt, dict) and salt.get("salt"):
         out.append(str(salt["salt"]))
     for path in sorted(private.glob("*prolific*.json")):
-        out += [s for s in _strings(_read_json(path)) if len(s) >= 8]
+        data = _read_json(path)
+        if path.name.startswith(REVIEW_FILE_PREFIX) and isinstance(data, list):
+            # the sync's review list: who and which submission; its field names and crowdpref's own
+            # reasons ("complete: approve", proposed messages) are not secrets and appear in the card
+            data = [[entry.get(field) for field in REVIEW_FILE_SECRETS] for entry in data if isinstance(entry, dict)]
+        out += [s for s in _strings(data) if len(s) >= 8]
     return out
+
+
+REVIEW_FILE_PREFIX = "prolific-review-"
+"""``private/prolific-review-<key>.json`` (:func:`crowdpref.recruitment.sync_prolific`)."""
+REVIEW_FILE_SECRETS = ("username", "submission_id")
 
 
 def _read_json(path: Path) -> Any:

@@ -640,6 +640,23 @@ def test_forbidden_strings_gathers_private_files(planted: PlantedRun) -> None:
     assert set(planted.api_keys) <= forbidden
 
 
+def test_a_prolific_review_list_forbids_who_and_which_submission_not_its_wording(planted: PlantedRun) -> None:
+    """The sync's review list (``auto_approve: false``) holds usernames and submission ids, which
+    must never be published, and field names and reasons, which the card itself uses: the
+    release still builds, and its id values are forbidden."""
+    submission = "6f1d2a3b4c5d6e7f8a9b0c1d"
+    write_json([{"username": planted.usernames[0], "submission_id": submission, "reason": "complete: approve"},
+                {"username": planted.usernames[1], "submission_id": "sub-0000000042",
+                 "reason": "failed the quality checks", "proposed_category": "FAILED_CHECK",
+                 "proposed_message": "You did not answer the attention items as instructed."}],
+               planted.run.private_dir / "prolific-review-study1.json", private=True)
+    forbidden = forbidden_strings(planted.run, accounts=planted.accounts)
+    assert {submission, "sub-0000000042", planted.usernames[0]} <= set(forbidden)
+    assert not {"username", "submission_id", "complete: approve", "FAILED_CHECK"} & set(forbidden)
+    folder = build_release(planted.run, planted.config, forbidden=forbidden)
+    assert "username" in (folder / "README.md").read_text()  # the card's own words publish
+
+
 # --- pushing --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("repo_id", ["no-slash", "a/b/c", "owner/-bad", "owner/na--me",
                                      "owner/" + "x" * 97, "own er/name"])
