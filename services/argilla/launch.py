@@ -2,8 +2,9 @@
 (never imported by the pipeline venv).
 
 It registers crowdpref's SQL-backed search engine with argilla-server's engine registry, then
-hands over to the stock CLI, so ``launch.py start|worker|database ...`` behave exactly like
-``python -m argilla_server ...``. Select the engine with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``.
+hands over to the stock CLI, so ``launch.py start|database ...`` behave exactly like
+``python -m argilla_server ...``; ``worker --num-workers N`` runs the stock worker pool with jobs
+in the worker process instead of a fork per job (:func:`_worker`). Select the engine with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``.
 
 One extra command, ``ensure-owner CREDENTIALS_JSON``, creates the owner account from a
 credentials file (username, password, api_key) if it does not exist. It reads the secrets from
@@ -49,7 +50,25 @@ async def _ensure_owner(credentials_file: Path) -> str:
     return ""
 
 
+def _worker(num_workers: int) -> None:
+    """argilla-server's ``worker`` command (an rq ``WorkerPool`` on its two queues), except that
+    each job runs inside the worker process (rq's ``SimpleWorker``) instead of in a process
+    forked for it. Argilla enqueues one job per webhook event - one per response a participant
+    saves - and the fork per job cost about 84 ms of CPU each (benchmarks/full_scale.py: the
+    worker's CPU fell from 190 s to 14 s with webhooks off at 102 questions). Its jobs are
+    short, async and run one at a time, so nothing needs a fresh process."""
+    from argilla_server.jobs.queues import DEFAULT_QUEUE, HIGH_QUEUE, REDIS_CONNECTION
+    from rq import SimpleWorker
+    from rq.worker_pool import WorkerPool
+
+    WorkerPool(connection=REDIS_CONNECTION, queues=[DEFAULT_QUEUE.name, HIGH_QUEUE.name],
+               num_workers=num_workers, worker_class=SimpleWorker).start()
+
+
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "worker" and sys.argv[2] == "--num-workers":
+        _worker(int(sys.argv[3]))
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "ensure-owner":
         problem = asyncio.run(_ensure_owner(Path(sys.argv[2])))
         if problem:
