@@ -420,20 +420,7 @@ def free_port() -> int:
 def settings_environment(settings: Any) -> dict[str, str]:
     """Every setting under its CROWDPREF_* name (what the flows in this process read), plus
     Prefect's offline settings for the private server."""
-    from crowdpref.settings import Settings
-
-    env = {}
-    for name, field in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        if name in ("home", "portal_studies", "argilla_venv"):
-            value = Path(value).expanduser().resolve()
-        env[field.validation_alias.choices[0]] = str(value)
-    env.update(settings.prefect_env())
-    return env
+    return {**settings.as_environment(), **settings.prefect_env()}
 
 
 def start_stack(home: Path, llm_url: str, llm_key: str, config_dir: Path) -> Any:

@@ -266,6 +266,22 @@ class Settings(BaseSettings):
             raise state_file_error(path, "the Argilla owner credentials", exc, fix) from None
         return creds
 
+    def as_environment(self) -> dict[str, str]:
+        """Every setting that is set, under its ``CROWDPREF_*`` name (secrets revealed, paths
+        absolute): what a child process needs to see the same state folder, store, services
+        and studies as this one."""
+        env = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if hasattr(value, "get_secret_value"):
+                value = value.get_secret_value()
+            if name in ("home", "portal_studies", "argilla_venv"):
+                value = Path(value).expanduser().resolve()
+            env[field.validation_alias.choices[0]] = str(value)  # type: ignore[union-attr]
+        return env
+
     def prefect_env(self) -> dict[str, str]:
         """Environment for anything that talks to or runs the embedded Prefect: offline settings,
         persisted results inside the state folder (so failed runs can be retried from cache)."""

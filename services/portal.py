@@ -19,15 +19,7 @@ def _env(settings: Settings) -> dict[str, str]:
     serves the same state folder, store, Argilla and studies as the command that started it."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
     env.update({"PYTHONUNBUFFERED": "1", "HOME": str(settings.state_dir)})
-    for name, field in Settings.model_fields.items():
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        if name in ("home", "portal_studies", "argilla_venv"):
-            value = Path(value).expanduser().resolve()
-        env[field.validation_alias.choices[0]] = str(value)  # type: ignore[union-attr]
+    env.update(settings.as_environment())
     return env
 
 
