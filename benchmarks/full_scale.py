@@ -703,7 +703,10 @@ def main() -> int:
                           for name, value in sorted(memory.peak.items(), key=lambda x: -x[1])), highlight=False)
         console.print(f"CPU seconds during the run ({os.cpu_count()} cores, {total_s:.0f} s wall): " + ", ".join(
             f"{name} {seconds:.0f}" for name, seconds in sorted(cpu.items(), key=lambda x: -x[1])), highlight=False)
-        console.print("(other helpers share this machine's CPU while this runs: the figures are pessimistic)")
+        used = sum(cpu.values()) / ((os.cpu_count() or 1) * total_s) if total_s else 0.0
+        console.print(f"the run's processes used {used:.0%} of the machine's CPU; load average now "
+                      f"{os.getloadavg()[0]:.1f} (other work on the machine slows every figure above)",
+                      highlight=False)
 
         # --- extrapolation ----------------------------------------------------------------------
         full = yaml.safe_load(CONFIG.read_text())
