@@ -9,8 +9,9 @@ whole, so no update is lost.
   passwords. ``database_url`` points it at PostgreSQL for teams running workers and the portal
   on several machines (then the database must be readable by the study owner only).
 - Writes to one collection are serialised: ``BEGIN IMMEDIATE`` on SQLite, a row lock on the
-  collection (``SELECT ... FOR UPDATE``) on PostgreSQL. A claim is a few milliseconds of SQL,
-  so serialising claims costs little and makes over-allocation impossible.
+  collection (``SELECT ... FOR UPDATE``) on PostgreSQL. A claim is one short transaction (no
+  Argilla call inside; ``benchmarks/claims.py`` prints the store's share of a claim), so
+  serialising claims costs little and makes over-allocation impossible.
 - The schema is versioned with Alembic (``crowdpref/migrations``); opening a store upgrades
   it under the same write lock, so a study that runs for days survives a crowdpref upgrade.
 - No Argilla call ever happens inside a transaction: the store records intent first (an
