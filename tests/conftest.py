@@ -49,6 +49,25 @@ def isolated_settings(home: Path, **overrides: object) -> Settings:
     return load_settings(**values)
 
 
+def cli_environment(home: Path) -> dict[str, str]:
+    """Environment for running the real ``crowdpref`` command in a subprocess: this process's
+    environment without any crowdpref, Argilla, Prefect or service credential setting, a
+    private state folder ``home`` and free ports, so no service of another stack is reached."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_", "PROLIFIC_"))}
+    env.update(
+        CROWDPREF_HOME=str(home),
+        CROWDPREF_ARGILLA_PORT=str(free_port()),
+        CROWDPREF_PREFECT_PORT=str(free_port()),
+        CROWDPREF_REDIS_PORT=str(free_port()),
+        CROWDPREF_PORTAL_PORT=str(free_port()),
+        CROWDPREF_FAKE_PROLIFIC_PORT=str(free_port()),
+        CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
+        COLUMNS="200",
+    )
+    return env
+
+
 @dataclass
 class ArgillaServer:
     settings: Settings

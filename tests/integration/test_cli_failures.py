@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from crowdpref.runfolder import write_parquet
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, cli_environment
 from tests.integration.test_study1_collection import _questions
 
 pytestmark = pytest.mark.integration
@@ -31,19 +31,7 @@ def run_cli(env: dict[str, str], *args: str, cwd: Path | None = None) -> subproc
 @pytest.fixture()
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """A private state folder and free ports: no service of this stack runs."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_", "PROLIFIC_"))}
-    env.update(
-        CROWDPREF_HOME=str(tmp_path / "state"),
-        CROWDPREF_ARGILLA_PORT=str(free_port()),
-        CROWDPREF_PREFECT_PORT=str(free_port()),
-        CROWDPREF_REDIS_PORT=str(free_port()),
-        CROWDPREF_PORTAL_PORT=str(free_port()),
-        CROWDPREF_FAKE_PROLIFIC_PORT=str(free_port()),
-        CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
-        COLUMNS="200",
-    )
-    return env
+    return cli_environment(tmp_path / "state")
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], exit_code: int, *needles: str,

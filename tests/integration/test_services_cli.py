@@ -4,7 +4,6 @@ state folder, healthy, with a private owner credentials file, and nothing left b
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from services.process import group_members, port_in_use
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, cli_environment
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +27,7 @@ def run_cli(env: dict[str, str], *args: str, timeout: int = 240) -> subprocess.C
 
 @pytest.fixture()
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_"))}
-    env.update(
-        CROWDPREF_HOME=str(tmp_path / "state"),
-        CROWDPREF_ARGILLA_PORT=str(free_port()),
-        CROWDPREF_PREFECT_PORT=str(free_port()),
-        CROWDPREF_REDIS_PORT=str(free_port()),
-        CROWDPREF_PORTAL_PORT=str(free_port()),
-        CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
-        COLUMNS="200",
-    )
-    return env
+    return cli_environment(tmp_path / "state")
 
 
 def test_up_status_down_round_trip(cli_env):
