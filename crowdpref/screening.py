@@ -10,8 +10,9 @@ Loading. The model is built by detoxify's own ``get_model_and_tokenizer`` and sc
 ``torch.load(weights_only=True)``, so a checkpoint named in a config can hold tensors and plain
 containers but never run code (one holding other Python objects is refused with a one-line error
 saying how to re-save it). Before loading, everything it would read is checked on disk, so that a
-machine without network fails at once, before any download is tried, with a one-line :class:`CrowdprefError` naming the
-missing file and how to provide it, instead of a URLError (or two minutes of Hub retries):
+machine without network fails at once, before any download is tried, with a one-line
+:class:`CrowdprefError` naming the missing file and how to provide it, instead of a URLError (or
+two minutes of Hub retries):
 
 - released weights (``screening.checkpoint`` unset): the checkpoint in the torch hub cache,
   ``$TORCH_HOME/hub/checkpoints/<file>`` (file names from detoxify's ``MODEL_URLS``), and the
