@@ -54,9 +54,10 @@ def _worker(num_workers: int) -> None:
     """argilla-server's ``worker`` command (an rq ``WorkerPool`` on its two queues), except that
     each job runs inside the worker process (rq's ``SimpleWorker``) instead of in a process
     forked for it. Argilla enqueues one job per webhook event - one per response a participant
-    saves - and the fork per job cost about 84 ms of CPU each (benchmarks/full_scale.py: the
-    worker's CPU fell from 190 s to 14 s with webhooks off at 102 questions). Its jobs are
-    short, async and run one at a time, so nothing needs a fresh process."""
+    saves - and with a fork per job each cost about 84 ms of CPU (benchmarks/full_scale.py at
+    102 questions: the worker used 190 CPU-s with webhooks on, 14 with them off); with jobs in
+    the worker process the full study's ~22,000 saved responses cost it 606 CPU-s, ~27 ms each.
+    Its jobs are short, async and run one at a time, so nothing needs a fresh process."""
     from argilla_server.jobs.queues import DEFAULT_QUEUE, HIGH_QUEUE, REDIS_CONNECTION
     from rq import SimpleWorker
     from rq.worker_pool import WorkerPool
