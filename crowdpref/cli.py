@@ -472,7 +472,7 @@ def reopen(
 def _unusable_answerers(study: Path, config: Any, settings: Settings, item: str) -> list[str]:
     """Who gave a counted answer to ``item`` that cannot be used, read from Argilla; a one-line
     refusal naming the counted answers when every one of them can be used."""
-    from crowdpref.reopen import unusable_answers
+    from crowdpref.reopen import item_collection, unusable_answers
     from crowdpref.store import open_store
     from crowdpref.studies import open_collection
     from crowdpref.study1 import answer_problem
@@ -480,20 +480,14 @@ def _unusable_answerers(study: Path, config: Any, settings: Settings, item: str)
 
     store = open_store(settings)
     try:
-        keys = [k for k in ("study1", "study2") if (info := store.find_collection(config.name, k)) is not None
-                and item in set(store.items(info.id))]
+        key, _ = item_collection(store, config.name, item)
     finally:
         store.close()
-    if not keys:
-        from crowdpref.errors import ConfigError
-
-        raise ConfigError(f"'{item}' is not a question or pair of study '{config.name}' in the study store: copy the "
-                          "id from the export's message or validation.json")
     _require_argilla(settings)
-    collection = open_collection(study, keys[0], settings)  # type: ignore[arg-type]
+    collection = open_collection(study, key, settings)  # type: ignore[arg-type]
     holders = [p for p in collection.participants() if item in p.submitted]
     submitted = [(p, answer) for p in holders for answer in collection._own_answers(p) if answer.status == "submitted"]
-    problem = answer_problem if keys[0] == "study1" else rating_problem(config.study2.scale_points)
+    problem = answer_problem if key == "study1" else rating_problem(config.study2.scale_points)
     found = [u.username for u in unusable_answers(holders, submitted, problem) if u.item_id == item]
     if not found:
         raise CrowdprefError(f"every counted answer to {item} can be used (by {', '.join(p.username for p in holders) or 'nobody'}): "

@@ -22,7 +22,7 @@ from typing import Any
 from crowdpref.argilla_client import SubmittedAnswer
 from crowdpref.checks import is_check
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.store import ParticipantState, Store
+from crowdpref.store import CollectionInfo, ParticipantState, Store
 
 LOST = "its answer is no longer submitted in Argilla (discarded or deleted)"
 
@@ -94,13 +94,16 @@ def reopen_item(store: Store, study_name: str, item_id: str, reason: str,
     if is_check(item_id):
         raise ConfigError(f"'{item_id}' is a quality check, not an item of the study: checks never count, "
                           "there is nothing to reopen")
-    found = []
+    key, info = item_collection(store, study_name, item_id)
+    return key, store.reopen(info.id, item_id, reason, usernames=usernames)
+
+
+def item_collection(store: Store, study_name: str, item_id: str) -> tuple[str, CollectionInfo]:
+    """The collection of the study that has ``item_id`` (a question id in study 1, a pair id in
+    study 2): (its key, its info); a one-line error when neither has it."""
     for key in ("study1", "study2"):
         info = store.find_collection(study_name, key)
         if info is not None and item_id in set(store.items(info.id)):
-            found.append((key, info))
-    if not found:
-        raise ConfigError(f"'{item_id}' is not a question or pair of study '{study_name}' in the study store: "
-                          "copy the id from the export's message or validation.json")
-    key, info = found[0]
-    return key, store.reopen(info.id, item_id, reason, usernames=usernames)
+            return key, info
+    raise ConfigError(f"'{item_id}' is not a question or pair of study '{study_name}' in the study store: "
+                      "copy the id from the export's message or validation.json")

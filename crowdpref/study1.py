@@ -165,12 +165,13 @@ def responses_frame(
     for participant, answer in answers:
         question_id = answer.record_external_id
         text = answer.values.get("response")
-        if answer_problem(answer.values) is not None:
+        problem = answer_problem(answer.values)
+        if problem is not None:
             if skip_unusable:
                 continue
             raise CrowdprefError(
                 f"the answer of {ids.participant_key(participant.username)} to {question_id} cannot be used "
-                f"({answer_problem(answer.values)}): run `crowdpref reopen {question_id} --study STUDY.yaml` to "
+                f"({problem}): run `crowdpref reopen {question_id} --study STUDY.yaml` to "
                 "collect it again"
             )
         rows.append(

@@ -227,11 +227,12 @@ def ratings_frame(
     """``ratings.parquet`` rows, and the rejected ones (a rating outside 1..K is rejected and
     reported, never clamped)."""
     k = spec.config.study2.scale_points
+    off_scale = rating_problem(k)
     rows, rejected = [], []
     for participant, answer in answers:
         pair_id = answer.record_external_id
         value = answer.values.get("preference")
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= k:
+        if off_scale(answer.values) is not None:
             rejected.append(
                 f"rating {value!r} of {ids.participant_key(participant.username)} on {pair_id} is outside 1..{k}"
             )
