@@ -212,10 +212,17 @@ def _signed(secret: str, body: bytes, timestamp: int, event_id: str) -> dict[str
 
 def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_participant(argilla_server, tmp_path, unique):
     name = f"w{unique}"
-    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    # 3 questions x R=2, 3 a person: two arrivals hold every slot, so the study is full until
+    # the first one's work is released (with free slots elsewhere, a newcomer's salted tie-break
+    # could pick other questions, and the test would prove nothing about the freed ones)
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "prolific", copies=2, per=3, questions=3)
+    newcomer_url = f"/s/{name}/study1?PROLIFIC_PID={OTHER_PID}&STUDY_ID={STUDY_ID}&SESSION_ID={'8' * 24}"
     assert client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
                       follow_redirects=False).status_code == 303
     held = collection.participants()[0]
+    assert client.get(f"/s/{name}/study1?PROLIFIC_PID={'c' * 24}&STUDY_ID={STUDY_ID}&SESSION_ID={'d' * 24}",
+                      follow_redirects=False).status_code == 303
+    assert client.get(newcomer_url, follow_redirects=False).status_code == 409  # full while held
     body = json.dumps({"event_type": "submission.status.change", "resource_id": SESSION,
                        "participant_id": PID, "status": "RETURNED"}).encode()
     now = int(time.time())
@@ -246,11 +253,9 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     back = client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
                       follow_redirects=False)
     assert back.status_code == 410
-    nxt = client.get(f"/s/{name}/study1?PROLIFIC_PID={OTHER_PID}&STUDY_ID={STUDY_ID}&SESSION_ID={'8' * 24}",
-                     follow_redirects=False)
-    assert nxt.status_code == 303
-    newcomer = [p for p in collection.participants() if p.username != held.username][0]
-    assert set(held.items) & set(newcomer.items)
+    assert client.get(newcomer_url, follow_redirects=False).status_code == 303
+    newcomer = max(collection.participants(), key=lambda p: p.id)
+    assert newcomer.username != held.username and sorted(newcomer.items) == sorted(held.items)
     # an unknown participant's event is accepted (another study of the workspace) and recorded
     other = json.dumps({"event_type": "submission.status.change", "resource_id": "9" * 24,
                         "participant_id": "a" * 24, "status": "RETURNED"}).encode()
