@@ -1889,8 +1889,9 @@ def _mirror(api: Any, repo_id: str, folder: Path) -> Any:
     from huggingface_hub.errors import RevisionNotFoundError
 
     local = release_files(folder)
-    try:
-        remote = set(api.list_repo_files(repo_id, repo_type="dataset"))
+    head = getattr(api.repo_info(repo_id, repo_type="dataset"), "sha", None)
+    try:  # the listing is of the head commit, and the commit below is made on top of it only
+        remote = set(api.list_repo_files(repo_id, repo_type="dataset", revision=head)) if head else set()
     except RevisionNotFoundError:  # a repo without any commit yet
         remote = set()
     stale = sorted(p for p in remote - set(local) if p not in HUB_KEEP)
@@ -1901,7 +1902,7 @@ def _mirror(api: Any, repo_id: str, folder: Path) -> Any:
     if stale:
         summary += f": {len(stale)} file(s) no longer in the release deleted"
     return api.create_commit(repo_id=repo_id, repo_type="dataset", operations=operations,
-                             commit_message=summary)
+                             commit_message=summary, parent_commit=head)
 
 
 def push_release(
@@ -1917,7 +1918,10 @@ def push_release(
     configuration dropped from the release disappears from the Hub), except the files the Hub
     itself keeps a repo working with (:data:`HUB_KEEP`, e.g. ``.gitattributes``) unless the
     release has its own. Unchanged files are not uploaded again and nothing at all is committed
-    when nothing changed, so pushing again (or a retry) is safe.
+    when nothing changed, so pushing again (or a retry) is safe. The commit names the head it
+    was computed from (``parent_commit``): when another commit reached the repo in between (a
+    second push, an edit on the Hub), the Hub refuses it (412) and the push fails, retryable,
+    instead of committing deletions computed from a listing that is no longer true.
 
     Without ``repo_id`` or ``token`` nothing is pushed and the result says where the folder is.
     Every failure is a one-line :class:`PushError` naming the repo, the endpoint and the setting
@@ -1971,6 +1975,10 @@ def push_release(
             msg = (f"{where}: not found (404): check CROWDPREF_HF_REPO_ID and "
                    "CROWDPREF_HF_ENDPOINT, and that the token (HF_TOKEN) can see the owner")
             raise PushError(msg) from None
+        if status == 412:
+            raise PushError(f"another commit reached {where} while this push was computing its "
+                            "changes (412 precondition failed): push again; the next push lists "
+                            "the repo afresh", retryable=True) from None
         retry = status is None or status >= 500 or status == 429
         raise PushError(f"pushing {where} failed (HTTP {status}: {detail}): "
                         + ("try again later" if retry else "check CROWDPREF_HF_REPO_ID / HF_TOKEN"),

@@ -40,7 +40,8 @@ It implements just what ``create_repo``, ``list_repo_files`` / ``list_repo_tree`
 
 Tokens: ``write_token`` may do everything, ``read_token`` may read but gets 403 on writes,
 anything else gets 401 (whose body echoes the token, as careless servers do, so tests can check
-that it is never repeated). ``fail_next`` injects error statuses into the next POSTs.
+that it is never repeated). ``fail_next`` injects error statuses into the next POSTs;
+``commit_after_listing`` makes another writer commit right after a push has listed the repo.
 ``requests`` logs ``(method, path)`` of every call; ``repos`` holds what arrived (``private``
 flag, files and their bytes, commits: each with the files it ``added`` and ``deleted``).
 """
@@ -98,6 +99,9 @@ class FakeHubServer:
         self.fail_next: list[int] = []
         #: entries per page of a tree listing (the Hub pages by 1000)
         self.tree_page_size = 1000
+        #: "<type>s/<owner>/<name>" -> files another writer commits right after the next
+        #: complete listing of that repo (a race between a push's listing and its commit)
+        self.commit_after_listing: dict[str, dict[str, bytes]] = {}
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -293,6 +297,15 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                                    f"&expand=false&cursor={cursor + hub.tree_page_size}>; "
                                    'rel="next"')
             self._send(200, page, headers)
+            if "Link" not in headers:  # the listing is complete: another writer may commit now
+                with hub.lock:
+                    added = hub.commit_after_listing.pop(f"{kind}/{owner}/{name}", None)
+                    if added is not None:
+                        repo.files.update(added)
+                        repo.commits.append({"oid": hashlib.sha1(repr(sorted(added)).encode()
+                                                                 + repo.sha.encode()).hexdigest(),
+                                             "summary": "another writer", "files": sorted(added),
+                                             "deleted": []})
 
         def _validate_yaml(self, body: bytes) -> None:
             content = json.loads(body).get("content", "")

@@ -23,7 +23,7 @@ import pytest
 
 import crowdpref.runfolder as runfolder
 from crowdpref.errors import CrowdprefError
-from crowdpref.publish import build_release, push_release, release_folder
+from crowdpref.publish import PushError, build_release, push_release, release_folder
 from crowdpref.runfolder import OLD_PREFIX, READY_PREFIX, STAGING_PREFIX, repair_release
 from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
 from tests.unit.test_publish import PlantedRun, build, small_config, write_study_run
@@ -89,8 +89,8 @@ def test_a_configuration_dropped_from_the_release_is_deleted_on_the_hub_in_one_c
     assert len(commits) == len(posts_before) + 1
     last = repo.commits[-1]
     assert last["deleted"] == [SCREENING] and "README.md" in last["files"]
-    listings = hub.requests.count(("GET", "/api/datasets/me/social-rlhf/tree/main"))
-    assert listings > 2  # each listing spanned pages and every page was read
+    listings = [r for r in hub.requests if r == ("GET", f"/api/datasets/me/social-rlhf/tree/{repo.commits[-2]['oid']}")]
+    assert len(listings) > 1  # the listing of the head it committed on spanned pages, each read
 
 
 def test_files_added_on_the_hub_by_hand_go_and_a_release_gitattributes_replaces_the_hubs(
@@ -117,6 +117,26 @@ def test_an_unchanged_release_commits_nothing(planted: PlantedRun, hub: FakeHubS
     commits = len(hub.dataset("me/social-rlhf").commits)
     push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
     assert len(hub.dataset("me/social-rlhf").commits) == commits
+
+
+def test_a_commit_that_lands_between_listing_and_committing_fails_the_push_retryably(
+        planted: PlantedRun, hub: FakeHubServer) -> None:
+    folder = build(planted)
+    push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    repo = hub.dataset("me/social-rlhf")
+    planted.run.screening.unlink()  # the next release drops a configuration: a deletion to compute
+    folder = build_release(planted.run, planted.config, forbidden=planted.forbidden, repo_id="me/social-rlhf")
+    hub.commit_after_listing["datasets/me/social-rlhf"] = {"notes/late.md": b"pushed meanwhile"}
+    commits = len(repo.commits)
+    with pytest.raises(PushError, match="another commit reached me/social-rlhf") as refused:
+        push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    assert refused.value.retryable  # the publish task's retry lists the repo afresh
+    assert len(repo.commits) == commits + 1 and repo.commits[-1]["summary"] == "another writer"
+    assert SCREENING in repo.files  # nothing of the refused push was applied
+
+    push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)  # the retry
+    assert repo.files == {**files_of(folder), ".gitattributes": GITATTRIBUTES}
+    assert repo.commits[-1]["deleted"] == [SCREENING, "notes/late.md"]
 
 
 # --- the local swap --------------------------------------------------------------------------------
