@@ -283,6 +283,13 @@ class ArgillaOwner:
         created = response.json()
         return str(created["id"]), str(created["secret"])
 
+    def disable_webhook(self, webhook_id: str) -> None:
+        """Stop deliveries of a webhook (kept, with its id and secret, for :meth:`ensure_webhook`
+        to enable again). A webhook that no longer exists is fine."""
+        response = self._http.patch(f"/api/v1/webhooks/{webhook_id}", json={"enabled": False})
+        if response.status_code != 404:
+            _raise_for_status(response, self.api_url, f"disabling webhook {webhook_id}")
+
     def delete_webhook(self, webhook_id: str) -> None:
         response = self._http.delete(f"/api/v1/webhooks/{webhook_id}")
         if response.status_code != 404:

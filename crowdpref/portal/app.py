@@ -17,7 +17,7 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``POST /hooks/argilla``: Argilla's response events (Standard Webhooks signatures, 401 when
   bad): the participant's activity - and their submitted answer - reach the store at once, and
   monitoring reads from Argilla only whom activity names (the portal registers the webhook when
-  it starts, :mod:`crowdpref.portal.argilla_hooks`).
+  it starts and disables it when it stops, :mod:`crowdpref.portal.argilla_hooks`).
 - ``GET  /healthz``.
 
 Nothing logs query strings: uvicorn's access log is off and :class:`_PathOnlyLog` writes the
@@ -26,8 +26,11 @@ method, path and status only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,8 +48,20 @@ def cookie_name(study: str, key: str) -> str:
     return f"crowdpref-{study}-{key}"
 
 
-def create_app(portal: Portal) -> FastAPI:
-    app = FastAPI(title="crowdpref portal", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
+    """The portal's web app. ``argilla_webhook``: register Argilla's response webhook when the
+    app starts (in the background: Argilla may start later) and disable it when it stops (on
+    SIGTERM, before the process ends), so monitoring polls while nobody receives deliveries."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if argilla_webhook:
+            portal.register_argilla_webhook_in_background()
+        yield
+        if argilla_webhook:
+            await asyncio.to_thread(portal.stand_down_argilla_webhook)
+
+    app = FastAPI(title="crowdpref portal", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.portal = portal
     secure = portal.settings.portal_public_url.startswith("https://")
 
@@ -135,5 +150,4 @@ def build_app(settings: Any | None = None) -> FastAPI:
 
     settings = settings or load_settings()
     portal = Portal(settings, open_store(settings))
-    portal.register_argilla_webhook_in_background()  # Argilla reports responses to /hooks/argilla
-    return create_app(portal)
+    return create_app(portal, argilla_webhook=True)  # Argilla reports responses to /hooks/argilla

@@ -7,6 +7,8 @@ participant on every pass.
   second one); its secret goes to the owner-only study store (:data:`SECRET_META`), with the
   server it belongs to (:data:`SERVER_META`) - monitoring relies on webhooks only for that
   server.
+- :func:`stand_down` (the portal does it when it stops): monitoring polls again and the webhook
+  is disabled until the next :func:`register`.
 - :func:`verify`: Standard Webhooks signatures (``webhook-id``, ``webhook-timestamp``,
   ``webhook-signature``; what Argilla's rq worker signs with), 5 minutes of tolerance.
 - :func:`parse`: the few facts monitoring needs from a response event (the payload also holds
@@ -19,7 +21,7 @@ activity in one short store write (see :meth:`crowdpref.store.Store.note_activit
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,9 +74,25 @@ def register(owner: Any, store: Any, url: str) -> str:
     return webhook_id
 
 
+def stand_down(store: Any, api_url: str, disable: Callable[[str], None]) -> bool:
+    """The portal is stopping: monitoring stops relying on webhooks from the Argilla at
+    ``api_url`` (it reads every active participant again, as without webhooks), then
+    ``disable(webhook_id)`` stops Argilla delivering to a portal that no longer listens
+    (disabled, not deleted: the next :func:`register` enables it again, same id and secret).
+    The store is told first, so an Argilla that cannot be reached leaves polling on, never off.
+    Returns whether a webhook was in use."""
+    webhook_id = store.get_meta(ID_META)
+    if webhook_id is None or not registered_for(store, api_url):
+        return False
+    store.set_meta(SERVER_META, "")
+    disable(webhook_id)
+    return True
+
+
 def registered_for(store: Any, api_url: str) -> bool:
     """Whether this store receives Argilla's webhooks from the server at ``api_url``."""
-    return store.get_meta(SERVER_META) == api_url.rstrip("/")[:200] and store.get_meta(SECRET_META) is not None
+    server = store.get_meta(SERVER_META)
+    return bool(server) and server == api_url.rstrip("/")[:200] and store.get_meta(SECRET_META) is not None
 
 
 def verify(secret: str, headers: Mapping[str, str], body: bytes) -> str:

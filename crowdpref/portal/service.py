@@ -400,6 +400,25 @@ class Portal:
             owner = ArgillaOwner(self.settings.argilla_api_url, self.settings.resolved_argilla_api_key(), timeout_s=10.0)
         return argilla_hooks.register(owner, self.store, argilla_hooks.hook_url(self.settings))
 
+    def stand_down_argilla_webhook(self) -> None:
+        """When the portal stops: :func:`argilla_hooks.stand_down` on the configured Argilla.
+        Never raises (Argilla may be down already: monitoring polls either way)."""
+        from crowdpref.argilla_client import ArgillaOwner
+
+        def disable(webhook_id: str) -> None:
+            owner = ArgillaOwner(self.settings.argilla_api_url, self.settings.resolved_argilla_api_key(), timeout_s=5.0)
+            try:
+                owner.disable_webhook(webhook_id)
+            finally:
+                owner.close()
+
+        try:
+            if argilla_hooks.stand_down(self.store, self.settings.argilla_api_url, disable):
+                log.info("Argilla webhook disabled: monitoring polls until the portal starts again")
+        except Exception as exc:  # noqa: BLE001 - stopping must not fail
+            reason = (str(exc).splitlines() or [exc.__class__.__name__])[0][:200]
+            log.warning("Argilla webhook not disabled (%s): monitoring polls anyway", reason)
+
     def register_argilla_webhook_in_background(self, retry_s: float = 10.0) -> threading.Thread:
         """:meth:`register_argilla_webhook` from a daemon thread, retried until Argilla answers
         (the portal may start before it). Until then monitoring polls, as without webhooks."""

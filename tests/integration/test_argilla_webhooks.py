@@ -243,3 +243,62 @@ def test_a_participant_the_webhook_completed_has_their_checks_graded_by_the_next
     assert after.check_verdict == "failed" and after.excluded_at is not None and len(after.excluded) == 3
     assert progress.unclaimed == 12  # their three slots are free again
     assert collection.monitor().read_now == 0  # graded once, never read again
+
+
+def test_a_stopped_portal_disables_its_webhook_and_monitoring_polls_again(argilla_server, tmp_path):
+    """The real portal process (``python -m crowdpref.portal``, as ``crowdpref up`` starts it):
+    it registers the webhook when it starts; SIGTERM (what ``crowdpref down`` sends) makes it
+    disable the webhook in Argilla and tell the store, so monitoring reads every participant
+    again instead of waiting for deliveries nobody receives; the next start enables the same
+    webhook again (never a second one)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from crowdpref.store import open_store
+
+    settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
+                                 argilla_api_key=argilla_server.owner_api_key, portal_studies=tmp_path)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1", **settings.as_environment()}
+    url = argilla_hooks.hook_url(settings)
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    store = open_store(settings)
+
+    def mine() -> list[dict]:
+        return [w for w in owner.webhooks() if str(w["url"]).rstrip("/") == url]
+
+    def start_until_registered() -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "crowdpref.portal"], env=env, cwd=tmp_path,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not (argilla_hooks.registered_for(store, argilla_server.api_url) and [w for w in mine() if w["enabled"]]):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+            time.sleep(0.2)
+        return process
+
+    def stop(process: subprocess.Popen) -> str:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=30)[0]
+        assert process.returncode == -signal.SIGTERM, output  # uvicorn ends by re-raising it
+        return output
+
+    first = start_until_registered()
+    try:
+        [hook] = mine()
+        output = stop(first)
+        assert "Argilla webhook disabled" in output
+        [after] = mine()
+        assert after["id"] == hook["id"] and after["enabled"] is False  # kept, not delivering
+        assert not argilla_hooks.registered_for(store, argilla_server.api_url)  # monitoring polls
+
+        second = start_until_registered()  # the same webhook, enabled again
+        stop(second)
+        assert [(w["id"], w["enabled"]) for w in mine()] == [(hook["id"], False)]
+    finally:
+        for process in [p for p in (first, locals().get("second")) if p is not None and p.poll() is None]:
+            process.kill()
+        for w in mine():
+            owner.delete_webhook(str(w["id"]))
+        owner.close()
+        store.close()

@@ -227,3 +227,22 @@ def test_parse_keeps_only_what_monitoring_needs():
     assert "private" not in repr(event) and "u-1" not in repr(event)
     assert argilla_hooks.parse({"type": "record.completed", "data": {}}) is None
     assert argilla_hooks.parse(["not", "an", "object"]) is None
+
+
+def test_standing_down_turns_polling_on_first_even_when_argilla_is_down(tmp_path, caplog):
+    """The portal stopping with Argilla already gone (``crowdpref down`` stops Argilla after the
+    portal, but a crash may not): the store stops relying on webhooks all the same, and the
+    portal's stop never raises."""
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    settings = isolated_settings(tmp_path / "home", argilla_url="http://127.0.0.1:9",
+                                 argilla_api_key="crowdpref.apikey." + "k" * 32)
+    store.set_meta(argilla_hooks.SECRET_META, SECRET)
+    store.set_meta(argilla_hooks.ID_META, "hook-1")
+    store.set_meta(argilla_hooks.SERVER_META, "http://127.0.0.1:9")
+    assert argilla_hooks.registered_for(store, "http://127.0.0.1:9")
+
+    with caplog.at_level("WARNING", logger="crowdpref.portal"):
+        Portal(settings, store).stand_down_argilla_webhook()  # port 9: refused
+    assert not argilla_hooks.registered_for(store, "http://127.0.0.1:9")  # monitoring polls
+    assert "Argilla webhook not disabled" in caplog.text and "k" * 32 not in caplog.text
+    assert store.get_meta(argilla_hooks.SECRET_META) == SECRET  # the next start re-enables it
