@@ -38,7 +38,9 @@ Privacy: participant keys (``participant_key``, ``rater_key``) are replaced by r
 by their form (:mod:`crowdpref.privacy`: Prolific ids, e-mail addresses, tokens and keys) are
 masked in the columns people wrote (``Column.free_text``: answers and questions) and counted in
 the card's "Privacy" section and ``<run>/privacy.json``; one in any other column (crowdpref's
-own ids, labels, metadata) stops the build. Timestamps are truncated to
+own ids, labels, metadata) stops the build, as does a token, key or Prolific-style id in the
+card's own text (the config's description or citation; an e-mail address there is allowed).
+Timestamps are truncated to
 ``publish.timestamp_precision`` (default: the day). The release is built in a staging folder
 and scanned (:func:`scan_for_secrets`) for usernames, passwords, keys and the original
 participant keys before it replaces ``release/``; any hit refuses the build.
@@ -79,7 +81,9 @@ from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.filters import EXCLUDED, FILTERED_BY, RULE_TEXT
 from crowdpref.filters import RULES as FILTER_RULES
 from crowdpref.privacy import PATTERNS as PRIVACY_PATTERNS
+from crowdpref.privacy import BY_NAME as PRIVACY_BY_NAME
 from crowdpref.privacy import TIMESTAMP_PRECISIONS, first_hit, mask_all
+from crowdpref.privacy import find as find_private
 from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import (
     RELEASE_DIR,
@@ -766,7 +770,28 @@ PRIVACY_FILE = "privacy.json"
 
 
 class PrivacyError(CrowdprefError):
-    """A personal detail or credential in one of crowdpref's own columns: the build stops."""
+    """A personal detail or credential in one of crowdpref's own columns, or a credential or
+    Prolific-style id in the card's own text: the build stops."""
+
+
+CARD_ALLOWED_PATTERNS = frozenset({"email"})
+"""Pattern kinds the card's own text may hold: the study team's contact address is theirs to
+publish (participants' text is masked before any of it reaches the card)."""
+
+
+def _check_card_text(card: str, source: str | None) -> None:
+    """The card's text comes from the study config (title, description, citation, category
+    descriptions) and from crowdpref: a token, key or Prolific-style id in it stops the build,
+    with the line and the kind, never the value."""
+    hits = find_private(card, [p for p in PRIVACY_PATTERNS if p.name not in CARD_ALLOWED_PATTERNS])
+    if hits:
+        line = card.count("\n", 0, hits[0].start) + 1
+        label = PRIVACY_BY_NAME[hits[0].pattern].label
+        raise PrivacyError(
+            f"refusing to publish: the dataset card (README.md line {line}) would contain a "
+            f"{label}, from the study config's text ({source or 'the study config'}: title, description, "
+            "publish.citation or a category description): remove it and build again; "
+            "nothing was written")
 
 
 @dataclass
@@ -1286,6 +1311,7 @@ def build_release(
             card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
                                 collection=collection, repo_id=repo_id, filters=filters,
                                 privacy=privacy)
+            _check_card_text(card, config.source)
             (staging / "README.md").write_text(card, encoding="utf-8")
             hits = scan_for_secrets(staging, forbidden)
             if hits:

@@ -246,3 +246,38 @@ def test_build_release_without_forbidden_list_still_masks(planted: PlantedRun) -
     folder = build_release(planted.run, planted.config)
     texts = pd.read_parquet(folder / "data/responses/train-00000-of-00001.parquet")["text"]
     assert texts[0] == "mail [email removed]"
+
+
+# --- the card's own text --------------------------------------------------------------------------
+@pytest.mark.parametrize("field", ["description", "citation"])
+@pytest.mark.parametrize("value,kind", [(HF, "Hugging Face token"), ("5f1e2d3c4b5a69788796a5b4", "Prolific-style")])
+def test_a_credential_or_prolific_id_in_the_cards_own_text_stops_the_build(
+        tmp_path: Path, field: str, value: str, kind: str) -> None:
+    data = {"name": "pub-test", "title": "Publish test study",
+            "questions": {"categories": ["empathy", "humour"], "per_category": 1},
+            "study1": {"responses_per_question": 3, "questions_per_participant": 2},
+            "study2": {"ratings_per_pair": 3, "pairs_per_participant": 3, "scale_points": 8},
+            "publish": {"license": "mit", "citation": "@misc{pubtest, title={Publish test}}"}}
+    clean = write_study_run(tmp_path / "runs" / "pub-test", parse_study(data, source="studies/pub-test.yaml"))
+    good = build(clean)
+    before = {p: p.read_bytes() for p in good.rglob("*") if p.is_file()}
+    if field == "description":
+        data["description"] = f"Contact us; our upload key was {value} by mistake."
+    else:
+        data["publish"]["citation"] = f"@misc{{pubtest, note={{{value}}}}}"
+    planted = PlantedRun(clean.run, parse_study(data, source="studies/pub-test.yaml"), api_keys=clean.api_keys)
+    with pytest.raises(PrivacyError) as info:
+        build(planted)
+    message = str(info.value)
+    assert "\n" not in message and value not in message
+    assert "README.md line" in message and kind in message and "studies/pub-test.yaml" in message
+    assert {p: p.read_bytes() for p in good.rglob("*") if p.is_file()} == before  # untouched
+
+
+def test_the_teams_contact_address_may_stay_in_the_card(tmp_path: Path) -> None:
+    data = {"name": "pub-test", "title": "Publish test study", "description": "Questions: team@example.org",
+            "questions": {"categories": ["empathy", "humour"], "per_category": 1},
+            "study1": {"responses_per_question": 3, "questions_per_participant": 2},
+            "study2": {"ratings_per_pair": 3, "pairs_per_participant": 3, "scale_points": 8}}
+    folder = build(write_study_run(tmp_path / "runs" / "pub-test", parse_study(data)))
+    assert "team@example.org" in (folder / "README.md").read_text()
