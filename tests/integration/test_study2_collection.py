@@ -2,19 +2,21 @@
 arrive and claim -> each rating's A/B order counterbalanced within its pair, recorded and
 shown as recorded -> one drop-out released, its pairs claimed by the next arrival -> export
 with exactly R ratings per pair; a study-1 participant arriving at study 2 is refused; bad
-ratings are rejected, never clamped."""
+ratings are rejected, never clamped; a counted rating discarded later sends its pair back to the
+pool at export and is rated again."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
+from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner, SubmittedAnswer
 from crowdpref.config import parse_study
 from crowdpref.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.reopen import ItemsReopened
 from crowdpref.runfolder import RunFolder
 from crowdpref.store import Assignment, Claimed, ParticipantState, Refused, Store
 from crowdpref.study1 import study1_collection
@@ -98,6 +100,27 @@ def test_study2_end_to_end_with_dropout(argilla_server, tmp_path, unique):
     assert progress.released_now == [quitter] and progress.unclaimed > 0
     report = crowd.play_study2(collection, argilla_server.api_url, hidden, 8)
     assert report.arrived == 1  # the next arrival takes the released pairs
+    progress = collection.monitor()
+    assert progress.complete and progress.submitted == 54
+
+    # a counted rating is discarded in Argilla afterwards: the export reopens that pair instead
+    # of exporting a rating that is no longer submitted (nothing is written), and the next
+    # arrival rates it again
+    rater = collection.participants()[0]
+    pair_id = next(item for item in rater.items if item in rater.submitted)
+    record_id = owner.record_ids(owner.find_dataset(collection.dataset_name, rater.username))[pair_id]
+    session = AnnotatorSession(argilla_server.api_url, rater.username, store.password(rater.account_id))
+    try:
+        session.submit([(record_id, {"preference": 4})], status="discarded")
+    finally:
+        session.close()
+    with pytest.raises(ItemsReopened) as reopened:
+        export_ratings(collection, tmp_path)
+    assert reopened.value.items == [pair_id] and "discarded" in str(reopened.value)
+    assert not (tmp_path / "ratings.parquet").exists()
+    assert collection.progress().unclaimed == 1
+    report = crowd.play_study2(collection, argilla_server.api_url, hidden, 8)
+    assert report.arrived == 1
     progress = collection.monitor()
     assert progress.complete and progress.submitted == 54
 
