@@ -40,10 +40,10 @@ masked in the columns people wrote (``Column.free_text``: answers and questions)
 the card's "Privacy" section and ``<run>/privacy.json``; one in any other column (crowdpref's
 own ids, labels, metadata) stops the build, as does a token, key or Prolific-style id in the
 card's own text (the config's description or citation; an e-mail address there is allowed).
-Timestamps are truncated to
-``publish.timestamp_precision`` (default: the day). The release is built in a staging folder
-and scanned (:func:`scan_for_secrets`) for usernames, passwords, keys and the original
-participant keys before it replaces ``release/``; any hit refuses the build.
+Timestamps are truncated to ``publish.timestamp_precision`` (default: the day). The release is
+built in a staging folder and scanned (:func:`scan_for_secrets`) for usernames, passwords,
+keys and the original participant keys before it replaces ``release/``; any hit refuses the
+build.
 
 The swap (:func:`crowdpref.runfolder.swap_in_release`) marks the scanned staging folder ready,
 moves the old release aside and the ready one in; every build, scan and push first repairs what
