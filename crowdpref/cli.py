@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crowdpref.errors import CrowdprefError, ServiceError, StateFileError
+from crowdpref.errors import ConfigError, CrowdprefError, ServiceError, StateFileError
 from crowdpref.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -145,6 +145,10 @@ def up(
     only: list[str] = typer.Option(
         None, "--only", help="Start only these components: argilla, prefect, portal (default: all)."
     ),
+    reset_owner: bool = typer.Option(
+        False, "--reset-owner",
+        help="Give the embedded Argilla's owner a new password and API key (when its credentials file "
+             "was lost or damaged); the stack must be down."),
 ) -> None:
     """Start the embedded services that are not running yet and print the UI URLs."""
     from services import stack
@@ -152,6 +156,8 @@ def up(
 
     settings = _settings()
     components = only or list(stack.COMPONENTS)
+    if reset_owner:
+        _reset_owner(settings)
     if "argilla" in components and settings.embedded_argilla:
         from services.argilla.service import env as argilla_env
 
@@ -173,6 +179,24 @@ def up(
     if "prefect" in components:
         console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
         console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}", highlight=False)
+
+
+def _reset_owner(settings: Any) -> None:
+    """``up --reset-owner``: only for the embedded Argilla, only while no service runs (each
+    holds the old key)."""
+    from services import stack
+    from services.argilla.service import reset_owner
+
+    if not settings.embedded_argilla:
+        raise ConfigError(f"--reset-owner is for the embedded Argilla; this one is {settings.argilla_url}: "
+                          "set CROWDPREF_ARGILLA_API_KEY to a key of that server instead")
+    running = [row.name for row in stack.status(settings) if row.pid is not None]
+    if running:
+        raise ConfigError(f"--reset-owner needs the stack down ({', '.join(running)} running, holding the old "
+                          "key): run `crowdpref down` first")
+    with console.status("giving the Argilla owner a new password and API key..."):
+        reset_owner(settings)
+    console.print(f"Argilla owner: new password and API key in {settings.owner_credentials_file}", highlight=False)
 
 
 @app.command()

@@ -259,8 +259,9 @@ class Settings(BaseSettings):
                 raise KeyError("username/password/api_key")
         except (OSError, ValueError, KeyError) as exc:
             if (self.argilla_home / "argilla.db").exists():
-                fix = ("restore it from your backup: the embedded Argilla's owner account keeps the old API key, "
-                       "so a new file would not match it")
+                fix = ("restore it from your backup, or run `crowdpref down` then `crowdpref up --reset-owner` "
+                       "(a new owner password and API key are set in Argilla): the embedded Argilla's owner "
+                       "account keeps the old API key, so a new file alone would not match it")
             else:
                 fix = "the embedded Argilla was never set up with it: delete it and run `crowdpref up` to create it"
             raise state_file_error(path, "the Argilla owner credentials", exc, fix) from None

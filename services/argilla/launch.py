@@ -6,10 +6,11 @@ hands over to the stock CLI, so ``launch.py start|database ...`` behave exactly 
 ``python -m argilla_server ...``; ``worker --num-workers N`` runs the stock worker pool with jobs
 in the worker process instead of a fork per job (:func:`_worker`). Select the engine with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``.
 
-One extra command, ``ensure-owner CREDENTIALS_JSON``, creates the owner account from a
-credentials file (username, password, api_key) if it does not exist. It reads the secrets from
-the file - never from argv (visible in ``ps``) - and never prints them, unlike the stock
-``database users create`` which echoes an existing API key.
+Extra commands: ``ensure-owner CREDENTIALS_JSON`` creates the owner account from a credentials
+file (username, password, api_key) if it does not exist; ``reset-owner CREDENTIALS_JSON`` gives
+the owner account that file's password and API key (``crowdpref up --reset-owner``). Both read
+the secrets from the file - never from argv (visible in ``ps``) - and never print them, unlike
+the stock ``database users create`` which echoes an existing API key.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
 
 
+PROBLEM_PREFIX = "crowdpref: "
+"""Starts a line the launcher writes for the operator (services/argilla/service.py repeats it
+in its error): secret-free by construction, unlike a traceback."""
+
+
 async def _ensure_owner(credentials_file: Path) -> str:
     from argilla_server.contexts import accounts
     from argilla_server.database import AsyncSessionLocal
@@ -36,7 +42,8 @@ async def _ensure_owner(credentials_file: Path) -> str:
             if existing.api_key != creds["api_key"]:
                 return (
                     f"owner '{creds['username']}' exists with a different API key than "
-                    f"{credentials_file}: restore that file or delete the Argilla database"
+                    f"{credentials_file}: restore that file from your backup, or run `crowdpref down` "
+                    "then `crowdpref up --reset-owner` to give the owner a new password and API key"
                 )
             return ""
         await User.create(
@@ -48,6 +55,24 @@ async def _ensure_owner(credentials_file: Path) -> str:
             api_key=creds["api_key"],
         )
     return ""
+
+
+async def _reset_owner(credentials_file: Path) -> None:
+    """Give the owner account the password and API key of ``credentials_file`` (create it when
+    it does not exist): ``crowdpref up --reset-owner``, after the credentials file was lost."""
+    from argilla_server.contexts import accounts
+    from argilla_server.database import AsyncSessionLocal
+    from argilla_server.models import User, UserRole
+
+    creds = json.loads(credentials_file.read_text())
+    async with AsyncSessionLocal() as session:
+        existing = await accounts.get_user_by_username(session, creds["username"])
+        if existing is None:
+            await User.create(session, first_name="crowdpref", username=creds["username"], role=UserRole.owner,
+                              password_hash=accounts.hash_password(creds["password"]), api_key=creds["api_key"])
+        else:
+            await existing.update(session, role=UserRole.owner, api_key=creds["api_key"],
+                                  password_hash=accounts.hash_password(creds["password"]))
 
 
 def _worker(num_workers: int) -> None:
@@ -73,9 +98,13 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "ensure-owner":
         problem = asyncio.run(_ensure_owner(Path(sys.argv[2])))
         if problem:
-            print(problem, file=sys.stderr)
+            print(f"{PROBLEM_PREFIX}{problem}", file=sys.stderr)
             sys.exit(1)
         print("owner account ready")
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "reset-owner":
+        asyncio.run(_reset_owner(Path(sys.argv[2])))
+        print("owner password and API key replaced")
         return
     from argilla_server.cli import app
 

@@ -22,6 +22,7 @@ WORKER = "argilla-worker"
 ENGINE_NAME = "crowdpref-sql"
 OWNER_USERNAME = "crowdpref-owner"
 LAUNCHER = Path(__file__).with_name("launch.py")
+LAUNCHER_PROBLEM = "crowdpref: "  # launch.PROBLEM_PREFIX: a secret-free line for the operator
 
 
 def server_python(settings: Settings) -> Path:
@@ -66,17 +67,39 @@ def _auth_secret(settings: Settings) -> str:
     return secret
 
 
+def _new_owner_credentials() -> dict[str, str]:
+    return {
+        "username": OWNER_USERNAME,
+        "password": secrets.token_urlsafe(20),
+        "api_key": "crowdpref.apikey." + secrets.token_urlsafe(24),
+    }
+
+
 def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
     """The owner's credentials, generated once (random, not a fixed default)."""
     path = settings.owner_credentials_file
     if not path.exists():
-        creds = {
-            "username": OWNER_USERNAME,
-            "password": secrets.token_urlsafe(20),
-            "api_key": "crowdpref.apikey." + secrets.token_urlsafe(24),
-        }
-        write_json(creds, path, private=True)
+        write_json(_new_owner_credentials(), path, private=True)
     return settings.owner_credentials()  # a damaged or unreadable file: one line naming it and the fix
+
+
+def reset_owner(settings: Settings) -> dict[str, str]:
+    """New owner password and API key, for when the credentials file was lost or damaged after
+    the embedded Argilla was set up: written to a private ``.new`` file, set on the owner account
+    in Argilla's database, and only then moved over the credentials file. A kill in between
+    leaves the old file (or none) and the next ``crowdpref up --reset-owner`` does it again.
+    Argilla must not be running (its clients would still hold the old key)."""
+    path = settings.owner_credentials_file
+    fresh = path.with_name(path.name + ".new")
+    creds = _new_owner_credentials()
+    write_json(creds, fresh, private=True)
+    settings.argilla_home.mkdir(parents=True, exist_ok=True)
+    _run_launcher(settings, "database", "migrate", what="database migration")
+    _run_launcher(settings, "reset-owner", str(fresh), what="owner reset")
+    if path.is_dir():  # damaged: a folder in the file's place
+        path.rmdir()
+    os.replace(fresh, path)
+    return creds
 
 
 def masked(secret: str) -> str:
@@ -88,6 +111,7 @@ def _run_launcher(settings: Settings, *args: str, what: str) -> None:
     log = settings.logs_dir / f"{SERVER}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as handle:
+        start = handle.tell()
         result = subprocess.run(
             [str(server_python(settings)), str(LAUNCHER), *args],
             env=env(settings),
@@ -96,7 +120,12 @@ def _run_launcher(settings: Settings, *args: str, what: str) -> None:
             timeout=180,
         )
     if result.returncode != 0:
-        raise ServiceError(f"argilla {what} failed (exit {result.returncode}): see {log}")
+        with open(log, "rb") as handle:  # what this run wrote
+            handle.seek(start)
+            written = handle.read().decode(errors="replace")
+        said = [line[len(LAUNCHER_PROBLEM):] for line in written.splitlines() if line.startswith(LAUNCHER_PROBLEM)]
+        reason = f": {said[-1]}" if said else ""
+        raise ServiceError(f"argilla {what} failed (exit {result.returncode}){reason}: see {log}")
 
 
 def prepare(settings: Settings) -> None:

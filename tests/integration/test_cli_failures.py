@@ -153,6 +153,57 @@ def test_damaged_owner_credentials_after_setup_say_restore_not_delete(cli_env):
     assert "delete" not in error
 
 
+def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_env):
+    """The real embedded Argilla, set up by ``crowdpref up``: its owner's credentials file is
+    lost; ``up`` refuses in one line naming ``--reset-owner``; ``--reset-owner`` refuses while
+    Argilla runs, then (stack down) gives the owner a new password and API key: the new key
+    works, the old one no longer does, and ``up`` starts normally with the new file."""
+    import httpx
+
+    state = Path(cli_env["CROWDPREF_HOME"])
+    creds = state / "secrets" / "argilla-owner.json"
+    api = f"http://127.0.0.1:{cli_env['CROWDPREF_ARGILLA_PORT']}"
+
+    def works(key: str) -> bool:
+        return httpx.get(f"{api}/api/v1/me", headers={"X-Argilla-Api-Key": key}, timeout=10).status_code == 200
+
+    try:
+        first = run_cli(cli_env, "up", "--only", "argilla")
+        assert first.returncode == 0, first.stdout + first.stderr
+        old = json.loads(creds.read_text())
+        assert works(old["api_key"])
+        refused = run_cli(cli_env, "up", "--only", "argilla", "--reset-owner")
+        one_line_error(refused, 2, "--reset-owner needs the stack down", "crowdpref down")
+        assert json.loads(creds.read_text()) == old  # nothing changed
+
+        assert run_cli(cli_env, "down").returncode == 0
+        creds.write_text("")  # lost
+        one_line_error(run_cli(cli_env, "up", "--only", "argilla"), 1, str(creds), "crowdpref up --reset-owner")
+
+        reset = run_cli(cli_env, "up", "--only", "argilla", "--reset-owner")
+        assert reset.returncode == 0, reset.stdout + reset.stderr
+        new = json.loads(creds.read_text())
+        assert new["api_key"] != old["api_key"] and new["password"] != old["password"]
+        assert new["api_key"] not in reset.stdout + reset.stderr and new["password"] not in reset.stdout + reset.stderr
+        assert oct(creds.stat().st_mode & 0o777) == "0o600" and not creds.with_name(creds.name + ".new").exists()
+        assert works(new["api_key"]) and not works(old["api_key"])
+        wrong = httpx.post(f"{api}/api/v1/token", timeout=30, data={"username": old["username"], "password": old["password"]})
+        assert wrong.status_code == 401  # the old password no longer signs in
+        signed_in = httpx.post(f"{api}/api/v1/token", timeout=30,
+                               data={"username": new["username"], "password": new["password"]})
+        assert signed_in.status_code == 201, signed_in.status_code  # the new password too
+
+        assert run_cli(cli_env, "down").returncode == 0
+        creds.write_text(json.dumps(old))  # an old copy put back: valid, but not Argilla's key any more
+        one_line_error(run_cli(cli_env, "up", "--only", "argilla"), 1, "exists with a different API key",
+                       "crowdpref up --reset-owner")
+        creds.write_text(json.dumps(new))
+        again = run_cli(cli_env, "up", "--only", "argilla")  # the normal start accepts the new file
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        run_cli(cli_env, "down")
+
+
 @pytest.mark.parametrize("damage", ["garbage", "a folder"])
 def test_a_damaged_or_unreadable_store_names_the_file_and_never_advises_deleting_it(cli_env, damage):
     store = Path(cli_env["CROWDPREF_HOME"]) / "store.sqlite"
