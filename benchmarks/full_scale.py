@@ -457,10 +457,11 @@ def subscribe_webhooks(settings: Any, config_path: Path) -> None:
         store.close()
 
 
-def turn_off_argilla_webhooks(settings: Any, wait_s: float = 60.0) -> int:
-    """``--argilla-webhooks off``: once the portal has registered its Argilla webhook, delete it
-    on the server and make the store say none is registered, so monitoring polls every active
-    participant on every pass, as before webhooks. Returns how many webhooks were deleted."""
+def turn_off_argilla_webhooks(settings: Any, wait_s: float = 60.0) -> bool:
+    """``--argilla-webhooks off``: once the portal has registered its Argilla webhook, stand it
+    down as a stopping portal does (:func:`crowdpref.portal.argilla_hooks.stand_down`: the store
+    first, so monitoring polls every active participant on every pass, as before webhooks) and
+    delete it on the server. Returns whether there was one."""
     from crowdpref.argilla_client import ArgillaOwner
     from crowdpref.portal import argilla_hooks
     from crowdpref.store import open_store
@@ -471,11 +472,7 @@ def turn_off_argilla_webhooks(settings: Any, wait_s: float = 60.0) -> int:
         deadline = time.monotonic() + wait_s
         while not argilla_hooks.registered_for(store, settings.argilla_api_url) and time.monotonic() < deadline:
             time.sleep(0.5)
-        hooks = owner.webhooks()
-        for hook in hooks:
-            owner.delete_webhook(str(hook["id"]))
-        store.set_meta(argilla_hooks.SERVER_META, "(turned off by benchmarks/full_scale.py)")
-        return len(hooks)
+        return argilla_hooks.stand_down(store, settings.argilla_api_url, owner.delete_webhook)
     finally:
         owner.close()
         store.close()
@@ -612,8 +609,9 @@ def main() -> int:
         settings = start_stack(home, llm.base_url, llm.api_key or "", config_dir)
         subscribe_webhooks(settings, config_path)
         if args.argilla_webhooks == "off":
-            deleted = turn_off_argilla_webhooks(settings)
-            console.print(f"Argilla webhooks off: {deleted} deleted; monitoring polls every active participant")
+            if not turn_off_argilla_webhooks(settings):
+                raise SystemExit("the portal registered no Argilla webhook within 60 s: nothing to turn off")
+            console.print("Argilla webhook deleted: monitoring polls every active participant")
         setup_s = time.perf_counter() - started
         console.print(f"stack up in {setup_s:.0f} s (not counted); state folder {home}", highlight=False)
         memory.start()

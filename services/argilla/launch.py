@@ -30,7 +30,10 @@ PROBLEM_PREFIX = "crowdpref: "
 in its error): secret-free by construction, unlike a traceback."""
 
 
-async def _ensure_owner(credentials_file: Path) -> str:
+async def _set_owner(credentials_file: Path, *, replace: bool) -> str:
+    """The owner account from ``credentials_file`` (username, password, api_key): created when it
+    does not exist; when it does, ``replace`` gives it the file's password and API key
+    (``reset-owner``), else a different API key is the problem returned (``ensure-owner``)."""
     from argilla_server.contexts import accounts
     from argilla_server.database import AsyncSessionLocal
     from argilla_server.models import User, UserRole
@@ -38,7 +41,7 @@ async def _ensure_owner(credentials_file: Path) -> str:
     creds = json.loads(credentials_file.read_text())
     async with AsyncSessionLocal() as session:
         existing = await accounts.get_user_by_username(session, creds["username"])
-        if existing is not None:
+        if existing is not None and not replace:
             if existing.api_key != creds["api_key"]:
                 return (
                     f"owner '{creds['username']}' exists with a different API key than "
@@ -46,33 +49,13 @@ async def _ensure_owner(credentials_file: Path) -> str:
                     "then `crowdpref up --reset-owner` to give the owner a new password and API key"
                 )
             return ""
-        await User.create(
-            session,
-            first_name="crowdpref",
-            username=creds["username"],
-            role=UserRole.owner,
-            password_hash=accounts.hash_password(creds["password"]),
-            api_key=creds["api_key"],
-        )
-    return ""
-
-
-async def _reset_owner(credentials_file: Path) -> None:
-    """Give the owner account the password and API key of ``credentials_file`` (create it when
-    it does not exist): ``crowdpref up --reset-owner``, after the credentials file was lost."""
-    from argilla_server.contexts import accounts
-    from argilla_server.database import AsyncSessionLocal
-    from argilla_server.models import User, UserRole
-
-    creds = json.loads(credentials_file.read_text())
-    async with AsyncSessionLocal() as session:
-        existing = await accounts.get_user_by_username(session, creds["username"])
+        values = {"role": UserRole.owner, "api_key": creds["api_key"],
+                  "password_hash": accounts.hash_password(creds["password"])}
         if existing is None:
-            await User.create(session, first_name="crowdpref", username=creds["username"], role=UserRole.owner,
-                              password_hash=accounts.hash_password(creds["password"]), api_key=creds["api_key"])
+            await User.create(session, first_name="crowdpref", username=creds["username"], **values)
         else:
-            await existing.update(session, role=UserRole.owner, api_key=creds["api_key"],
-                                  password_hash=accounts.hash_password(creds["password"]))
+            await existing.update(session, **values)
+    return ""
 
 
 def _worker(num_workers: int) -> None:
@@ -96,14 +79,14 @@ def main() -> None:
         _worker(int(sys.argv[3]))
         return
     if len(sys.argv) == 3 and sys.argv[1] == "ensure-owner":
-        problem = asyncio.run(_ensure_owner(Path(sys.argv[2])))
+        problem = asyncio.run(_set_owner(Path(sys.argv[2]), replace=False))
         if problem:
             print(f"{PROBLEM_PREFIX}{problem}", file=sys.stderr)
             sys.exit(1)
         print("owner account ready")
         return
     if len(sys.argv) == 3 and sys.argv[1] == "reset-owner":
-        asyncio.run(_reset_owner(Path(sys.argv[2])))
+        asyncio.run(_set_owner(Path(sys.argv[2]), replace=True))
         print("owner password and API key replaced")
         return
     from argilla_server.cli import app

@@ -157,8 +157,11 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
     """The real embedded Argilla, set up by ``crowdpref up``: its owner's credentials file is
     lost; ``up`` refuses in one line naming ``--reset-owner``; ``--reset-owner`` refuses while
     Argilla runs, then (stack down) gives the owner a new password and API key: the new key
-    works, the old one no longer does, and ``up`` starts normally with the new file."""
+    works, the old one no longer does, a participant's account still signs in, and ``up`` starts
+    normally with the new file."""
     import httpx
+
+    from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 
     state = Path(cli_env["CROWDPREF_HOME"])
     creds = state / "secrets" / "argilla-owner.json"
@@ -172,6 +175,9 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
         assert first.returncode == 0, first.stdout + first.stderr
         old = json.loads(creds.read_text())
         assert works(old["api_key"])
+        owner = ArgillaOwner(api, old["api_key"])  # a participant's account, which the reset must keep
+        owner.ensure_annotator("reset-participant", "participant-pass-1234", owner.ensure_workspace("reset-ws"))
+        owner.close()
         refused = run_cli(cli_env, "up", "--only", "argilla", "--reset-owner")
         one_line_error(refused, 2, "--reset-owner needs the stack down", "crowdpref down")
         assert json.loads(creds.read_text()) == old  # nothing changed
@@ -192,6 +198,7 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
         signed_in = httpx.post(f"{api}/api/v1/token", timeout=30,
                                data={"username": new["username"], "password": new["password"]})
         assert signed_in.status_code == 201, signed_in.status_code  # the new password too
+        assert AnnotatorSession.password_works(api, "reset-participant", "participant-pass-1234")
 
         assert run_cli(cli_env, "down").returncode == 0
         creds.write_text(json.dumps(old))  # an old copy put back: valid, but not Argilla's key any more
