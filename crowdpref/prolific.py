@@ -10,8 +10,15 @@ idempotent writes retry on 429, 5xx and transport errors with exponential backof
 (``Retry-After`` honoured). Calls that create something (a study, a participant group, a
 webhook secret or subscription, a bonus) retry only when the request certainly was not
 processed (429, a refused or timed-out connection); after a 5xx or a dropped read they fail at
-once with :class:`ProlificUnavailable` and the caller reconciles (the recruit step looks its
-study up by internal name). Paying bonuses is never retried.
+once with :class:`ProlificAmbiguous` - NOT transient, so no retry policy repeats it - and the
+caller reconciles (the recruit step looks its study up by internal name, a group is found by
+name with :meth:`ProlificClient.list_participant_groups`). Paying bonuses and bulk approval are
+never repeated at all. A single approve / reject refused (4xx) after an earlier attempt - ours
+whose reply was lost, or another reviewer's - reads the submission back and is done when it is
+already in the state asked for.
+
+Field names and shapes follow Prolific's published OpenAPI document (the contract the tests
+check every request and reply against: tests/contracts/prolific-openapi.yml).
 
 The token is sent in a header and never appears in an error, a repr or a log line.
 """
@@ -68,6 +75,16 @@ class ProlificUnavailable(ProlificError):
     """429 / 5xx / network trouble, still failing after the retries allowed for the call."""
 
 
+class ProlificAmbiguous(ProlificUnavailable):
+    """A call that must not be repeated blindly (a creation, a payment, a bulk approval) failed
+    after Prolific may have processed it (a 5xx, a lost reply): it may or may not have been done.
+    Never transient - a retry policy that repeats it could create or pay twice; reconcile (look
+    it up on Prolific) before repeating."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message, status, transient=False)
+
+
 class WebhookRejected(CrowdprefError):
     """A webhook that must not be acted on; ``status`` is the HTTP status to answer."""
 
@@ -113,11 +130,15 @@ class Submission:
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Submission:
+    def from_json(cls, data: Mapping[str, Any], study_id: str | None = None) -> Submission:
+        """Any of Prolific's three shapes: the lists' SubmissionShort (``participant_id``,
+        ``study_code``, no study id: pass ``study_id``), ``GET /submissions/{id}/``'s
+        SubmissionDetail and a transition's Submission (``participant``, ``entered_code``)."""
+        code = data.get("study_code") if data.get("study_code") is not None else data.get("entered_code")
         return cls(id=str(data["id"]), participant_id=str(data.get("participant_id") or data.get("participant") or ""),
-                   study_id=str(data.get("study_id") or data.get("study") or ""), status=str(data.get("status") or ""),
-                   started_at=data.get("started_at"), completed_at=data.get("completed_at"),
-                   study_code=data.get("study_code"), raw=dict(data))
+                   study_id=str(data.get("study_id") or data.get("study") or study_id or ""),
+                   status=str(data.get("status") or ""), started_at=data.get("started_at"),
+                   completed_at=data.get("completed_at"), study_code=code, raw=dict(data))
 
     def __repr__(self) -> str:  # participant ids are personal data: keep them out of logs
         return f"Submission(status={self.status!r})"
@@ -200,10 +221,14 @@ class ProlificClient:
             else:
                 if response.status_code < 400:
                     return response
-                if response.status_code == 409 and maybe_done and reconcile is not None:
+                # Prolific refuses a transition from the wrong state with 400 (the one refusal
+                # its document declares; 409 is kept for safety): after an attempt that may
+                # have been processed, that is our own change - the reconcile says
+                if response.status_code in (400, 409) and maybe_done and reconcile is not None:
                     done = reconcile()
                     if done is not None:
-                        log.info("Prolific %s: 409 after an unanswered attempt; the change had been made", call)
+                        log.info("Prolific %s: %d after an unanswered attempt; the change had been made", call,
+                                 response.status_code)
                         return done
                 if not (response.status_code == 429 or response.status_code >= 500):
                     raise self._error(call, response)
@@ -258,11 +283,11 @@ class ProlificClient:
     def _unavailable(call: str, kind: CallKind, reason: str, attempts: int, maybe_done: bool,
                      status: int | None) -> ProlificUnavailable:
         tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
-        if kind in ("create", "never") and maybe_done:
-            fix = ("it may or may not have been done: check on Prolific before paying again" if kind == "never"
-                   else "it may or may not have been created: look it up before creating it again")
-            return ProlificUnavailable(f"Prolific {call}: {reason} after {tries}, not repeated: {fix}", status,
-                                       transient=True)
+        if kind in ("create", "never") and maybe_done:  # may or may not have been done: never transient
+            fix = ("it may or may not have been done: reconcile (check on Prolific) before paying or "
+                   "approving again" if kind == "never"
+                   else "it may or may not have been created: reconcile (look it up) before creating it again")
+            return ProlificAmbiguous(f"Prolific {call}: {reason} after {tries}, not repeated: {fix}", status)
         return ProlificUnavailable(f"Prolific {call}: {reason} after {tries}: Prolific is unreachable or busy, "
                                    "try again later", status, transient=True)
 
@@ -368,18 +393,39 @@ class ProlificClient:
 
     # submissions -----------------------------------------------------------------------------------
     def list_submissions(self, study_id: str) -> list[Submission]:
-        return [Submission.from_json(s) for s in self._pages(f"studies/{study_id}/submissions/")]
+        return [Submission.from_json(s, study_id) for s in self._pages(f"studies/{study_id}/submissions/")]
 
     def get_submission(self, submission_id: str) -> Submission:
         return Submission.from_json(self._request("GET", f"submissions/{submission_id}/"))
 
     def submission_counts(self, study_id: str) -> dict[str, int]:
+        """Submissions per status (every status Prolific reports, zeros included); its ``TOTAL``
+        is not a status and is left out."""
         data = self._request("GET", f"studies/{study_id}/submissions/counts/")
-        return {str(k): int(v) for k, v in data.items() if isinstance(v, (int, float))}
+        return {str(k): int(v) for k, v in data.items() if isinstance(v, (int, float)) and k != "TOTAL"}
+
+    def _review(self, submission_id: str, body: dict[str, Any], target: str) -> Submission:
+        """One submission's APPROVE / REJECT. A refusal (4xx) - our own earlier attempt whose
+        reply was lost and that the repeat finds done, or another reviewer's decision - reads the
+        submission back: already ``target``, it is returned; otherwise the refusal is raised.
+        (Prolific's document does not say whether approving an approved submission succeeds or
+        is refused, nor with which status: this copes with both.)"""
+        try:
+            return Submission.from_json(self._request("POST", f"submissions/{submission_id}/transition/",
+                                                      "idempotent", json=body))
+        except ProlificRequestError as refused:
+            try:
+                current = self.get_submission(submission_id)
+            except ProlificError:
+                raise refused from None
+            if current.status != target:
+                raise
+            log.info("Prolific POST /submissions/.../transition/: %s refused (%s) but the submission is already %s",
+                     body["action"], refused.status, target)
+            return current
 
     def approve_submission(self, submission_id: str) -> Submission:
-        return Submission.from_json(self._request("POST", f"submissions/{submission_id}/transition/", "idempotent",
-                                                  json={"action": "APPROVE"}))
+        return self._review(submission_id, {"action": "APPROVE"}, "APPROVED")
 
     def reject_submission(self, submission_id: str, message: str, category: str) -> Submission:
         """Prolific requires a message of at least 100 characters and a rejection category."""
@@ -387,14 +433,16 @@ class ProlificClient:
             raise ValueError(f"Prolific needs a rejection message of at least 100 characters (got {len(message)})")
         if not category:
             raise ValueError("Prolific needs a rejection category (e.g. LOW_EFFORT)")
-        return Submission.from_json(self._request(
-            "POST", f"submissions/{submission_id}/transition/", "idempotent",
-            json={"action": "REJECT", "message": message, "rejection_category": category}))
+        return self._review(submission_id, {"action": "REJECT", "message": message, "rejection_category": category},
+                            "REJECTED")
 
-    def bulk_approve(self, submission_ids: list[str]) -> dict[str, Any]:
-        """Approve many at once (Prolific applies it asynchronously)."""
-        return self._request("POST", "submissions/bulk-approve/", "idempotent",
-                             json={"submission_ids": list(submission_ids)})
+    def bulk_approve(self, submission_ids: list[str]) -> str:
+        """Approve many at once (Prolific applies it asynchronously; the reply is a message).
+        Never repeated: after a 5xx or a lost reply it raises :class:`ProlificAmbiguous` - read
+        the submissions back before approving again."""
+        reply = self._request("POST", "submissions/bulk-approve/", "never",
+                              json={"submission_ids": list(submission_ids)})
+        return reply if isinstance(reply, str) else str(reply or "")
 
     def request_return(self, submission_id: str, reasons: list[str]) -> dict[str, Any]:
         return self._request("POST", f"submissions/{submission_id}/request-return/", "idempotent",
@@ -402,10 +450,25 @@ class ProlificClient:
 
     # participant groups -------------------------------------------------------------------------------
     def create_participant_group(self, name: str, workspace_id: str | None = None) -> str:
+        """A new group (``name`` is all Prolific requires; the workspace when given). Not repeated
+        after a 5xx or a lost reply (:class:`ProlificAmbiguous`): find it by name with
+        :meth:`list_participant_groups` before creating it again."""
         body: dict[str, Any] = {"name": name}
         if workspace_id:
             body["workspace_id"] = workspace_id
         return str(self._request("POST", "participant-groups/", "create", json=body)["id"])
+
+    def list_participant_groups(self, workspace_id: str | None = None, *,
+                                project_id: str | None = None) -> list[dict[str, Any]]:
+        """The groups of a workspace (or a project): dicts with at least ``id`` and ``name``
+        (also ``workspace_id``, ``participant_count``, ``is_deleted``). Prolific lists groups
+        only under a filter - its required ``filter`` parameter is a ``workspace_id`` or a
+        ``project_id``, sent as that query parameter - so one of the two is required here."""
+        if bool(workspace_id) == bool(project_id):
+            raise ValueError("Prolific lists participant groups of one workspace or one project: give "
+                             "workspace_id (settings: prolific_workspace_id) or project_id, not both")
+        params = {"workspace_id": workspace_id} if workspace_id else {"project_id": project_id}
+        return [dict(g) for g in self._pages("participant-groups/", params) if isinstance(g, dict)]
 
     def participant_group_members(self, group_id: str) -> list[str]:
         return [str(m.get("participant_id") if isinstance(m, dict) else m)
@@ -421,21 +484,29 @@ class ProlificClient:
 
     # bonuses -------------------------------------------------------------------------------------------
     def create_bonus(self, study_id: str, csv_bonuses: str) -> str:
-        """Set up bonuses (``"<participant id>,<amount>\\n..."``); nothing is paid until :meth:`pay_bonus`."""
+        """Set up bonuses (``"<participant id>,<amount>\\n..."``); nothing is paid until
+        :meth:`pay_bonus`. Returns the bulk bonus id (the reply, BulkBonus, also carries
+        ``amount``, ``fees``, ``vat`` and ``total_amount``)."""
         return str(self._request("POST", "submissions/bonus-payments/", "create",
                                  json={"study_id": study_id, "csv_bonuses": csv_bonuses})["id"])
 
-    def pay_bonus(self, bonus_id: str) -> dict[str, Any]:
-        """Pays real money: never retried (record that it was sent before calling)."""
-        return self._request("POST", f"bulk-bonus-payments/{bonus_id}/pay/", "never")
+    def pay_bonus(self, bonus_id: str) -> str:
+        """Pays real money: never retried (record that it was sent before calling). Prolific
+        answers 202 with a message (returned); a 5xx or a lost reply raises
+        :class:`ProlificAmbiguous`."""
+        reply = self._request("POST", f"bulk-bonus-payments/{bonus_id}/pay/", "never")
+        return reply if isinstance(reply, str) else str(reply or "")
 
     # webhooks ------------------------------------------------------------------------------------------
     def create_webhook_secret(self, workspace_id: str) -> str:
         """A new signing secret for the workspace (it replaces the previous one)."""
         data = self._request("POST", "hooks/secrets/", "create", json={"workspace_id": workspace_id})
-        if not data.get("secret"):
-            raise ProlificError("Prolific POST /hooks/secrets/: the reply carries no secret")
-        return str(data["secret"])
+        # SecretDetail names the secret ``value``; no fallback to another name: a reply without
+        # it is not Prolific's documented one and is refused rather than guessed at
+        value = data.get("value") if isinstance(data, dict) else None
+        if not value:
+            raise ProlificError("Prolific POST /hooks/secrets/: the reply carries no secret (no 'value')")
+        return str(value)
 
     def subscribe_webhook(self, workspace_id: str, event_type: str, target_url: str) -> tuple[str, str]:
         """Subscribe ``target_url``; returns (subscription id, hook secret) - the secret to send
@@ -444,6 +515,11 @@ class ProlificClient:
             "workspace_id": workspace_id, "event_type": event_type, "target_url": target_url})
         body = self._json("POST /hooks/subscriptions/", response)
         body = body if isinstance(body, dict) else {}
+        if "id" not in body and isinstance(body.get("results"), list):
+            # the document's shape (a SubscriptionList) rather than the prose's one subscription
+            ours = [r for r in body["results"] if isinstance(r, dict) and r.get("event_type") == event_type
+                    and r.get("target_url") == target_url]
+            body = {**(ours[-1] if ours else {}), **{k: v for k, v in body.items() if k != "results"}}
         secret = response.headers.get("X-Hook-Secret") or body.get("X-Hook-Secret")
         if not body.get("id") or not secret:
             raise ProlificError("Prolific POST /hooks/subscriptions/: the reply lacks the subscription id or "

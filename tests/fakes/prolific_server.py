@@ -27,6 +27,20 @@ Python equivalents: :meth:`FakeProlific.arrive`, :meth:`~FakeProlific.return_sub
 :meth:`~FakeProlific.time_out`, :meth:`~FakeProlific.complete`, :meth:`~FakeProlific.configure`,
 :meth:`~FakeProlific.add_faults`; ``requests`` logs (method, path) of every API request,
 ``deliveries`` every webhook attempt, ``completion_visits`` the codes seen on the completion page.
+
+The contract: every API request and every reply goes through ``tests/fakes/prolific_contract.py``
+(Prolific's published OpenAPI document, tests/contracts/prolific-openapi.yml). A breach - the
+client's request or this fake's reply - is kept in ``contract_violations`` (method, path, side,
+the validator's message); a request that breaches it is refused with 400, as Prolific refuses an
+invalid request, and not acted on. :meth:`FakeProlific.stop` (the ``with`` block's end) raises
+AssertionError listing the breaches not yet reported, and tests/conftest.py fails the test during
+which any fake recorded one; a test that sends a bad request on purpose takes them with
+:meth:`~FakeProlific.take_violations`. Run as a process (the demo) it prints each breach to
+stderr and goes on. Test control (``/_fake/...``, ``/submissions/complete``, ``/health``) is
+not Prolific's API and is not checked.
+
+Where the document is silent, the fake decides, and says so where it does (which status a
+refused transition gets, whether approving an approved submission is refused, the bonus fees).
 """
 
 from __future__ import annotations
@@ -44,13 +58,25 @@ import sys
 import threading
 import time
 import urllib.error
+import weakref
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:  # the contract module (openapi-core) is imported when a fake is made
+    from tests.fakes.prolific_contract import ProlificContract, Violation
 
 DEFAULT_TOKEN = "fake-prolific-token"
 FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
+# GET /studies/{id}/submissions/counts/ (SubmissionsCountResponse): every status and the TOTAL
+COUNTED = ("ACTIVE", "APPROVED", "AWAITING REVIEW", "REJECTED", "RESERVED", "RETURNED", "TIMED-OUT",
+           "PARTIALLY APPROVED", "SCREENED OUT")
+# GET /studies/ lists StudyShort: these fields only (the full Study is GET /studies/{id}/)
+STUDY_SHORT = ("id", "name", "internal_name", "status", "study_type", "estimated_completion_time",
+               "total_available_places", "places_taken", "number_of_submissions", "reward", "total_cost",
+               "published_at", "publish_at", "date_created", "credential_pool_id", "is_ready_to_publish")
+BONUS_FEE_RATE = 1 / 3  # the document gives no fee rate for BulkBonus.fees: a flat third, no VAT
 TRANSITIONS = {"PUBLISH": ({"UNPUBLISHED"}, "ACTIVE"), "PAUSE": ({"ACTIVE"}, "PAUSED"),
                "START": ({"PAUSED"}, "ACTIVE"), "STOP": ({"ACTIVE", "PAUSED"}, "COMPLETED")}
 PLACEHOLDERS = ("{{%PROLIFIC_PID%}}", "{{%STUDY_ID%}}", "{{%SESSION_ID%}}")
@@ -67,9 +93,53 @@ class ApiError(Exception):
         self.detail = detail
 
 
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
+          500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+def error_detail(status: int, detail: str) -> dict[str, Any]:
+    """ErrorDetail: status, error_code, title and detail are all required (the error_code's values
+    are not documented: the fake uses the status times 1000)."""
+    return {"status": status, "error_code": status * 1000, "title": TITLES.get(status, "Error"), "detail": detail}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def submission_short(sub: dict[str, Any]) -> dict[str, Any]:
+    """A submission as lists show it (SubmissionShort: ``participant_id``, ``study_code``)."""
+    return {"id": sub["id"], "participant_id": sub["participant_id"], "status": sub["status"],
+            "started_at": sub["started_at"], "completed_at": sub["completed_at"], "has_siblings": False,
+            "study_code": sub["study_code"], "return_requested": sub.get("return_requested")}
+
+
+def submission_detail(sub: dict[str, Any]) -> dict[str, Any]:
+    """``GET /submissions/{id}/`` (SubmissionDetail: ``participant``, ``entered_code``, ``study_id``)."""
+    return {**submission_reply(sub), "parent_study_id": None, "bonus_payments": [],
+            "return_requested": sub.get("return_requested")}
+
+
+def submission_reply(sub: dict[str, Any]) -> dict[str, Any]:
+    """The reply to a submission's transition (Submission)."""
+    return {"id": sub["id"], "completed_at": sub["completed_at"], "entered_code": sub["study_code"],
+            "participant": sub["participant_id"], "started_at": sub["started_at"], "status": sub["status"],
+            "study_id": sub["study_id"]}
+
+
+def _contract_problem(exc: BaseException) -> str:
+    return f"the contract could not be checked: {type(exc).__name__}: {exc}"
+
 class FakeProlific:
+    #: every fake made in this process (tests/conftest.py checks them after each test)
+    instances: weakref.WeakSet[FakeProlific] = weakref.WeakSet()
+
     def __init__(self, token: str = DEFAULT_TOKEN, page_size: int = 2, host: str = "127.0.0.1", port: int = 0,
-                 retry_delay_s: float = 0.2, duplicate_deliveries: bool = False, drop_webhooks: bool = False):
+                 retry_delay_s: float = 0.2, duplicate_deliveries: bool = False, drop_webhooks: bool = False,
+                 contract: bool = True, violations_fatal: bool = True):
+        """``contract``: check every API exchange against Prolific's published document;
+        ``violations_fatal``: :meth:`stop` raises on unreported breaches (off: they are printed
+        to stderr as they happen, the demo's process)."""
         self.token = token
         self.page_size = page_size
         self.retry_delay_s = retry_delay_s
@@ -85,6 +155,15 @@ class FakeProlific:
         self.deliveries: list[tuple[str, str, int, int | None]] = []  # event id, status, attempt, http status
         self.completion_visits: list[str] = []
         self.requests: list[tuple[str, str]] = []  # method, path of every API request
+        self.contract: ProlificContract | None = None
+        if contract:
+            from tests.fakes.prolific_contract import ProlificContract
+
+            self.contract = ProlificContract.load()
+        self.violations_fatal = violations_fatal
+        #: every breach of the contract seen (see :meth:`take_violations`, :meth:`check_contract`)
+        self.contract_violations: list[Violation] = []
+        self._reported = 0
         #: what the next API requests get instead of an answer: a status (int) or a dict
         #: {"status", "retry_after"} / {"disconnect": "before" | "after"} (see add_faults)
         self.faults: list[int | dict[str, Any]] = []
@@ -94,6 +173,7 @@ class FakeProlific:
         self._server.daemon_threads = True
         self.host, self.port = self._server.server_address[:2]
         self._threads: list[threading.Thread] = []
+        FakeProlific.instances.add(self)
 
     @property
     def app_url(self) -> str:
@@ -110,21 +190,58 @@ class FakeProlific:
             self._threads.append(thread)
         return self
 
-    def stop(self) -> None:
-        if not self._threads:
-            return
-        self._events.put(None)
-        self._server.shutdown()
-        self._server.server_close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self._threads = []
+    def stop(self, check: bool = True) -> None:
+        """Stop serving; then (``check``, with fatal violations) raise AssertionError listing the
+        contract breaches not reported yet."""
+        if self._threads:
+            self._events.put(None)
+            self._server.shutdown()
+            self._server.server_close()
+            for thread in self._threads:
+                thread.join(timeout=5)
+            self._threads = []
+        if check and self.violations_fatal:
+            self.check_contract()
 
     def __enter__(self) -> FakeProlific:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(check=exc_type is None)  # never hide the error already on its way
+
+    # --- the contract ------------------------------------------------------------------------------
+    def error_body(self, method: str, path: str, status: int, detail: str) -> dict[str, Any]:
+        """A refusal as the operation documents it: ``{"error": ErrorDetail}`` for most,
+        the bare ErrorDetail for those whose 400 is declared so (``GET``/``POST /studies/``,
+        the submission lists and counts, bulk approve)."""
+        body = error_detail(status, detail)
+        if self.contract is not None and self.contract.error_schema(method, path) == "ErrorDetail":
+            return body
+        return {"error": body}
+
+    def record_violations(self, violations: list[Violation]) -> None:
+        if not violations:
+            return
+        with self.lock:
+            self.contract_violations += violations
+        if not self.violations_fatal:
+            for violation in violations:
+                print(f"fake prolific: contract violation: {violation}", file=sys.stderr, flush=True)
+
+    def take_violations(self) -> list[Violation]:
+        """The breaches not reported yet, now counted as reported (for a test that sends a bad
+        request on purpose and checks that it is caught)."""
+        with self.lock:
+            taken = self.contract_violations[self._reported:]
+            self._reported = len(self.contract_violations)
+            return taken
+
+    def check_contract(self) -> None:
+        """Raise AssertionError naming every breach not reported yet (then they are)."""
+        taken = self.take_violations()
+        if taken:
+            raise AssertionError(f"the fake Prolific saw {len(taken)} breach(es) of Prolific's published API "
+                                 "(tests/contracts/prolific-openapi.yml):\n" + "\n".join(f"- {v}" for v in taken))
 
     # --- the API --------------------------------------------------------------------------------
     def api(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
@@ -133,84 +250,116 @@ class FakeProlific:
             raise ApiError(400, "the body must be a JSON object")
         with self.lock:
             if parts == ["studies"] and method == "POST":
-                return 201, self._create_study(body)
-            if parts == ["studies"] and method == "GET":
-                return 200, self._page(list(self.studies.values()), path, query)
+                return 201, self._study(self._create_study(body))
+            if parts == ["studies"] and method == "GET":  # StudyShort, not the whole study
+                shorts = [{k: s[k] for k in STUDY_SHORT if k in s} for s in self.studies.values()]
+                return 200, self._page(shorts, path, query)
             if len(parts) >= 2 and parts[0] == "studies":
                 study = self._get(self.studies, parts[1], "study")
                 if len(parts) == 2 and method == "GET":
-                    return 200, study
+                    return 200, self._study(study)
                 if len(parts) == 2 and method == "PATCH":
-                    return 200, self._patch_study(study, body)
+                    return 200, self._study(self._patch_study(study, body))
                 if parts[2:] == ["transition"] and method == "POST":
-                    return 200, self._transition(study, str(body.get("action", "")))
+                    return 200, self._study(self._transition(study, str(body.get("action", ""))))
                 if parts[2:] == ["submissions"] and method == "GET":
-                    subs = [s for s in self.submissions.values() if s["study_id"] == study["id"]]
+                    subs = [submission_short(s) for s in self.submissions.values() if s["study_id"] == study["id"]]
                     return 200, self._page(subs, path, query)
                 if parts[2:] == ["submissions", "counts"] and method == "GET":
-                    counts: dict[str, int] = {}
+                    counts = dict.fromkeys(COUNTED, 0)
                     for s in self.submissions.values():
                         if s["study_id"] == study["id"]:
                             counts[s["status"]] = counts.get(s["status"], 0) + 1
-                    return 200, counts
+                    return 200, {**counts, "TOTAL": sum(counts.values())}
             if parts == ["submissions"] and method == "GET":
-                subs = [s for s in self.submissions.values() if s["study_id"] == query.get("study", s["study_id"])]
+                if not query.get("study"):
+                    raise ApiError(400, "study: this query parameter is required")
+                subs = [submission_short(s) for s in self.submissions.values() if s["study_id"] == query["study"]]
                 return 200, self._page(subs, path, query)
             if parts == ["submissions", "bulk-approve"] and method == "POST":
-                for sid in body.get("submission_ids", []):
+                # {"submission_ids"} or {"study_id", "participant_ids"}; only AWAITING REVIEW ones
+                # move (the document says nothing of the others: they are left as they are)
+                ids = list(body.get("submission_ids") or [])
+                if "participant_ids" in body:
+                    wanted = set(body.get("participant_ids") or [])
+                    ids = [s["id"] for s in self.submissions.values()
+                           if s["study_id"] == body.get("study_id") and s["participant_id"] in wanted]
+                for sid in ids:
                     sub = self._get(self.submissions, sid, "submission")
                     if sub["status"] == "AWAITING REVIEW":
                         self._set_status(sub, "APPROVED")
-                return 202, {"status": "accepted"}
+                return 200, "The request to bulk approve has been made successfully."
             if parts == ["submissions", "bonus-payments"] and method == "POST":
                 bonus_id = _hex_id()
                 if body.get("study_id") not in self.studies:
                     raise ApiError(400, "study_id: unknown study")
-                if not str(body.get("csv_bonuses") or "").strip():
-                    raise ApiError(400, "csv_bonuses: required")
+                amount = self._bonus_amount(str(body.get("csv_bonuses") or ""))
+                fees = round(amount * BONUS_FEE_RATE, 2)
                 self.bonuses[bonus_id] = {"id": bonus_id, "study_id": body.get("study_id"), "paid": 0,
-                                          "pay_calls": 0, "csv_bonuses": body.get("csv_bonuses")}
-                return 201, self.bonuses[bonus_id]
+                                          "pay_calls": 0, "csv_bonuses": body.get("csv_bonuses"), "amount": amount,
+                                          "fees": fees}
+                return 201, {"id": bonus_id, "study": body.get("study_id"), "amount": amount, "fees": fees,
+                             "vat": 0.0, "total_amount": round(amount + fees, 2)}
             if len(parts) >= 2 and parts[0] == "submissions":
                 sub = self._get(self.submissions, parts[1], "submission")
                 if len(parts) == 2 and method == "GET":
-                    return 200, sub
+                    return 200, submission_detail(sub)
                 if parts[2:] == ["transition"] and method == "POST":
-                    return 200, self._review(sub, body)
+                    return 200, submission_reply(self._review(sub, body))
                 if parts[2:] == ["request-return"] and method == "POST":
-                    sub["return_requested"] = True
-                    return 200, sub
+                    if not body.get("request_return_reasons"):
+                        raise ApiError(400, "request_return_reasons: at least one reason is required")
+                    sub["return_requested"] = sub.get("return_requested") or _now()
+                    return 200, {"id": sub["id"], "status": sub["status"], "participant": sub["participant_id"],
+                                 "return_requested": sub["return_requested"]}
             if parts == ["bulk-bonus-payments", *parts[1:2], "pay"] and len(parts) == 3 and method == "POST":
                 bonus = self._get(self.bonuses, parts[1], "bonus")
                 bonus["pay_calls"] += 1
-                if bonus["paid"]:
+                if bonus["paid"]:  # the document is silent on a second pay: refused here (nothing paid twice)
                     raise ApiError(400, "this bonus has already been paid")
                 bonus["paid"] += 1
-                return 200, bonus
+                return 202, "The bonuses will be paid shortly."
             if parts == ["participant-groups"] and method == "POST":
+                if not str(body.get("name") or "").strip():
+                    raise ApiError(400, "name: required")
                 group_id = _hex_id()
-                self.groups[group_id] = {"id": group_id, "name": body.get("name"), "members": []}
-                return 201, {"id": group_id, "name": body.get("name")}
+                members = [str(p) for p in body.get("participant_ids") or []]
+                self.groups[group_id] = {"id": group_id, "name": body.get("name"), "members": list(dict.fromkeys(members)),
+                                         "workspace_id": body.get("workspace_id"), "joined": {m: _now() for m in members}}
+                return 201, self._group(self.groups[group_id])
+            if parts == ["participant-groups"] and method == "GET":
+                # filter: workspace_id or project_id (exploded); the fake has no projects
+                if not query.get("workspace_id") and not query.get("project_id"):
+                    raise ApiError(400, "a workspace_id or project_id filter is required")
+                groups = [self._group(g) for g in self.groups.values()
+                          if query.get("workspace_id") and g["workspace_id"] == query["workspace_id"]]
+                return 200, {"results": groups}
             if len(parts) == 3 and parts[0] == "participant-groups" and parts[2] == "participants":
                 group = self._get(self.groups, parts[1], "participant group")
-                ids = list(body.get("participant_ids", [])) if isinstance(body, dict) else []
+                ids = [str(i) for i in body.get("participant_ids") or []]
                 if method == "GET":
-                    return 200, self._page([{"participant_id": m} for m in group["members"]], path, query)
-                if method == "POST":
-                    group["members"] += [i for i in ids if i not in group["members"]]
-                    return 200, {"count": len(group["members"])}
-                if method == "DELETE":
+                    return 200, self._page(self._memberships(group), path, query)
+                if method == "POST":  # members already in are ignored (documented)
+                    for i in ids:
+                        if i not in group["members"]:
+                            group["members"].append(i)
+                            group["joined"][i] = _now()
+                    return 200, {"results": self._memberships(group)}
+                if method == "DELETE":  # non-members are ignored (documented)
                     group["members"] = [m for m in group["members"] if m not in ids]
-                    return 200, {"count": len(group["members"])}
+                    return 200, {"results": self._memberships(group)}
             if parts == ["hooks", "secrets"] and method == "POST":
                 secret = base64.b64encode(secrets.token_bytes(48)).decode()
                 self.secrets[str(body.get("workspace_id"))] = secret
-                return 201, {"id": _hex_id(), "secret": secret, "workspace_id": body.get("workspace_id")}
+                return 201, {"id": _hex_id(), "value": secret, "workspace_id": body.get("workspace_id")}
             if parts == ["hooks", "event-types"] and method == "GET":
                 return 200, {"results": [{"event_type": t} for t in (
                     "submission.status.change", "study.status.change", "study.progress.change",
                     "study.has_high_return_rate")]}
             if parts == ["hooks", "subscriptions"] and method == "POST":
+                # the reply of Prolific's prose docs: the subscription (with its id) and the
+                # X-Hook-Secret header to confirm it with (the document declares a list; see
+                # prolific_contract.py, quirk 2)
                 sub_id = _hex_id()
                 self.subscriptions[sub_id] = {"id": sub_id, "workspace_id": str(body.get("workspace_id")),
                                               "event_type": body.get("event_type"), "target_url": body.get("target_url"),
@@ -224,6 +373,38 @@ class FakeProlific:
                 sub["is_enabled"] = True
                 return 200, {k: v for k, v in sub.items() if k != "hook_secret"}
         raise ApiError(404, f"no route {method} /{path}")
+
+    @staticmethod
+    def _study(study: dict[str, Any]) -> dict[str, Any]:
+        """The whole study (Study): ``places_taken`` is a field of the lists' StudyShort only."""
+        return {k: v for k, v in study.items() if k != "places_taken"}
+
+    @staticmethod
+    def _group(group: dict[str, Any]) -> dict[str, Any]:
+        return {"id": group["id"], "name": group["name"], "workspace_id": group["workspace_id"], "project_id": None,
+                "participant_count": len(group["members"]), "is_deleted": False}
+
+    @staticmethod
+    def _memberships(group: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"participant_id": m, "datetime_created": group["joined"].get(m, "")} for m in group["members"]]
+
+    @staticmethod
+    def _bonus_amount(csv_bonuses: str) -> float:
+        """The total of ``<participant id>,<amount>`` lines; 400 for anything else."""
+        lines = [line.strip() for line in csv_bonuses.strip().splitlines() if line.strip()]
+        if not lines:
+            raise ApiError(400, "csv_bonuses: required")
+        total = 0.0
+        for line in lines:
+            pid, _, amount = line.partition(",")
+            try:
+                value = float(amount)
+            except ValueError:
+                raise ApiError(400, f"csv_bonuses: {line!r} is not '<participant id>,<amount>'") from None
+            if not pid.strip() or value <= 0:
+                raise ApiError(400, f"csv_bonuses: {line!r} is not '<participant id>,<amount>'")
+            total += value
+        return round(total, 2)
 
     def _get(self, table: dict[str, dict[str, Any]], key: str, what: str) -> dict[str, Any]:
         if key not in table:
@@ -272,27 +453,30 @@ class FakeProlific:
         return study
 
     def _transition(self, study: dict[str, Any], action: str) -> dict[str, Any]:
+        # The document lists the allowed transitions but not the status of a refused one: it
+        # declares 400 as the only refusal of this operation, so that is what the fake answers.
         if action not in TRANSITIONS or study["status"] not in TRANSITIONS[action][0]:
-            raise ApiError(409, f"cannot {action} a study that is {study['status']}")
+            raise ApiError(400, f"cannot {action} a study that is {study['status']}")
         study["status"] = TRANSITIONS[action][1]
         return study
 
     def _review(self, sub: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        # The document is silent on approving an APPROVED (rejecting a REJECTED) submission and
+        # on the status of a refused transition; the notes call approval idempotent. The fake
+        # takes the stricter reading - any move out of a state other than AWAITING REVIEW is
+        # refused with 400, the one refusal the operation declares - so the client's read-back
+        # after a refused repeat (crowdpref.prolific: approve / reject) is what makes it idempotent.
         action = body.get("action")
         if action == "APPROVE":
-            if sub["status"] == "APPROVED":
-                return sub
             if sub["status"] != "AWAITING REVIEW":
-                raise ApiError(409, f"cannot approve a submission that is {sub['status']}")
+                raise ApiError(400, f"cannot approve a submission that is {sub['status']}")
             self._set_status(sub, "APPROVED")
             return sub
         if action == "REJECT":
             if len(str(body.get("message", ""))) < 100 or not body.get("rejection_category"):
                 raise ApiError(400, "a rejection needs a message of at least 100 characters and a rejection_category")
-            if sub["status"] == "REJECTED":
-                return sub
             if sub["status"] != "AWAITING REVIEW":
-                raise ApiError(409, f"cannot reject a submission that is {sub['status']}")
+                raise ApiError(400, f"cannot reject a submission that is {sub['status']}")
             self._set_status(sub, "REJECTED")
             return sub
         raise ApiError(400, f"unknown action {action!r}")
@@ -317,8 +501,8 @@ class FakeProlific:
                 raise ApiError(409, "no places")
             session = _hex_id()
             self.submissions[session] = {"id": session, "participant_id": pid, "study_id": study_id,
-                                         "status": "ACTIVE", "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                         "completed_at": None, "study_code": None}
+                                         "status": "ACTIVE", "started_at": _now(), "completed_at": None,
+                                         "study_code": None, "return_requested": None}
             study["places_taken"] = self._taken(study_id)
             url = study["external_study_url"]
             for placeholder, value in zip(PLACEHOLDERS, (pid, study_id, session)):
@@ -350,13 +534,14 @@ class FakeProlific:
             if sub["status"] not in ("RESERVED", "ACTIVE"):
                 raise ApiError(409, f"submission is {sub['status']}")
             sub["study_code"] = code
-            sub["completed_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ")
+            sub["completed_at"] = _now()
             self._set_status(sub, "AWAITING REVIEW")
             for action in match.get("actions") or []:
                 if action.get("action") == "ADD_TO_PARTICIPANT_GROUP":
                     group = self.groups.get(str(action.get("participant_group")))
                     if group is not None and sub["participant_id"] not in group["members"]:
                         group["members"].append(sub["participant_id"])
+                        group["joined"][sub["participant_id"]] = _now()
                 if action.get("action") == "AUTOMATICALLY_APPROVE":
                     self._set_status(sub, "APPROVED")
             return sub
@@ -471,9 +656,12 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _body(self) -> Any:
+        def _raw(self) -> bytes:
             length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            return self.rfile.read(length) if length else b""
+
+        @staticmethod
+        def _parse(raw: bytes) -> Any:
             if not raw:
                 return {}
             try:
@@ -481,11 +669,29 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 raise ApiError(400, "body is not JSON") from None
 
+        def _reply(self, exchange: tuple[str, str, dict[str, str], dict[str, str], bytes], status: int,
+                   payload: Any, headers: dict[str, str] | None = None, send: bool = True) -> None:
+            """Check an API reply against the contract, then send it (unless its loss is simulated)."""
+            text = json.dumps(payload)
+            if fake.contract is not None:
+                try:
+                    found = fake.contract.check_response(*exchange, status, headers or {}, text.encode())
+                except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding too
+                    from tests.fakes.prolific_contract import Violation
+
+                    found = [Violation(exchange[0], exchange[1], "response", _contract_problem(exc), status)]
+                fake.record_violations(found)
+            if send:
+                self._send(status, text, headers)
+            else:
+                self.close_connection = True
+
         def _dispatch(self, method: str) -> None:
             split = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(split.query).items()}
+            exchange = None
             try:
-                body = self._body()
+                raw = self._raw()
                 if split.path == "/health":
                     return self._send(200, {"status": "ok"})
                 if split.path == "/submissions/complete" and method == "GET":
@@ -496,35 +702,56 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                                            f"<h1>Prolific (fake): completion code {html.escape(code)} received</h1>"
                                            "</body></html>", content_type="text/html; charset=utf-8")
                 if split.path.startswith("/_fake/"):
-                    return self._send(200, self._control(split.path[len("/_fake/"):].strip("/").split("/"), body))
+                    return self._send(200, self._control(split.path[len("/_fake/"):].strip("/").split("/"),
+                                                         self._parse(raw)))
                 if not split.path.startswith("/api/v1/"):
                     raise ApiError(404, "not found")
+                exchange = (method, split.path, query, dict(self.headers.items()), raw)
                 if self.headers.get("Authorization") != f"Token {fake.token}":
-                    return self._send(401, {"error": {"detail": "Invalid token."}})
+                    return self._reply(exchange, 401, fake.error_body(method, split.path, 401, "Invalid token."))
                 with fake.lock:
                     fake.requests.append((method, split.path))
                     fault = fake.faults.pop(0) if fake.faults else None
+                violations = []
+                if fake.contract is not None:
+                    try:
+                        violations = fake.contract.check_request(*exchange)
+                    except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding too
+                        from tests.fakes.prolific_contract import Violation
+
+                        violations = [Violation(method, split.path, "request", _contract_problem(exc))]
+                    fake.record_violations(violations)
                 if isinstance(fault, int):  # the plain form: a status, Retry-After 0
                     fault = {"status": fault, "retry_after": "0"}
                 if fault is not None and fault.get("disconnect") == "before":
                     self.close_connection = True  # no reply, nothing done
                     return None
-                if fault is not None and "status" in fault:
+                if fault is not None and "status" in fault:  # an outage, not Prolific's answer: not checked
                     after = fault.get("retry_after")
-                    return self._send(int(fault["status"]), {"error": {"detail": "injected fault"}},
+                    return self._send(int(fault["status"]),
+                                      fake.error_body(method, split.path, int(fault["status"]), "injected fault"),
                                       None if after is None else {"Retry-After": str(after)})
-                status, payload = fake.api(method, split.path[len("/api/v1/"):], query, body)
-                if fault is not None:  # disconnect "after": done, but the reply is lost
-                    self.close_connection = True
-                    return None
+                if violations:  # refused as Prolific refuses an invalid request, and not acted on
+                    status, payload = 400, fake.error_body(method, split.path, 400,
+                                                           "; ".join(v.message for v in violations))
+                else:
+                    status, payload = fake.api(method, split.path[len("/api/v1/"):], query, self._parse(raw))
                 headers = None
                 if isinstance(payload, tuple):
                     payload, headers = payload
-                self._send(status, payload, headers)
+                # a "disconnect after" fault: done, but the reply is lost
+                self._reply(exchange, status, payload, headers, send=fault is None)
             except ApiError as exc:
-                self._send(exc.status, {"error": {"detail": exc.detail}})
+                if exchange is None:
+                    self._send(exc.status, {"error": {"detail": exc.detail}})
+                else:
+                    self._reply(exchange, exc.status, fake.error_body(method, split.path, exc.status, exc.detail))
             except Exception as exc:  # noqa: BLE001 - a fake's bug still answers, as JSON
-                self._send(500, {"error": {"detail": f"fake prolific failed: {type(exc).__name__}: {exc}"}})
+                detail = f"fake prolific failed: {type(exc).__name__}: {exc}"
+                if exchange is None:
+                    self._send(500, {"error": {"detail": detail}})
+                else:  # and, undeclared, a 500 is a contract violation: the test that caused it fails
+                    self._reply(exchange, 500, fake.error_body(method, split.path, 500, detail))
 
         def _control(self, parts: list[str], body: Any) -> Any:
             if parts[:1] == ["studies"] and parts[2:] == ["arrive"]:
@@ -566,8 +793,20 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=6920)
     parser.add_argument("--token", default=DEFAULT_TOKEN)
     parser.add_argument("--page-size", type=int, default=100)
+    parser.add_argument("--no-contract", action="store_true",
+                        help="do not check requests and replies against Prolific's published API")
     args = parser.parse_args()
-    fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=args.page_size).start()
+    contract = not args.no_contract
+    if contract:
+        try:
+            import openapi_core  # noqa: F401 - the contract's validator (the test extra)
+        except ImportError:
+            print("fake prolific: openapi-core is not installed (pip install -e '.[test]'): requests and replies "
+                  "are not checked against Prolific's published API", file=sys.stderr, flush=True)
+            contract = False
+    # the demo's fake: a breach is printed to stderr as it happens and the fake goes on
+    fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=args.page_size,
+                        contract=contract, violations_fatal=False).start()
     print(f"fake prolific on {fake.base_url}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
