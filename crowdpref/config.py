@@ -83,6 +83,10 @@ SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 LICENSE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 MAX_NAME_LEN = 40
+#: The most answers per question (R) and ratings per pair a study may ask for. The method uses 4
+#: and 3; beyond 20 the plan is almost surely a typo (100000 ratings per pair would plan
+#: millions of ratings) and no agreement statistic here needs more.
+MAX_PER_ITEM = 20
 QUESTION_FILE_SUFFIXES = (".csv", ".jsonl")
 
 #: The 19 sub-task categories of the published study: (slug, title, what it covers).
@@ -203,6 +207,19 @@ class Category(_Section):
             raise _problem("", f"must be lowercase letters, digits and dashes (got {value!r})",
                            f"use {slugify(value) or 'my-category'!r}")
         return value
+
+    @model_validator(mode="after")
+    def _known_or_described(self) -> Category:
+        """A category outside the study's 19 must say what it covers: a bare unknown name is
+        far more often a typo (``empthy``) or a wrong idea (``astrology``) than a new category,
+        and nothing (bank, LLM, card) knows what it means."""
+        if self.slug not in _DEFAULT_CATEGORY_BY_SLUG and not self.description.strip():
+            close = difflib.get_close_matches(self.slug, list(_DEFAULT_CATEGORY_BY_SLUG), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _problem("", f"unknown category {self.slug!r} (not one of the study's 19 and no description)",
+                           f"{hint}use a built-in slug (`crowdpref validate` lists them in its docs), or add a "
+                           f"new category with what it covers: {{title: {self.title}, description: ...}}")
+        return self
 
 
 def _default_categories() -> list[Category]:
@@ -445,7 +462,7 @@ def _no_attention_check(data: Any) -> Any:
 class Study1Config(_Section):
     """Study 1: participants write answers to questions and rate each question's quality."""
 
-    responses_per_question: Int = Field(4, ge=1)
+    responses_per_question: Int = Field(4, ge=1, le=MAX_PER_ITEM)
     """R: written answers collected per question (from R different participants)."""
     questions_per_participant: Int = Field(10, ge=1)
     """Q: distinct questions in one participant's batch."""
@@ -506,7 +523,7 @@ _SCALE_WORDS = {
 class Study2Config(_Section):
     """Study 2: other participants rate pairs of answers to the same question on an A/B scale."""
 
-    ratings_per_pair: Int = Field(3, ge=1)
+    ratings_per_pair: Int = Field(3, ge=1, le=MAX_PER_ITEM)
     """Ratings collected per answer pair (from different participants)."""
     pairs_per_participant: Int = Field(60, ge=1)
     """Pairs in one participant's batch."""
@@ -811,6 +828,18 @@ class ProlificStudy(_Section):
     places: Int | None = Field(None, ge=1)
     """Places to open at first; None: one per participant batch. The sync raises them when
     returned or timed-out work waits in the pool."""
+    max_places: Int | None = Field(None, ge=1)
+    """Budget guard: the most places the sync may raise this study to; None: twice the first
+    places. At the cap the sync stops raising and the collection artifact says so (raise the
+    cap, or let the pool wait)."""
+
+    def initial_places(self, batches: int) -> int:
+        """The places opened at first: ``places``, else one per participant batch."""
+        return self.places or batches
+
+    def places_cap(self, batches: int) -> int:
+        """The most places this study may have (``max_places``, else twice the first places)."""
+        return self.max_places if self.max_places is not None else 2 * self.initial_places(batches)
 
     @property
     def hourly_rate(self) -> float:
@@ -838,14 +867,33 @@ class ProlificConfig(_Section):
     """Study 2 (pairwise ratings)."""
     filters: ProlificFilters = Field(default_factory=ProlificFilters)
     """Eligibility filters."""
+    verify: Bool = True
+    """Check every arrival with Prolific's API (the submission named by SESSION_ID must belong to
+    the PROLIFIC_PID and the study) before any work or account is given. ``participants:
+    prolific`` needs ``enabled: true`` for that; a pilot without API access must say
+    ``verify: false``: then anyone who forms a link with a made-up id gets work, and the data
+    card marks the data as unverified."""
+    fee_rate: Float = Field(0.333, ge=0, le=5)
+    """Prolific's service fee as a share of the rewards (0.333 = 33.3%, its usual rate; VAT or
+    another plan's rate: set it), used for the cost estimate in ``crowdpref validate``."""
     auto_approve: Bool = False
-    """Approve submissions whose work is complete and valid automatically; false: list them for
-    review (an artifact of the sync-prolific flow)."""
+    """Approve, through the API, the submissions crowdpref verified (work complete, checks
+    passed under the config's rule, not flagged too fast): the sync does it; a completion code
+    never approves by itself. False: list them for review (an artifact of the sync-prolific
+    flow)."""
     auto_reject: Bool = False
     """Reject submissions that failed the quality checks automatically, with the proposed
     message and category (``FAILED_CHECK``); false (the default): list them for review with
     that proposal, and a person decides. Too-fast work is only ever listed for review (the time
     between submissions is indirect evidence)."""
+
+
+class InviteConfig(_Section):
+    """Invitation links (``participants: invite``)."""
+
+    lifetime_days: Float = Field(14.0, gt=0, le=365)
+    """Days an invitation link can be opened for the first time; after that it says it has
+    expired. Once its participant has finished, a link only says that they are done."""
 
 
 # --- the whole study -----------------------------------------------------------------------
@@ -869,7 +917,7 @@ class StudyPlan:
 
 
 _SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "filters", "publish", "crowd",
-             "prolific")
+             "prolific", "invites")
 
 
 class StudyConfig(_Section):
@@ -898,6 +946,7 @@ class StudyConfig(_Section):
     publish: PublishConfig = Field(default_factory=PublishConfig)
     crowd: CrowdConfig = Field(default_factory=CrowdConfig)
     prolific: ProlificConfig = Field(default_factory=ProlificConfig)
+    invites: InviteConfig = Field(default_factory=InviteConfig)
 
     _source: str | None = PrivateAttr(default=None)
 
@@ -934,6 +983,20 @@ class StudyConfig(_Section):
         if self.prolific.enabled and self.participants != "prolific":
             raise _problem("participants", f"prolific.enabled is true but participants is '{self.participants}'",
                            "set participants: prolific, or prolific.enabled: false")
+        if self.participants == "prolific" and not self.prolific.enabled and self.prolific.verify:
+            raise _problem("prolific.enabled", "participants: prolific but Prolific is not enabled, so no arrival "
+                           "can be verified (any made-up PROLIFIC_PID would get work and an account)",
+                           "set prolific.enabled: true (with PROLIFIC_TOKEN), or prolific.verify: false for an "
+                           "unverified pilot (the data card then marks the data as unverified)")
+        if self.prolific.enabled and not self.prolific.verify:
+            raise _problem("prolific.verify", "verify: false with prolific.enabled: true (the API is there, so "
+                           "there is no reason to let unverified people in)",
+                           "remove prolific.verify (it defaults to true)")
+        for key in ("study1", "study2"):
+            part = getattr(self.prolific, key)
+            if part.max_places is not None and part.places is not None and part.max_places < part.places:
+                raise _problem(f"prolific.{key}.max_places", f"{part.max_places} is below the first places "
+                               f"({part.places})", f"set max_places >= {part.places}, or remove it")
         r = self.study1.responses_per_question
         if r < 2:
             raise _problem("study1.responses_per_question",
@@ -1014,6 +1077,16 @@ class StudyConfig(_Section):
         ctx = exc.context or {}
         return ConfigError(f"{self._source or 'study config'}: {ctx['field']}: {ctx['problem']}: {ctx['fix']}")
 
+    def prolific_cost(self, n_questions: int) -> ProlificCost:
+        """The study's cost on Prolific for ``n_questions`` questions (see :class:`ProlificCost`)."""
+        plan = self.plan(n_questions)
+        pr = self.prolific
+        batches = (plan.study1.participants, plan.study2.participants)
+        parts = (pr.study1, pr.study2)
+        return ProlificCost(places=tuple(p.initial_places(b) for p, b in zip(parts, batches)),  # type: ignore[arg-type]
+                            caps=tuple(p.places_cap(b) for p, b in zip(parts, batches)),  # type: ignore[arg-type]
+                            rewards=(pr.study1.reward, pr.study2.reward), fee_rate=pr.fee_rate)
+
     def summary_rows(self, n_questions: int | None = None) -> list[tuple[str, str]]:
         """(label, value) rows describing the study, for the CLI. ``n_questions`` defaults to
         the expected count (categories x per_category) when that is known."""
@@ -1073,8 +1146,14 @@ class StudyConfig(_Section):
             rows.append(("Prolific", f"study 1: {pr.study1.reward} ({pr.study1.hourly_rate:.2f}/h), {places[0]}; "
                          f"study 2: {pr.study2.reward} ({pr.study2.hourly_rate:.2f}/h), {places[1]}; "
                          f"approval >= {pr.filters.approval_rate:g}%, completed >= "
-                         f"{pr.filters.min_completed}; complete work "
-                         f"{'approved automatically' if pr.auto_approve else 'listed for review'}"))
+                         f"{pr.filters.min_completed}; verified work "
+                         f"{'approved by the sync' if pr.auto_approve else 'listed for review'}"))
+            if n is not None:
+                rows.append(("Cost on Prolific", self.prolific_cost(n).describe()))
+        elif self.participants == "prolific":
+            rows.append(("Prolific", "UNVERIFIED pilot (prolific.verify: false): arrivals are not checked with "
+                         "Prolific, anyone who forms a link with a made-up id gets work, nothing is paid or "
+                         "reviewed through the API, and the data card marks the data as unverified"))
         else:
             c = self.crowd
             rows.append(("Participants", f"simulated crowd: drop-out {c.dropout_rate:g}, low effort "
@@ -1082,6 +1161,35 @@ class StudyConfig(_Section):
                          f"{c.rater_noise:g}, position bias {c.position_bias:g}, random clickers "
                          f"{c.random_clicker_rate:g}"))
         return rows
+
+
+@dataclass(frozen=True)
+class ProlificCost:
+    """What a study costs on Prolific, in major units of the workspace currency: the rewards
+    of the first places, Prolific's fee on them, and the most the budget guard lets it reach."""
+
+    places: tuple[int, int]
+    caps: tuple[int, int]
+    rewards: tuple[int, int]  # minor units per place
+    fee_rate: float
+
+    def _total(self, places: tuple[int, int]) -> float:
+        return sum(p * r for p, r in zip(places, self.rewards)) / 100 * (1 + self.fee_rate)
+
+    @property
+    def planned(self) -> float:
+        """Rewards of the first places plus the fee."""
+        return self._total(self.places)
+
+    @property
+    def at_cap(self) -> float:
+        """The same with every study raised to its ``max_places``."""
+        return self._total(self.caps)
+
+    def describe(self) -> str:
+        parts = [f"study {i + 1}: {p} places x {r / 100:.2f}" for i, (p, r) in enumerate(zip(self.places, self.rewards))]
+        return (f"{'; '.join(parts)}; + fee {self.fee_rate:.1%} = {self.planned:,.2f} (workspace currency); "
+                f"at most {self.at_cap:,.2f} if places are raised to their caps ({self.caps[0]}, {self.caps[1]})")
 
 
 def _checks_text(count: int, what: str, checks: InstructedChecks | RatingChecks) -> str:
