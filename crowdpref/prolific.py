@@ -284,8 +284,8 @@ class ProlificClient:
                      status: int | None) -> ProlificUnavailable:
         tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
         if kind in ("create", "never") and maybe_done:  # may or may not have been done: never transient
-            fix = ("it may or may not have been done: reconcile (check on Prolific) before paying or "
-                   "approving again" if kind == "never"
+            fix = ("it may or may not have been done: reconcile first (check on Prolific before paying or "
+                   "approving again)" if kind == "never"
                    else "it may or may not have been created: reconcile (look it up) before creating it again")
             return ProlificAmbiguous(f"Prolific {call}: {reason} after {tries}, not repeated: {fix}", status)
         return ProlificUnavailable(f"Prolific {call}: {reason} after {tries}: Prolific is unreachable or busy, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -230,3 +231,30 @@ def study_env(crowdpref_home: Path, argilla_server: ArgillaServer, monkeypatch: 
     monkeypatch.setenv("CROWDPREF_ARGILLA_URL", argilla_server.api_url)
     monkeypatch.setenv("CROWDPREF_ARGILLA_API_KEY", argilla_server.owner_api_key)
     return crowdpref_home
+
+
+# --- the Prolific contract ------------------------------------------------------------------------------
+def check_fake_prolifics() -> None:
+    """Raise AssertionError naming every breach of Prolific's published API that a fake Prolific
+    (tests/fakes/prolific_server.py, any instance of this process) saw and has not reported yet."""
+    module = sys.modules.get("tests.fakes.prolific_server")
+    if module is None:  # no fake was ever made
+        return
+    problems = []
+    for fake in list(module.FakeProlific.instances):
+        if fake.violations_fatal:
+            try:
+                fake.check_contract()
+            except AssertionError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise AssertionError("\n".join(problems))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """A test during which a fake Prolific saw a contract breach (a request of ours or a reply of
+    the fake's against tests/contracts/prolific-openapi.yml) fails, whichever fixture made it."""
+    result = yield
+    check_fake_prolifics()
+    return result

@@ -224,6 +224,10 @@ class ProlificContract:
             return None
         return str(found.path.parts[-1])
 
+    def known(self, method: str, path: str) -> bool:
+        """Whether the document has an operation for ``method path``."""
+        return self._operation(method, path) is not None
+
     def error_schema(self, method: str, path: str) -> str:
         """How the operation documents its refusals: ``"Error"`` (``{"error": {...}}``) or
         ``"ErrorDetail"`` (the detail object itself); ``"Error"`` for an unknown route."""

@@ -731,7 +731,9 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                     return self._send(int(fault["status"]),
                                       fake.error_body(method, split.path, int(fault["status"]), "injected fault"),
                                       None if after is None else {"Retry-After": str(after)})
-                if violations:  # refused as Prolific refuses an invalid request, and not acted on
+                if violations and fake.contract is not None and fake.contract.known(method, split.path):
+                    # refused as Prolific refuses an invalid request, and not acted on (an unknown
+                    # route goes on to the fake's own 404)
                     status, payload = 400, fake.error_body(method, split.path, 400,
                                                            "; ".join(v.message for v in violations))
                 else:

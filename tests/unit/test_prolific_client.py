@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.prolific import (
     MAX_WAIT_S,
+    ProlificAmbiguous,
     ProlificAuthError,
     ProlificClient,
     ProlificError,
@@ -48,6 +49,7 @@ from crowdpref.prolific import (
     sign_webhook,
     verify_webhook,
 )
+from tasks.retries import is_transient
 from tests.fakes.prolific_server import ApiError, FakeProlific
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +97,11 @@ def _api_requests(fake: FakeProlific, since: int) -> list[tuple[str, str]]:
     return fake.requests[since:]
 
 
+def _breaches(fake: FakeProlific) -> list[str]:
+    """The contract breaches the fake saw since the last look (taken: the test meant them)."""
+    return [str(v) for v in fake.take_violations()]
+
+
 # --- studies ----------------------------------------------------------------------------------------------
 def test_create_get_and_list_studies_across_pages(fake, client):
     created = [client.create_study(_payload(n)) for n in range(5)]
@@ -103,7 +110,8 @@ def test_create_get_and_list_studies_across_pages(fake, client):
     assert (first.name, first.internal_name, first.status, first.total_available_places) == (
         "Compare answers 0", "crowdpref:x:study0", "UNPUBLISHED", 3)
     assert first.external_study_url == URL and first.completion_codes[0]["code"] == CODE
-    assert first.filters == [] and first.places_taken == 0 and first.raw["reward"] == 450
+    assert first.filters == [] and first.raw["reward"] == 450
+    assert first.places_taken is None  # the whole study (Study) has no places_taken: the lists' StudyShort has
     assert first.raw["submissions_config"] == {"max_submissions_per_participant": 1}
     assert client.get_study(first.id) == first
 
@@ -111,6 +119,8 @@ def test_create_get_and_list_studies_across_pages(fake, client):
     listed = client.list_studies()
     assert [s.id for s in listed] == [s.id for s in created]
     assert _api_requests(fake, before) == [("GET", "/api/v1/studies/")] * 3  # pages of 2, 2, 1
+    assert listed[0].places_taken == 0 and listed[0].internal_name == "crowdpref:x:study0"
+    assert "completion_codes" not in listed[0].raw  # a list shows StudyShort's fields only
 
 
 def test_study_from_json_ignores_unknown_fields_and_is_frozen():
@@ -124,21 +134,28 @@ def test_study_from_json_ignores_unknown_fields_and_is_frozen():
                                 "is_complete": False})
     assert (sub.started_at, sub.completed_at, sub.study_code) == (None, None, None)
     assert "p" * 24 not in repr(sub)  # participant ids stay out of logs
+    # GET /submissions/{id}/ (SubmissionDetail) names them participant and entered_code
+    detail = Submission.from_json({"id": "s", "participant": "p" * 24, "study_id": "st", "status": "APPROVED",
+                                   "entered_code": "C0DE"})
+    assert (detail.participant_id, detail.study_id, detail.study_code) == ("p" * 24, "st", "C0DE")
+    # a list's SubmissionShort has no study id: the caller's
+    short = Submission.from_json({"id": "s", "participant_id": "p", "status": "ACTIVE", "study_code": None}, "st")
+    assert (short.participant_id, short.study_id) == ("p", "st")
 
 
 def test_transitions(fake, client):
     study = client.create_study(_payload())
-    with pytest.raises(ProlificRequestError, match=r"409.*cannot PAUSE a study that is UNPUBLISHED"):
+    with pytest.raises(ProlificRequestError, match=r"400.*cannot PAUSE a study that is UNPUBLISHED"):
         client.pause_study(study.id)
     assert client.publish_study(study.id).status == "ACTIVE"
     assert client.pause_study(study.id).status == "PAUSED"
     assert client.start_study(study.id).status == "ACTIVE"
     with pytest.raises(ProlificRequestError) as err:
         client.start_study(study.id)  # START is PAUSED -> ACTIVE only
-    assert err.value.status == 409 and "POST /studies/" in str(err.value)
+    assert err.value.status == 400 and "POST /studies/" in str(err.value)
     assert client.transition_study(study.id, "STOP").status == "COMPLETED"
     assert client.get_study(study.id).status == "COMPLETED"
-    with pytest.raises(ProlificRequestError, match="409"):
+    with pytest.raises(ProlificRequestError, match="400"):
         client.transition_study(study.id, "PUBLISH")
 
 
@@ -178,6 +195,15 @@ def test_fake_validates_new_studies_and_the_client_reports_it(fake, client, chan
     assert err.value.status == 400 and detail in str(err.value) and "POST /studies/" in str(err.value)
     assert len(fake.requests) - before == 1  # a 400 is never repeated
     assert "\n" not in str(err.value)
+    assert fake.studies == {}
+    # a body against the document's schema (places as words, a code as a bare string) is a
+    # contract breach, caught by the contract layer; the others are the fake's own checks
+    breaches = _breaches(fake)
+    if change in ({"total_available_places": "many"}, {"completion_codes": ["C0DE"]}):
+        assert len(breaches) == 1 and breaches[0].startswith("POST /api/v1/studies/ request: ")
+        assert detail in breaches[0]
+    else:
+        assert breaches == []
 
 
 # --- submissions ------------------------------------------------------------------------------------------
@@ -197,8 +223,14 @@ def test_submissions_listed_across_pages_read_and_counted(fake, client):
     assert (done.status, done.study_code) == ("AWAITING REVIEW", CODE) and done.completed_at
     fake.return_submission(arrivals[1]["session_id"])
     fake.time_out(arrivals[2]["session_id"])
-    assert client.submission_counts(study.id) == {"AWAITING REVIEW": 1, "RETURNED": 1, "TIMED-OUT": 1, "ACTIVE": 2}
-    assert client.get_study(study.id).places_taken == 3  # returned and timed-out places are free again
+    counts = client.submission_counts(study.id)
+    assert {k: v for k, v in counts.items() if v} == {"AWAITING REVIEW": 1, "RETURNED": 1, "TIMED-OUT": 1, "ACTIVE": 2}
+    assert "TOTAL" not in counts and counts["APPROVED"] == 0  # every status; the reply's TOTAL is no status
+    # returned and timed-out places are free again (places_taken: the lists' StudyShort)
+    assert [s.places_taken for s in client.list_studies() if s.id == study.id] == [3]
+    listed = client.list_submissions(study.id)[0]
+    assert (listed.participant_id, listed.study_id, listed.study_code) == (
+        arrivals[0]["participant_id"], study.id, CODE)
     # the other documented listing, filtered by study and paginated too
     other = _active_study(client, 1)
     fake.arrive(other.id)
@@ -209,6 +241,9 @@ def test_submissions_listed_across_pages_read_and_counted(fake, client):
         page = raw.get(page["_links"]["next"]["href"]).json()
         ids += [s["id"] for s in page["results"]]
     assert ids == [a["session_id"] for a in arrivals]
+    # its study parameter is required: without it, a breach of the contract and a 400
+    assert raw.get("submissions/").status_code == 400
+    assert _breaches(fake) == ["GET /api/v1/submissions/ request: Missing required query parameter: study"]
     with pytest.raises(ProlificNotFound, match="GET /submissions/"):
         client.get_submission("0" * 24)
 
@@ -219,9 +254,11 @@ def test_review_approve_reject_bulk_and_request_return(fake, client):
     for sid in (a, b, c):
         fake.complete(sid, CODE)
     assert client.approve_submission(a).status == "APPROVED"
-    assert client.approve_submission(a).status == "APPROVED"  # idempotent
-    with pytest.raises(ProlificRequestError, match="409"):
-        client.approve_submission(d)  # still ACTIVE
+    before = len(fake.requests)
+    assert client.approve_submission(a).status == "APPROVED"  # refused (400) by the fake, read back: done
+    assert [m for m, _ in _api_requests(fake, before)] == ["POST", "GET"]
+    with pytest.raises(ProlificRequestError, match="400"):
+        client.approve_submission(d)  # still ACTIVE (read back: not approved, so the refusal stands)
     before = len(fake.requests)
     with pytest.raises(ValueError, match="100 characters"):
         client.reject_submission(b, "too short", "LOW_EFFORT")
@@ -235,18 +272,35 @@ def test_review_approve_reject_bulk_and_request_return(fake, client):
                                                            "rejection_category": "LOW_EFFORT"}).status_code == 400
     no_category = {"action": "REJECT", "message": LONG_MESSAGE}
     assert raw.post(f"submissions/{c}/transition/", json=no_category).status_code == 400
+    assert _breaches(fake) == []  # refused by the fake's rules, not the document's schema
+    unknown = raw.post(f"submissions/{c}/transition/", json={"action": "REJECT", "message": LONG_MESSAGE,
+                                                             "rejection_category": "LAZY"})
+    assert unknown.status_code == 400 and "LAZY" in unknown.json()["error"]["detail"]
+    assert [b.split(": ", 1)[0] for b in _breaches(fake)] == [f"POST /api/v1/submissions/{c}/transition/ request"]
     reply = client.bulk_approve([c, d])  # only the AWAITING REVIEW one is approved
-    assert isinstance(reply, dict)
+    assert isinstance(reply, str) and reply  # the document's reply: a message
     assert (client.get_submission(c).status, client.get_submission(d).status) == ("APPROVED", "ACTIVE")
-    client.request_return(d, ["Did not finish the screening"])
-    assert fake.submissions[d]["return_requested"] is True
-    assert client.get_study(study.id).places_taken == 3  # the rejected place is free again
+    returned = client.request_return(d, ["Did not finish the screening"])
+    assert returned["participant"] == fake.submissions[d]["participant_id"] and returned["return_requested"]
+    assert fake.submissions[d]["return_requested"]  # a timestamp
+    assert client.get_submission(d).raw["return_requested"] == returned["return_requested"]
+    # the rejected place is free again
+    assert [s.places_taken for s in client.list_studies() if s.id == study.id] == [3]
 
 
 # --- participant groups, bonuses ---------------------------------------------------------------------------
 def test_participant_groups(fake, client):
     group = client.create_participant_group("completed part 1", "ws-1")
     assert HEX24.match(group) and client.participant_group_members(group) == []
+    other = client.create_participant_group("elsewhere", "ws-2")
+    client.create_participant_group("no workspace")  # name is all the document requires
+    groups = client.list_participant_groups("ws-1")
+    assert [(g["id"], g["name"]) for g in groups] == [(group, "completed part 1")]
+    assert [g["id"] for g in client.list_participant_groups(workspace_id="ws-2")] == [other]
+    before = len(fake.requests)
+    with pytest.raises(ValueError, match="workspace_id"):
+        client.list_participant_groups()  # Prolific lists groups only under a workspace or project filter
+    assert len(fake.requests) == before
     people = [f"{n:024x}" for n in range(5)]
     client.add_to_participant_group(group, people)
     client.add_to_participant_group(group, people[:2])  # idempotent
@@ -262,8 +316,8 @@ def test_participant_groups(fake, client):
 def test_bonus_created_then_paid_once(fake, client):
     study = _active_study(client)
     bonus = client.create_bonus(study.id, f"{'a' * 24},1.50\n{'b' * 24},0.75")
-    assert HEX24.match(bonus) and fake.bonuses[bonus]["paid"] == 0
-    client.pay_bonus(bonus)
+    assert HEX24.match(bonus) and fake.bonuses[bonus]["paid"] == 0 and fake.bonuses[bonus]["amount"] == 2.25
+    assert isinstance(client.pay_bonus(bonus), str)  # 202 and a message, as documented
     assert fake.bonuses[bonus]["paid"] == 1
     with pytest.raises(ProlificRequestError, match=r"400.*already been paid"):
         client.pay_bonus(bonus)
@@ -351,26 +405,28 @@ def test_4xx_is_never_retried(fake, client, sleeps):
     with pytest.raises(ProlificRequestError):
         client.create_study({"name": "no url"})
     assert len(_api_requests(fake, before)) == 2 and sleeps == []
+    assert len(_breaches(fake)) == 1  # the body lacks what the document requires
 
 
 def test_creations_are_not_repeated_after_a_5xx_or_a_lost_reply(fake, client, sleeps):
     before = len(fake.requests)
     fake.add_faults(503)
-    with pytest.raises(ProlificUnavailable) as err:
+    with pytest.raises(ProlificAmbiguous) as err:
         client.create_study(_payload())
-    assert len(_api_requests(fake, before)) == 1 and err.value.transient and "look it up" in str(err.value)
+    assert len(_api_requests(fake, before)) == 1 and "look it up" in str(err.value)
+    assert not err.value.transient and not is_transient(err.value)  # no retry policy repeats it
     assert fake.studies == {}
     fake.add_faults(disconnect="after")  # created, but the reply is lost
-    with pytest.raises(ProlificUnavailable, match="look it up"):
+    with pytest.raises(ProlificAmbiguous, match="look it up"):
         client.create_study(_payload(1))
     assert [s.internal_name for s in client.list_studies()] == ["crowdpref:x:study1"]  # once: reconcile by name
     for create in (lambda: client.create_participant_group("g"), lambda: client.create_webhook_secret("ws"),
                    lambda: client.subscribe_webhook("ws", "submission.status.change", "http://x/hook")):
         before = len(fake.requests)
         fake.add_faults(502)
-        with pytest.raises(ProlificUnavailable):
+        with pytest.raises(ProlificAmbiguous) as err:
             create()
-        assert len(_api_requests(fake, before)) == 1
+        assert len(_api_requests(fake, before)) == 1 and not is_transient(err.value)
     assert fake.groups == {} and fake.secrets == {} and fake.subscriptions == {}
     assert sleeps == []
 
@@ -417,24 +473,30 @@ def test_reads_survive_a_dropped_connection(fake, client):
 
 def test_a_transition_whose_reply_was_lost_is_not_reported_as_a_conflict(fake, client):
     study = client.create_study(_payload())
-    fake.add_faults(disconnect="after")  # PUBLISH done, reply lost; the repeat gets 409
+    fake.add_faults(disconnect="after")  # PUBLISH done, reply lost; the repeat is refused (400)
     assert client.publish_study(study.id).status == "ACTIVE"
     fake.add_faults(500)  # a 5xx that was not processed: the repeat simply works
     assert client.pause_study(study.id).status == "PAUSED"
-    with pytest.raises(ProlificRequestError, match="409"):  # a genuine conflict still is one
+    with pytest.raises(ProlificRequestError, match="400"):  # a genuine refusal still is one
         client.pause_study(study.id)
 
 
 def test_paying_a_bonus_is_never_retried(fake, client, sleeps):
     study = _active_study(client)
     bonus = client.create_bonus(study.id, f"{'a' * 24},1.00")
-    for fault in ({"status": 503}, {"status": 429, "retry_after": 0}, {"disconnect": "before"}):
+    # a 5xx, or a connection cut before any reply (from here, it may have been processed):
+    # ambiguous, never transient; a 429 was certainly refused: transient, but not repeated here
+    for fault, ambiguous in (({"status": 503}, True), ({"status": 429, "retry_after": 0}, False),
+                             ({"disconnect": "before"}, True)):
         before = len(fake.requests)
         fake.add_faults(**fault)
         with pytest.raises(ProlificUnavailable) as err:
             client.pay_bonus(bonus)
-        assert len(_api_requests(fake, before)) == 1 and err.value.transient
-    assert "check on Prolific before paying again" in str(err.value)
+        assert len(_api_requests(fake, before)) == 1
+        assert isinstance(err.value, ProlificAmbiguous) is ambiguous
+        assert err.value.transient is (not ambiguous) and is_transient(err.value) is (not ambiguous)
+        if ambiguous:
+            assert "check on Prolific before paying" in str(err.value)
     assert fake.bonuses[bonus]["paid"] == 0 and sleeps == []
     client.pay_bonus(bonus)
     assert fake.bonuses[bonus]["paid"] == 1
@@ -489,6 +551,7 @@ def test_the_token_never_shows(fake, sleeps, caplog):
             with pytest.raises(expected) as err:
                 call()
             errors.append(err.value)
+        assert len(_breaches(fake)) == 1  # the incomplete study body
         fake.add_faults(503, count=10)
         with pytest.raises(ProlificUnavailable) as err:
             right.list_studies()
@@ -787,12 +850,20 @@ def test_fake_auth_health_and_errors(fake):
     assert httpx.get(f"{fake.app_url}/health").status_code == 200
     for headers in ({}, {"Authorization": "Token wrong"}, {"Authorization": f"Bearer {fake.token}"}):
         reply = httpx.get(f"{fake.base_url}studies/", headers=headers)
-        assert reply.status_code == 401 and "detail" in reply.json()["error"]
+        # GET /studies/ declares its refusals as a bare ErrorDetail (status, error_code, title, detail)
+        assert reply.status_code == 401 and reply.json()["detail"] == "Invalid token."
+        assert reply.json()["status"] == 401 and reply.json()["title"]
+        reply = httpx.get(f"{fake.base_url}hooks/event-types/", headers=headers)
+        assert reply.status_code == 401 and reply.json()["error"]["detail"] == "Invalid token."  # {"error": ...}
+    assert _breaches(fake) == []  # refusals in the documented shapes
     auth = {"Authorization": f"Token {fake.token}"}
     assert httpx.get(f"{fake.base_url}nothing-here/", headers=auth).status_code == 404
+    assert [b.split(": ", 1)[1] for b in _breaches(fake)] == [
+        f"Path not found for https://api.prolific.com/api/v1/nothing-here/"]  # an unknown route is a breach
     reply = httpx.post(f"{fake.base_url}studies/", headers=auth, content=b"not json")
-    assert reply.status_code == 400 and reply.json()["error"]["detail"]
+    assert reply.status_code == 400 and reply.json()["detail"]
     assert httpx.post(f"{fake.base_url}studies/", headers=auth, json=[1, 2]).status_code == 400
+    assert len(_breaches(fake)) == 2 and fake.studies == {}
 
 
 def test_arrivals_fill_places_and_the_url(fake, client):
