@@ -502,6 +502,197 @@ def test_paying_a_bonus_is_never_retried(fake, client, sleeps):
     assert fake.bonuses[bonus]["paid"] == 1
 
 
+@pytest.mark.parametrize("call", ["create_study", "create_participant_group", "create_bonus", "pay_bonus",
+                                  "bulk_approve"])
+def test_an_ambiguous_create_or_money_call_is_not_repeated_and_not_transient(fake, client, sleeps, call):
+    """Prolific acted, then the reply was lost: one request, and an error no retry policy repeats."""
+    study = _active_study(client)
+    sid = fake.arrive(study.id)["session_id"]
+    fake.complete(sid, CODE)
+    bonus = client.create_bonus(study.id, f"{'a' * 24},1.00")
+    action = {"create_study": lambda: client.create_study(_payload(7)),
+              "create_participant_group": lambda: client.create_participant_group("g", "ws-1"),
+              "create_bonus": lambda: client.create_bonus(study.id, f"{'b' * 24},2.00"),
+              "pay_bonus": lambda: client.pay_bonus(bonus),
+              "bulk_approve": lambda: client.bulk_approve([sid])}[call]
+    before = len(fake.requests)
+    fake.add_faults(disconnect="after")
+    with pytest.raises(ProlificAmbiguous) as err:
+        action()
+    assert len(_api_requests(fake, before)) == 1 and sleeps == []  # sent once, never repeated
+    assert err.value.transient is False and is_transient(err.value) is False
+    assert isinstance(err.value, ProlificUnavailable) and "reconcile" in str(err.value)
+    done = {"create_study": lambda: len(fake.studies) == 2, "create_participant_group": lambda: len(fake.groups) == 1,
+            "create_bonus": lambda: len(fake.bonuses) == 2, "pay_bonus": lambda: fake.bonuses[bonus]["paid"] == 1,
+            "bulk_approve": lambda: fake.submissions[sid]["status"] == "APPROVED"}[call]
+    assert done()  # it had been done: a repeat would have done it twice
+
+
+def test_an_ambiguous_group_create_is_reconciled_by_name(fake, client):
+    fake.add_faults(disconnect="after")
+    with pytest.raises(ProlificAmbiguous):
+        client.create_participant_group("crowdpref: completed part 1", "ws-1")
+    found = [g for g in client.list_participant_groups("ws-1") if g["name"] == "crowdpref: completed part 1"]
+    assert [g["id"] for g in found] == list(fake.groups)
+
+
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_a_review_whose_reply_was_lost_is_read_back(fake, client, sleeps, action):
+    study = _active_study(client)
+    sid = fake.arrive(study.id)["session_id"]
+    fake.complete(sid, CODE)
+    target = {"approve": "APPROVED", "reject": "REJECTED"}[action]
+    review = {"approve": lambda s: client.approve_submission(s),
+              "reject": lambda s: client.reject_submission(s, LONG_MESSAGE, "LOW_EFFORT")}[action]
+    before = len(fake.requests)
+    fake.add_faults(disconnect="after")  # done, reply lost; the repeat is refused (400): read back
+    result = review(sid)
+    assert isinstance(result, Submission) and (result.id, result.status) == (sid, target)
+    assert [m for m, _ in _api_requests(fake, before)] == ["POST", "POST", "GET"] and len(sleeps) == 1
+    # another reviewer got there first (no lost reply): the same read-back
+    other = fake.arrive(study.id)["session_id"]
+    fake.complete(other, CODE)
+    with fake.lock:
+        fake._set_status(fake.submissions[other], target)
+    assert review(other).status == target
+    # a submission in another state: the refusal stands
+    third = fake.arrive(study.id)["session_id"]
+    fake.complete(third, CODE)
+    with fake.lock:
+        fake._set_status(fake.submissions[third], "REJECTED" if action == "approve" else "APPROVED")
+    with pytest.raises(ProlificRequestError, match="400"):
+        review(third)
+
+
+def test_the_webhook_secret_is_read_from_value_only():
+    def handler(request: httpx.Request) -> httpx.Response:
+        field = request.url.params.get("field", "value")
+        return httpx.Response(201, json={"id": "s1", field: "the-secret", "workspace_id": "ws"})
+
+    with ProlificClient("https://api.test/api/v1/", "tok", transport=httpx.MockTransport(handler)) as client:
+        assert client.create_webhook_secret("ws") == "the-secret"
+
+    def old_name(request: httpx.Request) -> httpx.Response:  # what the client and the fake used to say
+        return httpx.Response(201, json={"id": "s1", "secret": "the-secret", "workspace_id": "ws"})
+
+    with ProlificClient("https://api.test/api/v1/", "tok", transport=httpx.MockTransport(old_name)) as client:
+        with pytest.raises(ProlificError, match="no 'value'"):
+            client.create_webhook_secret("ws")
+
+
+def test_subscribe_accepts_the_documented_list_reply_too():
+    """The document declares a SubscriptionList reply; the prose, one subscription: both work."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        other = {"id": "old", "event_type": "study.status.change", "target_url": "http://x/h", "workspace_id": "ws"}
+        ours = {"id": "sub9", **body, "is_enabled": False}
+        return httpx.Response(201, json={"results": [other, ours]}, headers={"X-Hook-Secret": "hs"})
+
+    with ProlificClient("https://api.test/api/v1/", "tok", transport=httpx.MockTransport(handler)) as client:
+        assert client.subscribe_webhook("ws", "submission.status.change", "http://x/h") == ("sub9", "hs")
+
+
+# --- the contract layer ------------------------------------------------------------------------------------
+def test_the_contract_reports_breaches_on_both_sides_and_stop_raises(monkeypatch):
+    fake = FakeProlific(page_size=2).start()
+    try:
+        with ProlificClient(fake.base_url, fake.token, max_attempts=1) as client:
+            with pytest.raises(ProlificRequestError, match="400"):  # refused as Prolific would, not acted on
+                client._request("POST", "participant-groups/", "create", json={"title": "no name"})
+            assert fake.groups == {}
+            # a reply of the fake's against the document: the old field name of a webhook secret
+            real_api = fake.api
+
+            def old_secret(method: str, path: str, query: dict, body: Any) -> tuple[int, Any]:
+                status, payload = real_api(method, path, query, body)
+                if path.startswith("hooks/secrets"):
+                    payload = {"id": payload["id"], "secret": payload["value"], "workspace_id": "ws"}
+                return status, payload
+
+            monkeypatch.setattr(fake, "api", old_secret)
+            with pytest.raises(ProlificError):
+                client.create_webhook_secret("ws")
+    finally:
+        with pytest.raises(AssertionError) as err:
+            fake.stop()
+    message = str(err.value)
+    assert "2 breach(es)" in message
+    assert "POST /api/v1/participant-groups/ request: " in message and "'name' is a required property" in message
+    assert "POST /api/v1/hooks/secrets/ response 201: " in message and "'secret' was unexpected" in message
+    assert [v.side for v in fake.contract_violations] == ["request", "response"]
+    assert fake.take_violations() == []  # reported once
+
+
+def test_the_contract_quirks_and_what_is_not_checked(fake, client):
+    from tests.fakes.prolific_contract import ProlificContract, _adjust
+
+    contract = ProlificContract.load()
+    assert contract is ProlificContract.load()  # built once per process
+    # quirk 1: an integer range bound (Prolific's docs show them) passes; the raw document's oneOf refuses it
+    ranged = {"filter_id": "approval_rate", "selected_range": {"lower": 95, "upper": 100}}
+    study = client.create_study(_payload(filters=[ranged]))
+    assert study.filters == [ranged] and _breaches(fake) == []
+    raw = contract.spec  # adjusted; the schema of the raw file keeps its oneOf
+    import yaml
+
+    from tests.fakes.prolific_contract import SPEC
+    original = yaml.safe_load(SPEC.read_text())
+    assert "oneOf" in original["components"]["schemas"]["RangeFilterSelectedRangeLower"]
+    assert "anyOf" in raw["components"]["schemas"]["RangeFilterSelectedRangeLower"]
+    assert _adjust(original)["components"]["schemas"]["RangeFilterSelectedRangeLower"] == \
+        raw["components"]["schemas"]["RangeFilterSelectedRangeLower"]
+    # quirk 2: both reply shapes of POST /hooks/subscriptions/
+    exchange = ("POST", "/api/v1/hooks/subscriptions/", {}, {"Authorization": "Token t"}, b"{}")
+    detail = {"id": "s", "event_type": "e", "target_url": "u", "workspace_id": "w", "is_enabled": False}
+    assert contract.check_response(*exchange, 201, {"X-Hook-Secret": "h"}, detail) == []
+    assert contract.check_response(*exchange, 201, {}, {"results": [detail]}) == []
+    assert contract.check_response(*exchange, 201, {}, {k: v for k, v in detail.items() if k != "id"})
+    # test control is not Prolific's API: not checked, never a breach
+    arrival = httpx.post(f"{fake.app_url}/_fake/studies/{client.publish_study(study.id).id}/arrive").json()
+    httpx.post(f"{fake.app_url}/_fake/submissions/{arrival['session_id']}/complete", json={"code": CODE})
+    httpx.get(f"{fake.app_url}/submissions/complete", params={"cc": CODE})
+    httpx.get(f"{fake.app_url}/health")
+    assert _breaches(fake) == []
+    # an undeclared status is a breach (a fake's crash answers 500)
+    assert [str(v) for v in contract.check_response("POST", "/api/v1/studies/x/transition/", {}, {}, b"{}", 409, {},
+                                                   {"error": {"detail": "x"}})] == [
+        "POST /api/v1/studies/x/transition/ response 409: Unknown response http status: 409"]
+
+
+def test_the_demo_fake_prints_breaches_and_goes_on():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.prolific_server", "--host", "127.0.0.1",
+                             "--port", str(port), "--token", "proc-token"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("fake prolific on ")
+        auth = {"Authorization": "Token proc-token"}
+        reply = httpx.post(f"http://127.0.0.1:{port}/api/v1/participant-groups/", headers=auth, json={})
+        assert reply.status_code == 400
+        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/studies/", headers=auth).status_code == 200  # goes on
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert proc.stderr is not None
+        assert "contract violation: POST /api/v1/participant-groups/ request: " in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_breach_fails_the_test_during_which_it_happened(fake):
+    from tests.conftest import check_fake_prolifics
+
+    check_fake_prolifics()  # nothing yet
+    httpx.post(f"{fake.base_url}participant-groups/", headers={"Authorization": f"Token {fake.token}"}, json={})
+    with pytest.raises(AssertionError, match=r"participant-groups/ request"):
+        check_fake_prolifics()  # what the conftest hook runs after each test's body
+    check_fake_prolifics()  # reported once
+
+
 def test_transport_errors_when_nobody_listens(sleeps):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
