@@ -693,6 +693,31 @@ def test_a_breach_fails_the_test_during_which_it_happened(fake):
     check_fake_prolifics()  # reported once
 
 
+def test_the_conftest_hook_fails_a_test_whose_fake_saw_a_breach(tmp_path):
+    """tests/conftest.py's hook, in a pytest of its own: a breach nobody took fails the test's call
+    phase (FAILED, not a teardown ERROR), whichever fixture made the fake."""
+    (tmp_path / "test_inner.py").write_text(
+        "import httpx, pytest\n"
+        "from tests.fakes.prolific_server import FakeProlific\n"
+        "@pytest.fixture(scope='module')\n"
+        "def fake():\n"
+        "    fake = FakeProlific().start()\n"
+        "    yield fake\n"
+        "    fake.stop(check=False)\n"
+        "def test_sends_a_bad_body(fake):\n"
+        "    httpx.post(f'{fake.base_url}participant-groups/', json={},\n"
+        "               headers={'Authorization': f'Token {fake.token}'})\n"
+        "def test_clean(fake):\n"
+        "    httpx.get(f'{fake.base_url}studies/', headers={'Authorization': f'Token {fake.token}'})\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                          "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "1 failed, 1 passed" in run.stdout, run.stdout[-2000:]
+    assert "FAILED test_inner.py::test_sends_a_bad_body" in run.stdout
+    assert "participant-groups/ request: " in run.stdout and "ERROR" not in run.stdout
+
+
 def test_transport_errors_when_nobody_listens(sleeps):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
