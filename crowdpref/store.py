@@ -59,6 +59,7 @@ ACTIVE, RELEASING, COMPLETE, RELEASED = "active", "releasing", "complete", "rele
 HELD, SUBMITTED = "held", "submitted"  # (and RELEASED)
 EXCLUDED = "excluded"  # submitted, then taken out of the count (the participant failed the checks)
 REOPENED = "reopened"  # counted, then taken out of the count on its own (unusable or lost answer): collected again
+WITHDRAWN = "withdrawn"  # the participant withdrew: their answer never counts again, nor is it published
 IN_FLIGHT_OR_DONE = (HELD, SUBMITTED)
 # check verdicts (participants.check_verdict; None: the collection has no checks)
 PASSED, FAILED, UNANSWERED = "passed", "failed", "unanswered"
@@ -103,6 +104,7 @@ class ParticipantState:
     checks_passed: int = 0  # ... and passed
     check_verdict: str | None = None  # passed | failed | unanswered; None: no checks graded yet
     excluded_at: float | None = None  # when their submitted work was taken out of the count
+    withdrawn_at: float | None = None  # when they withdrew (:meth:`Store.withdraw`)
 
     @property
     def items(self) -> list[str]:
@@ -135,7 +137,10 @@ class ParticipantState:
     @property
     def visible(self) -> list[str]:
         """Items whose records belong in the participant's dataset now (an excluded or reopened
-        answer stays in Argilla: it no longer counts, it is not deleted)."""
+        answer stays in Argilla: it no longer counts, it is not deleted). A withdrawn
+        participant's records are deleted: none."""
+        if self.withdrawn_at is not None:
+            return []
         if self.status == RELEASED:
             return [a.item_id for a in self.assignments if a.status in (SUBMITTED, EXCLUDED, REOPENED)]
         return [a.item_id for a in self.assignments if a.status in (*IN_FLIGHT_OR_DONE, EXCLUDED, REOPENED)]
@@ -219,6 +224,7 @@ class ItemCounts:
     released: Counter[str]
     excluded: Counter[str] = field(default_factory=Counter)
     reopened: Counter[str] = field(default_factory=Counter)
+    withdrawn: Counter[str] = field(default_factory=Counter)
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -431,10 +437,11 @@ class Store:
         else:
             rows = conn.execute(query).all()
         counts: dict[str, Counter[str]] = {HELD: Counter(), SUBMITTED: Counter(), RELEASED: Counter(),
-                                           EXCLUDED: Counter(), REOPENED: Counter()}
+                                           EXCLUDED: Counter(), REOPENED: Counter(), WITHDRAWN: Counter()}
         for item, status, n in rows:
             counts[status][item] = n
-        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED], counts[EXCLUDED], counts[REOPENED])
+        return ItemCounts(counts[SUBMITTED], counts[HELD], counts[RELEASED], counts[EXCLUDED], counts[REOPENED],
+                          counts[WITHDRAWN])
 
     # claims -----------------------------------------------------------------------------------------
     def claim(self, info: CollectionInfo, key: str, source: str, *,
@@ -458,9 +465,10 @@ class Store:
         now = self.clock()
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         with self._write(info.id) as conn:
-            existing = conn.execute(select(p.id, p.status).where(p.collection_id == info.id, p.key_hash == key_hash)).first()
+            existing = conn.execute(select(p.id, p.status, p.withdrawn_at).where(
+                p.collection_id == info.id, p.key_hash == key_hash)).first()
             if existing is not None:
-                if existing.status in (RELEASING, RELEASED):
+                if existing.status in (RELEASING, RELEASED) or existing.withdrawn_at is not None:
                     return Refused("released")
                 state = self._participant(conn, existing.id)
                 return Claimed(state, new=False, password=self._password(conn, state.account_id))
@@ -502,7 +510,7 @@ class Store:
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
                         warm=account_row is not None)
             for item in chosen:
-                if counts.released[item] or counts.excluded[item] or counts.reopened[item]:
+                if counts.released[item] or counts.excluded[item] or counts.reopened[item] or counts.withdrawn[item]:
                     self._event(conn, info.id, "reallocated", pid, item, at=now)
             state = self._participant(conn, pid)
             return Claimed(state, new=True, password=self._password(conn, account_id))
@@ -540,7 +548,7 @@ class Store:
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         query = select(p.id, p.source, p.status, p.claimed_at, p.last_activity_at, p.records_logged,
                        p.drop_requested, p.released_at, p.release_reason, p.account_id, p.session_hash,
-                       p.checks_answered, p.checks_passed, p.check_verdict, p.excluded_at, a.username,
+                       p.checks_answered, p.checks_passed, p.check_verdict, p.excluded_at, p.withdrawn_at, a.username,
                        a.state.label("account_state"), a.dataset_id).join(t.accounts, a.id == p.account_id).order_by(p.id)
         if pids is not None:
             query = query.where(p.id.in_(list(pids)))
@@ -570,6 +578,7 @@ class Store:
             assignments=tuple(by_pid[r.id]), released_at=r.released_at, release_reason=r.release_reason,
             dataset_id=r.dataset_id, session_hash=r.session_hash, checks_answered=r.checks_answered or 0,
             checks_passed=r.checks_passed or 0, check_verdict=r.check_verdict, excluded_at=r.excluded_at,
+            withdrawn_at=r.withdrawn_at,
         ) for r in rows]
 
     def participants(self, cid: int, statuses: Sequence[str] | None = None) -> list[ParticipantState]:
@@ -659,8 +668,8 @@ class Store:
         p, s = t.participants.c, t.assignments.c
         now = self.clock()
         with self._write(cid) as conn:
-            row = conn.execute(select(p.status, p.excluded_at).where(p.id == pid)).one()
-            if row.excluded_at is not None:
+            row = conn.execute(select(p.status, p.excluded_at, p.withdrawn_at).where(p.id == pid)).one()
+            if row.excluded_at is not None or row.withdrawn_at is not None:
                 return []
             if row.status not in (COMPLETE, RELEASED):
                 raise StoreError(f"participant {pid} is {row.status}: only a finished participant's work can be "
@@ -713,6 +722,45 @@ class Store:
                                                          s.status == SUBMITTED).values(status=REOPENED, released_at=now))
                 self._event(conn, cid, "reopened", row.participant_id, item_id, at=now, reason=reason)
             return [r.username for r in counted]
+
+    def withdraw(self, cid: int, pid: int, reason: str) -> list[str] | None:
+        """The participant withdrew: in one transaction every answer of theirs (counted,
+        excluded or reopened, quality checks included) becomes ``withdrawn`` - it never counts
+        again - the participant is marked withdrawn and a ``withdrawn`` event records
+        ``reason`` (no ids). The slots of their counted answers return to the pool, where the
+        next claim takes them. Only a finished (complete or released) participant: release an
+        active one first. Returns the items whose counted answer was withdrawn; None when they
+        had withdrawn already (nothing changes)."""
+        p, s = t.participants.c, t.assignments.c
+        now = self.clock()
+        with self._write(cid) as conn:
+            row = conn.execute(select(p.status, p.withdrawn_at).where(p.id == pid, p.collection_id == cid)).first()
+            if row is None:
+                raise StoreError(f"participant {pid} is not in collection {cid} of the study store")
+            if row.withdrawn_at is not None:
+                return None
+            if row.status not in (COMPLETE, RELEASED):
+                raise StoreError(f"participant {pid} is {row.status}: only a finished participant can be withdrawn "
+                                 "(release them first)")
+            counted = list(conn.execute(select(s.item_id).where(
+                s.participant_id == pid, s.status == SUBMITTED).order_by(s.position)).scalars())
+            conn.execute(update(t.assignments).where(s.participant_id == pid,
+                                                     s.status.in_((SUBMITTED, EXCLUDED, REOPENED)))
+                         .values(status=WITHDRAWN, released_at=now))
+            conn.execute(update(t.participants).where(p.id == pid).values(withdrawn_at=now))
+            items = set(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+            self._event(conn, cid, "withdrawn", pid, at=now, reason=reason,
+                        items=sum(item in items for item in counted))
+            return [item for item in counted if item in items]
+
+    def withdrawn_usernames(self, cid: int) -> list[str]:
+        """The account usernames of the collection's participants who withdrew (for leaving
+        their rows out of exports and releases)."""
+        p, a = t.participants.c, t.accounts.c
+        with self._read() as conn:
+            return list(conn.execute(select(a.username).join(t.participants, a.id == p.account_id)
+                                     .where(p.collection_id == cid, p.withdrawn_at.is_not(None))
+                                     .order_by(p.id)).scalars())
 
     def request_drop(self, cid: int, username: str) -> ParticipantState:
         participant = self.participant(cid, username)
@@ -976,7 +1024,7 @@ class Store:
             and_(p.status == ACTIVE, or_(
                 ~p.records_logged, a.state == CREATING, p.drop_requested, p.activity_seq > p.read_seq,
                 p.read_at.is_(None), p.read_at <= now - backstop_s, p.last_activity_at < now - inactive_after_s)),
-            and_(p.status == COMPLETE, p.activity_seq > p.read_seq),
+            and_(p.status == COMPLETE, p.activity_seq > p.read_seq, p.withdrawn_at.is_(None)),
         )).order_by(p.id))
         with self._read() as conn:
             return list(conn.execute(query).scalars())
@@ -994,7 +1042,7 @@ class Store:
         with self._read() as conn:
             pids = list(conn.execute(select(p.id).where(
                 p.collection_id == cid, p.status.in_((COMPLETE, RELEASED)), p.check_verdict == FAILED,
-                p.excluded_at.is_(None))).scalars())
+                p.excluded_at.is_(None), p.withdrawn_at.is_(None))).scalars())
             return self._participants(conn, pids=pids) if pids else []
 
 

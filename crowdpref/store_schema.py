@@ -112,6 +112,7 @@ participants = Table(
     Column("checks_passed", Integer),  # ... and passed
     Column("check_verdict", String(20)),  # passed | failed | unanswered
     Column("excluded_at", Float),  # their submitted work taken out of the count (failed checks)
+    Column("withdrawn_at", Float),  # they withdrew: none of their work counts or is published
     # activity Argilla's webhooks reported (a counter), how much of it the last read from Argilla
     # covered, and when that read was: monitoring reads only whom activity or the backstop names
     Column("activity_seq", Integer, nullable=False, default=0, server_default="0"),
@@ -131,7 +132,7 @@ assignments = Table(
     Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
     Column("item_id", String(100), nullable=False),
     Column("position", Integer, nullable=False),
-    Column("status", String(20), nullable=False),  # held | submitted | released | excluded
+    Column("status", String(20), nullable=False),  # held | submitted | released | excluded | reopened | withdrawn
     Column("swapped", Boolean),  # study 2: this rating's display order (None in study 1)
     Column("assigned_at", Float, nullable=False),
     Column("submitted_at", Float),
