@@ -592,6 +592,9 @@ class AggregationStats:
     """Mean ``p_chosen`` over the preference rows (NaN when there are none)."""
     median_interval_width: float = math.nan
     """Median width of the rows' mean_rating interval (scale points)."""
+    withdrawn_participants: int = 0
+    """Participants who withdrew, whose rows the inputs left out (:mod:`crowdpref.withdrawals`);
+    a release build refuses preferences computed before a later withdrawal."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes None)."""
@@ -735,13 +738,16 @@ def aggregate(
     screening: pd.DataFrame | None = None,
     excluded_response_ids: Collection[str] = (),
     seed: int = 0,
+    withdrawn_participants: int = 0,
 ) -> AggregationResult:
     """Turn ratings into preference rows (contracts.PREFERENCES) and study statistics.
 
     ``screening`` (response_id, flagged) marks chosen_flagged/rejected_flagged; when given,
     every answer in a pair must have a score. Pairs with an answer in ``excluded_response_ids``
     (screening drop policy) are left out with their ratings. ``seed`` seeds the bootstraps
-    (the same inputs and seed give the same rows, whatever the order of the ratings). Raises
+    (the same inputs and seed give the same rows, whatever the order of the ratings).
+    ``withdrawn_participants``: how many withdrawals the inputs already leave out (recorded in
+    the statistics; :func:`crowdpref.withdrawals.leave_out_all` removes their rows). Raises
     :class:`CrowdprefError` (one line) on bad input, including ratings without a rater_key
     under ``aggregation.method: reliability_weighted``.
     """
@@ -904,6 +910,7 @@ def aggregate(
         mean_p_chosen=float(np.mean(p_chosen)) if len(rows) else math.nan,
         median_interval_width=(float(np.median(interval_high - interval_low)) if len(rows)
                                else math.nan),
+        withdrawn_participants=withdrawn_participants,
     )
     raters = None
     if fit is not None:

@@ -95,6 +95,7 @@ from crowdpref.runfolder import (
     write_json,
 )
 from crowdpref.store import Store
+from crowdpref.withdrawals import Withdrawn, leave_out_all, stale
 
 __all__ = [
     "ID_LENGTH",
@@ -1241,6 +1242,7 @@ def build_release(
     collection: Mapping[str, Mapping[str, Any]] | None = None,
     forbidden: Iterable[str] = (),
     repo_id: str | None = None,
+    withdrawn: Withdrawn | None = None,
 ) -> Path:
     """Write ``<run>/release/`` in Hub layout (see the module docstring) and return its path.
 
@@ -1253,7 +1255,9 @@ def build_release(
     folder and scanned; any hit raises a one-line :class:`CrowdprefError` and leaves the
     previous ``release/`` untouched. Leftovers of a killed build are cleaned (and a missing
     ``release/`` put back) before anything is written. ``repo_id`` is only used in the card's
-    loading examples."""
+    loading examples. ``withdrawn`` (:func:`crowdpref.withdrawals.withdrawn_in`): the rows of
+    people who withdrew are left out of every configuration and the card counts them; an
+    ``aggregation`` computed before a withdrawal is refused (aggregate again first)."""
     run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
     filters = _read_filters(run)
     subsets = release_subsets(config, filtered=filters is not None)
@@ -1273,6 +1277,15 @@ def build_release(
         if frame is not None:
             frames["screening"] = frame
     subsets = [s for s in subsets if s.name in frames]
+    withdrawn = withdrawn or Withdrawn()
+    if withdrawn.keys:
+        if stale(aggregation, withdrawn):
+            raise CrowdprefError(
+                f"{withdrawn.participants} participant(s) withdrew but {run.file('aggregation.json')} left out "
+                f"{int((aggregation or {}).get('withdrawn_participants') or 0)}: rerun the aggregate-ratings flow "
+                "with force=True before building the release")
+        extra = [pd.read_parquet(path) for path in (run.responses, run.pairs) if path.exists()]
+        frames = leave_out_all(frames, withdrawn, extra)  # type: ignore[assignment]
     for name, what in (("responses", "answers"), ("ratings", "ratings"),
                        ("responses_raw", "answers"), ("ratings_raw", "ratings")):
         if name in frames:
@@ -1310,7 +1323,7 @@ def build_release(
                 item.file_bytes = path.stat().st_size
             card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
                                 collection=collection, repo_id=repo_id, filters=filters,
-                                privacy=privacy)
+                                privacy=privacy, withdrawn=withdrawn.participants)
             _check_card_text(card, config.source)
             (staging / "README.md").write_text(card, encoding="utf-8")
             hits = scan_for_secrets(staging, forbidden)
@@ -1540,10 +1553,12 @@ def dataset_card(
     repo_id: str | None,
     filters: Mapping[str, Any] | None = None,
     privacy: PrivacyReport | None = None,
+    withdrawn: int = 0,
 ) -> str:
     """The README.md: YAML header + the card text (written for this project, in its own words).
     ``filters``: ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the
-    preregistered filters did not run."""
+    preregistered filters did not run. ``withdrawn``: participants who withdrew (counted, their
+    rows already left out)."""
     pb = config.publish
     s1, s2 = config.study1, config.study2
     title = pb.pretty_name or config.title
@@ -1617,6 +1632,9 @@ def dataset_card(
     ]
     if not collection:
         out += ["Drop-out and release figures are not available for this release.", ""]
+    if withdrawn:
+        out += [f"{withdrawn} participant{'s' if withdrawn != 1 else ''} withdrew; their answers and ratings "
+                "are not in this release (nor the pairs built from their answers, nor those pairs' ratings).", ""]
     q = s1.quality_scale
     balance = _get(aggregation, "order_balance")
     balance_note = ""

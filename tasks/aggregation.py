@@ -5,7 +5,7 @@ preregistered filters (:mod:`crowdpref.filters`), aggregate the ratings they kee
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +28,7 @@ from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from crowdpref.study1 import EXCLUDED_RESPONSES
 from crowdpref.study2 import EXCLUDED_RATINGS
+from crowdpref.withdrawals import leave_out_fields, withdrawn_in
 from tasks.artifacts import which_rows
 from tasks.collection import artifact_key
 
@@ -56,6 +57,8 @@ class AggregationInputs:
     """responses_excluded.parquet: answers excluded during collection (failed checks)."""
     excluded_ratings: pd.DataFrame | None = None
     """ratings_excluded.parquet: ratings excluded during collection (failed checks)."""
+    withdrawn: int = 0
+    """Participants who withdrew: every frame above leaves their rows out."""
 
 
 @dataclass
@@ -85,8 +88,14 @@ def read_inputs(run: RunFolder) -> AggregationInputs:
                     if run.file(PARTICIPANTS_FILE).exists() else None)
     excluded = [pd.read_parquet(run.file(name)) if run.file(name).exists() else None
                  for name in (EXCLUDED_RESPONSES, EXCLUDED_RATINGS)]
-    return AggregationInputs(questions, responses, pairs, ratings, screening, truth, source,
-                             participants, *excluded)
+    inputs = AggregationInputs(questions, responses, pairs, ratings, screening, truth, source,
+                               participants, *excluded)
+    store = open_store(load_settings())
+    try:  # people who withdrew: their answers, the pairs built from them and their ratings go
+        gone = withdrawn_in(store, run.path.name, run.private_dir)
+    finally:
+        store.close()
+    return replace(leave_out_fields(inputs, gone), withdrawn=gone.participants)
 
 
 def _preregistered(cfg: StudyConfig) -> dict[str, object] | None:
@@ -127,6 +136,7 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
         screening=inputs.screening,
         excluded_response_ids=excluded,
         seed=cfg.seed,
+        withdrawn_participants=inputs.withdrawn,
     )
     result = FilteredAggregation(**{f.name: getattr(result, f.name) for f in fields(result)},
                                  filters=kept)

@@ -33,6 +33,7 @@ from crowdpref.publish import (
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import Settings
 from crowdpref.store import open_store
+from crowdpref.withdrawals import Withdrawn, stale, withdrawn_in
 
 AGGREGATION_STATS = "aggregation.json"
 SCREENING_STATS = ("screening.json", "screening-stats.json", "screening-report.json")
@@ -64,6 +65,15 @@ def release_forbidden(run: RunFolder, settings: Settings, study_name: str) -> li
     return forbidden_strings(run, settings_secrets(settings), accounts)
 
 
+def store_withdrawn(settings: Settings, study_name: str, run: RunFolder) -> Withdrawn:
+    """Who withdrew from the study (:func:`crowdpref.withdrawals.withdrawn_in`)."""
+    store = open_store(settings)
+    try:
+        return withdrawn_in(store, study_name, run.private_dir)
+    finally:
+        store.close()
+
+
 def store_collection_stats(settings: Settings, study_name: str) -> dict[str, dict[str, int]]:
     store = open_store(settings)
     try:
@@ -84,6 +94,13 @@ def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
     Artifact ``<study>-privacy``: what was masked, per pattern and column (counts only)."""
     logger = get_run_logger()
     aggregation = read_stats(run.file(AGGREGATION_STATS))
+    withdrawn = store_withdrawn(settings, cfg.name, run)
+    if stale(aggregation, withdrawn):  # people withdrew since: aggregate again without their rows
+        from tasks.aggregation import read_inputs, run_aggregation, write_outputs
+
+        logger.warning(f"{withdrawn.participants} participant(s) withdrew; aggregating again without their rows")
+        write_outputs.fn(run_aggregation.fn(cfg, read_inputs.fn(run)), run)
+        aggregation = read_stats(run.file(AGGREGATION_STATS))
     screening = next((s for s in (read_stats(run.file(n)) for n in SCREENING_STATS) if s), None)
     collection = store_collection_stats(settings, cfg.name)
     for name, value in (("aggregation", aggregation), ("screening", screening),
@@ -96,7 +113,8 @@ def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
                        "published ratings; rerun aggregate-ratings with force=True to align them")
     folder = build_release(run, cfg, aggregation=aggregation, screening=screening,
                            collection=collection or None,
-                           forbidden=release_forbidden(run, settings, cfg.name), repo_id=repo_id)
+                           forbidden=release_forbidden(run, settings, cfg.name), repo_id=repo_id,
+                           withdrawn=withdrawn)
     logger.info(f"release built in {folder}")
     privacy_artifact(cfg.name, run)
     return folder
