@@ -859,8 +859,10 @@ class ProlificFilters(_Section):
 class ProlificConfig(_Section):
     """Recruitment on Prolific (token and API URL come from settings)."""
 
-    enabled: Bool = False
-    """Publish the studies on Prolific; false: participants come some other way (demo crowd)."""
+    enabled: Bool | None = None
+    """Publish the studies on Prolific and verify every arrival with its API (PROLIFIC_TOKEN);
+    None (the default): true when ``participants: prolific``, as in the published study. False
+    with ``participants: prolific`` (Prolific people without API access) needs ``verify: false``."""
     study1: ProlificStudy = Field(default_factory=ProlificStudy)
     """Study 1 (written answers)."""
     study2: ProlificStudy = Field(default_factory=ProlificStudy)
@@ -980,6 +982,8 @@ class StudyConfig(_Section):
             raise _problem("crowd.arrive_via", "the simulated crowd arrives through the fake Prolific only in a "
                            f"simulation, but participants is '{self.participants}'",
                            "set participants: simulated, or crowd.arrive_via: direct")
+        if self.prolific.enabled is None:
+            self.prolific.enabled = self.participants == "prolific"
         if self.prolific.enabled and self.participants != "prolific":
             raise _problem("participants", f"prolific.enabled is true but participants is '{self.participants}'",
                            "set participants: prolific, or prolific.enabled: false")

@@ -70,7 +70,8 @@ def test_defaults_equal_published_numbers() -> None:
     assert cfg.aggregation.incomplete_pairs == "report_and_keep"
     assert cfg.screening.fallback is None
     assert cfg.publish.private is True
-    assert cfg.prolific.enabled is False
+    # the method recruits on Prolific: a default study talks to its API and verifies every arrival
+    assert cfg.participants == "prolific" and cfg.prolific.enabled is True and cfg.prolific.verify is True
     assert [c[0] for c in DEFAULT_CATEGORIES] == [c.slug for c in cfg.questions.categories]
 
 
@@ -96,8 +97,9 @@ def test_demo_is_small_and_keeps_the_methods_r() -> None:
 
 
 def test_default_titles_come_from_slugs_and_strings() -> None:
-    cfg = parse_study({"name": "x", "questions": {"categories": ["self-awareness", "Table manners",
-                                                                  {"title": "Small talk"}]}})
+    cfg = parse_study({"name": "x", "questions": {"categories": [
+        "self-awareness", {"title": "Table manners", "description": "behaving at a shared meal"},
+        {"title": "Small talk", "description": "chatting with people one barely knows"}]}})
     cats = cfg.questions.categories
     assert [(c.slug, c.title) for c in cats] == [
         ("self-awareness", "Self-awareness"), ("table-manners", "Table manners"),
@@ -278,6 +280,21 @@ BROKEN: list[tuple[str, str | bytes, str, str]] = [
     ("zero-reward", "name: x\nprolific:\n  study1: {reward: 0}\n", "prolific.study1.reward", ">= 1"),
     ("approval-over-100", "name: x\nprolific:\n  filters: {approval_rate: 101}\n",
      "prolific.filters.approval_rate", "<= 100"),
+    ("unknown-category", "name: x\nquestions:\n  categories: [empathy, astrology]\n",
+     "questions.categories[1]", "unknown category 'astrology'"),
+    ("category-typo", "name: x\nquestions:\n  categories: [empthy]\n",
+     "questions.categories[0]", "did you mean 'empathy'"),
+    ("absurd-ratings-per-pair", "name: x\nstudy2:\n  ratings_per_pair: 100000\n",
+     "study2.ratings_per_pair", "<= 20"),
+    ("absurd-answers-per-question", "name: x\nstudy1:\n  responses_per_question: 500\n",
+     "study1.responses_per_question", "<= 20"),
+    ("prolific-unverified", "name: x\nparticipants: prolific\nprolific:\n  enabled: false\n",
+     "prolific.enabled", "prolific.verify: false"),
+    ("verify-off-with-api", "name: x\nprolific:\n  enabled: true\n  verify: false\n",
+     "prolific.verify", "remove prolific.verify"),
+    ("cap-below-places", "name: x\nprolific:\n  study1: {places: 10, max_places: 5}\n",
+     "prolific.study1.max_places", ">= 10"),
+    ("invite-lifetime", "name: x\ninvites:\n  lifetime_days: 0\n", "invites.lifetime_days", "> 0"),
     ("nan-threshold", "name: x\nscreening:\n  thresholds: {toxicity: .nan}\n",
      "screening.thresholds.toxicity", "finite"),
 ]
@@ -394,3 +411,35 @@ def test_seed_must_fit_the_study_store(tmp_path):
     for bad in (2**31, -1):
         with pytest.raises(ConfigError, match="seed"):
             parse_study({"name": "s", "seed": bad}, source="t")
+
+
+def test_a_new_category_with_a_description_is_accepted() -> None:
+    cfg = parse_study({"name": "x", "questions": {"categories": [
+        {"title": "Astrology", "description": "what people read into horoscopes"}]}})
+    assert cfg.questions.category_slugs == ["astrology"]
+
+
+def test_an_unverified_pilot_says_so_in_the_summary() -> None:
+    cfg = parse_study({"name": "x", "participants": "prolific", "prolific": {"enabled": False, "verify": False}})
+    assert cfg.prolific.enabled is False
+    row = dict(cfg.summary_rows())["Prolific"]
+    assert "UNVERIFIED" in row and "made-up id" in row
+
+
+def test_invite_and_simulated_studies_do_not_talk_to_prolific() -> None:
+    assert parse_study({"name": "x", "participants": "invite"}).prolific.enabled is False
+    assert parse_study({"name": "x", "participants": "simulated"}).prolific.enabled is False
+
+
+def test_the_summary_prints_the_cost_on_prolific_beside_the_plan() -> None:
+    cfg = parse_study({"name": "x", "questions": {"categories": ["empathy"], "per_category": 10},
+                       "prolific": {"fee_rate": 0.5, "study1": {"reward": 300, "max_places": 6},
+                                    "study2": {"reward": 200, "places": 2}}})
+    plan = cfg.plan(10)  # 40 answers / 10 -> 4 writers; 60 pairs x 3 / 60 -> 3 raters
+    assert (plan.study1.participants, plan.study2.participants) == (4, 3)
+    cost = cfg.prolific_cost(10)
+    assert cost.places == (4, 2) and cost.caps == (6, 4)
+    assert cost.planned == pytest.approx((4 * 3.00 + 2 * 2.00) * 1.5)
+    assert cost.at_cap == pytest.approx((6 * 3.00 + 4 * 2.00) * 1.5)
+    row = dict(cfg.summary_rows())["Cost on Prolific"]
+    assert "24.00" in row and "39.00" in row and "50.0%" in row

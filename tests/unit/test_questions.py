@@ -356,7 +356,8 @@ def test_output_follows_the_questions_parquet_contract(tmp_path: Path) -> None:
 
 
 def test_nothing_usable_from_any_source_is_an_error(tmp_path: Path) -> None:
-    cfg = study(tmp_path, categories=["Table manners"])  # a custom category: the bank has none
+    # a custom category: the bank has none
+    cfg = study(tmp_path, categories=[{"title": "Table manners", "description": "behaving at a shared meal"}])
     with pytest.raises(CrowdprefError, match="no usable questions from any source"):
         build_questions(cfg, settings_for(tmp_path))
 
