@@ -377,6 +377,18 @@ class Portal:
         self.store.log_event(info.id, "platform_status", participant.id, status=status)
         if status not in FREEING:
             return f"recorded {status}"
+        if participant.status == COMPLETE:  # finished, then returned / rejected / timed out: they withdrew
+            from crowdpref.withdrawals import withdraw_on_platform
+
+            try:
+                target: Any = self.collection(info.study, info.key)  # type: ignore[arg-type]
+            except Refusal:
+                target = self.store  # (their records stay in Argilla: `crowdpref withdraw` deletes them)
+            try:
+                done = withdraw_on_platform(target, participant, status, info, via=" (webhook)")
+            except CrowdprefError:
+                return f"{status}: withdrawal failed; `crowdpref withdraw` or the next sync repeats it"
+            return f"{status}: {'withdrawn' if done and done.now else 'already withdrawn'}"
         try:
             collection = self.collection(info.study, info.key)  # type: ignore[arg-type]
         except Refusal:
