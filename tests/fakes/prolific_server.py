@@ -360,6 +360,8 @@ class FakeProlific:
                 # the reply of Prolific's prose docs: the subscription (with its id) and the
                 # X-Hook-Secret header to confirm it with (the document declares a list; see
                 # prolific_contract.py, quirk 2)
+                if str(body.get("workspace_id")) not in self.secrets:  # "you must ... have created a secret"
+                    raise ApiError(400, "create a secret for this workspace first (POST /hooks/secrets/)")
                 sub_id = _hex_id()
                 self.subscriptions[sub_id] = {"id": sub_id, "workspace_id": str(body.get("workspace_id")),
                                               "event_type": body.get("event_type"), "target_url": body.get("target_url"),
@@ -576,6 +578,9 @@ class FakeProlific:
         study = self.studies.get(sub["study_id"])
         if study is not None:
             study["places_taken"] = self._taken(study["id"])
+        # The document has no schema for a hook's payload (SubscriptionEventPayload is an empty
+        # object): this follows the notes (shared/notes/prolific-api.md: resource_id - the
+        # submission -, participant_id, status), with the event type and the study id beside them.
         event = {"event_type": "submission.status.change", "resource_id": sub["id"],
                  "participant_id": sub["participant_id"], "study_id": sub["study_id"], "status": status}
         event_id = _hex_id()
