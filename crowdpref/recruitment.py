@@ -339,6 +339,10 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
                 if collection.release(participant, f"{status} on Prolific (sync)"):
                     report.released_now += 1
                     store.log_event(cid, "released_by_sync", participant.id, status=status)
+            elif participant is not None and participant.withdrawn_at is None:  # finished, then returned /
+                from crowdpref.withdrawals import withdraw_on_platform  # rejected / timed out: they withdrew
+
+                withdraw_on_platform(collection, participant, status, via=" (sync)")
             continue
         if status != "AWAITING REVIEW":
             continue
