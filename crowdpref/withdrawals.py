@@ -82,9 +82,7 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
     :class:`Store` with the participant's collection ``info`` (a finished participant only).
     Idempotent: a second call changes nothing in the store (``now`` False) and deletes any of
     their records still in Argilla."""
-    from crowdpref.collection import Collection
-
-    collection = target if isinstance(target, Collection) else None
+    collection = None if isinstance(target, Store) else target
     store: Store = collection.store if collection is not None else target
     info = collection.info if collection is not None else info
     if info is None:
@@ -102,7 +100,7 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
             participant = store.participant(info.id, participant.username)
     items = store.withdraw(info.id, participant.id, reason)
     problem = None
-    if collection is not None:
+    if collection is not None and getattr(collection, "owner", None) is not None:
         try:
             dataset = collection.owner.find_dataset(collection.dataset_name, workspace=participant.username)
             if dataset is not None:
