@@ -75,6 +75,7 @@ def recruits_on_prolific(config: StudyConfig) -> bool:
 # --- the Prolific study ------------------------------------------------------------------------------
 PARTS = {"study1": "part 1: writing answers", "study2": "part 2: comparing answers"}
 GROUP_META = "prolific-group:{study}"  # study 1's completers (study 2 blocklists them)
+GROUP_INTENT_META = "prolific-group-creating:{study}"  # set before the group's creation is sent
 
 
 def internal_name(study: str, key: str) -> str:
@@ -93,8 +94,9 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
     from crowdpref.portal.links import prolific_entry_url
 
     part = config.prolific.study1 if key == "study1" else config.prolific.study2
-    actions: list[dict[str, Any]] = [{"action": "AUTOMATICALLY_APPROVE" if config.prolific.auto_approve
-                                      else "MANUALLY_REVIEW"}]
+    # the code never approves by itself (anyone who learns it could report it without the work):
+    # the sync approves what crowdpref verified (prolific.auto_approve), or a person does
+    actions: list[dict[str, Any]] = [{"action": "MANUALLY_REVIEW"}]
     if key == "study1" and completers_group:
         actions.append({"action": "ADD_TO_PARTICIPANT_GROUP", "participant_group": completers_group})
     filters: list[dict[str, Any]] = [
@@ -121,14 +123,52 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
     }
 
 
+def group_name(config: StudyConfig) -> str:
+    """The name of study 1's completers' group on Prolific (how a lost creation is found again)."""
+    return f"{config.name}: completed part 1"
+
+
+def _find_group(client: Any, name: str, workspace_id: str | None) -> str | None:
+    """The id of the workspace's (not deleted) participant group called ``name``; None when
+    there is none, or no workspace to look in."""
+    if not workspace_id:
+        return None
+    found = [g for g in client.list_participant_groups(workspace_id)
+             if g.get("name") == name and not g.get("is_deleted")]
+    return str(found[0]["id"]) if found else None
+
+
 def _completers_group(config: StudyConfig, store: Any, client: Any, settings: Any) -> str:
     """Study 1's completers' participant group: created once, its id kept in the store before
-    anything uses it."""
-    name = GROUP_META.format(study=config.name)
-    group = store.get_meta(name)
+    anything uses it. The intent is recorded before the creation: a creation whose reply was
+    lost (:class:`~crowdpref.prolific.ProlificAmbiguous`), or a run killed before the id was
+    kept, is found by name on Prolific (this run, else the next) instead of created twice."""
+    from crowdpref.errors import ConfigError
+    from crowdpref.prolific import ProlificAmbiguous, ProlificError
+
+    meta = GROUP_META.format(study=config.name)
+    group = store.get_meta(meta)
+    if group:
+        return group
+    name, workspace = group_name(config), settings.prolific_workspace_id
+    intent = GROUP_INTENT_META.format(study=config.name)
+    group = _find_group(client, name, workspace) if store.get_meta(intent) else None
     if group is None:
-        group = client.create_participant_group(f"{config.name}: completed part 1", settings.prolific_workspace_id)
-        store.set_meta(name, group)
+        store.set_meta(intent, name)
+        try:
+            group = client.create_participant_group(name, workspace)
+        except ProlificAmbiguous:
+            group = _find_group(client, name, workspace)
+            if group is None:
+                if not workspace:
+                    raise ConfigError(f"Prolific: creating the participant group '{name}' got no reply and without "
+                                      "prolific_workspace_id it cannot be looked up: check Prolific for it, set "
+                                      "CROWDPREF_PROLIFIC_WORKSPACE_ID, and run again") from None
+                raise ProlificError(f"Prolific: creating the participant group '{name}' got no reply and it is not "
+                                    "on Prolific: nothing was created; run again (it is looked up by name first)",
+                                    transient=False) from None
+            log.info("Prolific: the participant group's creation got no reply; found it by name")
+    store.set_meta(meta, group)
     return group
 
 
@@ -136,10 +176,13 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
                           publish: bool = True) -> Any:
     """The collection's Prolific study, created at most once and published. Idempotent: the
     store's record first; else a Prolific study with our internal name (a run killed between
-    creating and recording adopts it); else a new one. Study 1's completion code adds its
+    creating and recording adopts it); else a new one (a creation whose reply was lost is looked
+    up again and adopted; not there: a one-line error, run again). Study 1's completion code adds its
     completers to a participant group (created once, its id kept in the store before any use)
     that study 2 blocklists; study 2 creates that group when study 1 was not recruited yet.
     Publishing is a transition only from UNPUBLISHED. Returns the store's PlatformStudy."""
+    from crowdpref.prolific import ProlificAmbiguous, ProlificError
+
     store, cid, key = collection.store, collection.info.id, collection.spec.key
     platform = store.platform_study(cid)
     if platform is None:
@@ -153,8 +196,19 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
                                     places=places or default_places(collection),
                                     completers_group=group if key == "study1" else None,
                                     blocklist_group=group if key == "study2" else None)
-            study = client.create_study(payload)
-            store.log_event(cid, "platform_study_created", platform="prolific", places=study.total_available_places)
+            try:
+                study = client.create_study(payload)
+            except ProlificAmbiguous:  # sent, reply lost: it may exist - adopt it, never create twice
+                study = next((s for s in client.list_studies() if s.internal_name == wanted), None)
+                if study is None:
+                    raise ProlificError(f"Prolific: creating the study {wanted} got no reply and it is not on "
+                                        "Prolific: nothing was created; run again (it is looked up by name first)",
+                                        transient=False) from None
+                store.log_event(cid, "platform_study_adopted", platform="prolific", status=study.status,
+                                after="a lost reply")
+            else:
+                store.log_event(cid, "platform_study_created", platform="prolific",
+                                places=study.total_available_places)
         else:
             store.log_event(cid, "platform_study_adopted", platform="prolific", status=study.status)
         platform = store.save_platform_study(cid, "prolific", study.id, study.status.lower() or "unpublished",
@@ -222,13 +276,33 @@ class SyncReport:
     rejected_now: int = 0
     places_raised_to: int | None = None
     review: list[tuple[str, str]] | None = None  # (username, reason)
+    approvals_unconfirmed: int = 0  # approvals sent whose reply was lost (the next sync reads them back)
+    places_capped_at: int | None = None  # the budget cap (prolific.studyN.max_places) stopped the raise
+    places_short: int = 0  # ... and this many more places would be needed
+
+    def budget_note(self) -> str | None:
+        """In words, when the budget cap stops the places from rising; None otherwise."""
+        if self.places_capped_at is None:
+            return None
+        return cap_note(self.key, self.places_capped_at, self.places_short)
 
     def row(self) -> dict[str, Any]:
         return {"study": self.key, "places": self.places, "active": self.active, "returned": self.returned,
                 "timed out": self.timed_out, "rejected": self.rejected, "awaiting review": self.awaiting_review,
                 "approved": self.approved, "released now": self.released_now, "approved now": self.approved_now,
                 "rejected now": self.rejected_now,
-                "places raised to": self.places_raised_to or "", "to review": len(self.review or [])}
+                "places raised to": self.places_raised_to or "", "to review": len(self.review or []),
+                "approvals unconfirmed": self.approvals_unconfirmed,
+                "places capped at": self.places_capped_at or "", "places short": self.places_short}
+
+
+CAP_META = "prolific-places-capped:{cid}"  # the last sync's budget-cap note ("" when not capped)
+
+
+def cap_note(key: str, cap: int, short: int) -> str:
+    """The words for a study whose places reached the budget cap."""
+    return (f"places are at the budget cap {cap} (prolific.{key}.max_places): {short} more would be needed; "
+            "raise the cap or let the pool wait")
 
 
 # --- review decisions ------------------------------------------------------------------------------------
@@ -242,6 +316,16 @@ CHECK_KINDS = {
     "study2": "pairs with one clearly better answer, and a pair shown twice in swapped order that "
               "should get a consistent rating",
 }
+NO_WORK_MESSAGE = (
+    "Thank you for your interest. This study's work is done in a web tool that opens from the "
+    "study link, and we have no record of any work from you there{how}, so we cannot approve this "
+    "submission. If you think this is a mistake, please message us through Prolific."
+)
+UNFINISHED_MESSAGE = (
+    "Thank you for taking part. The study asked for {total} item(s) to be completed in the web "
+    "tool that opens from the study link; we received {done} of them{how}, so this submission "
+    "is held for review. If you think this is a mistake, please message us through Prolific."
+)
 TOO_QUICK_MESSAGE = (
     "Thank you for taking part. Your answers were submitted faster than the task can be done "
     "with care (a median of {median:.0f} seconds per item, where the study expects at least "
@@ -262,20 +346,51 @@ class ReviewDecision:
 
 
 def review_decision(participant: Any | None, config: StudyConfig, key: str, auto_approve: bool) -> ReviewDecision:
-    """The decision for one submission from what the store knows of its participant: no work
-    claimed or not finished -> review; failed checks -> a proposed rejection (``FAILED_CHECK``;
-    rejected at once only with ``prolific.auto_reject``); too fast -> a proposed rejection
-    (``TOO_QUICKLY``), never automatic; complete and valid -> approve (``auto_approve``) or review.
-    Proposed messages meet Prolific's rule (at least 100 characters)."""
+    """The decision for one submission from what the store knows of its participant. Only
+    VERIFIED work is ever approved: the participant's status is complete (not released,
+    withdrawn or any other), every item submitted, the quality checks passed under the
+    config's rule (a batch with checks not graded yet waits), the work not excluded, and not
+    flagged too fast. Reporting the completion code proves nothing (it can be learned).
+
+    No work claimed through the portal -> a proposed rejection (``NO_DATA``); work released or
+    not finished -> a proposed rejection (``NO_DATA`` when nothing was submitted, else
+    ``FAILED_INSTRUCTIONS``); withdrawn / another status -> review; failed checks -> a proposed
+    rejection (``FAILED_CHECK``; rejected at once only with ``prolific.auto_reject``); too fast
+    -> a proposed rejection (``TOO_QUICKLY``), never automatic; verified -> approve
+    (``auto_approve``) or review. Only failed checks are ever rejected automatically. Proposed
+    messages meet Prolific's rule (at least 100 characters)."""
     from crowdpref.checks import is_check
-    from crowdpref.store import COMPLETE, FAILED
+    from crowdpref.store import ACTIVE, COMPLETE, FAILED, PASSED, RELEASED, RELEASING
     from crowdpref.work_quality import time_on_task
 
     if participant is None:
-        return ReviewDecision("review", "no work claimed through the portal")
-    if participant.status != COMPLETE:
-        return ReviewDecision("review", "not every item submitted")
-    if participant.check_verdict == FAILED:
+        return ReviewDecision("review", "no work claimed through the portal (the code without the work)", "NO_DATA",
+                              NO_WORK_MESSAGE.format(how=""))
+    finished = participant.status == COMPLETE
+    if participant.check_verdict == FAILED and (finished or participant.status == RELEASED):
+        checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
+        message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
+                                              failed=participant.checks_answered - participant.checks_passed)
+        action = "reject" if config.prolific.auto_reject else "review"
+        return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
+    if not finished:
+        total, done = len(participant.assignments), len(participant.submitted)
+        if participant.status in (ACTIVE, RELEASING, RELEASED):
+            how = {ACTIVE: "", RELEASING: " before the work was released",
+                   RELEASED: " before the work was released for lack of activity"}[participant.status]
+            what = ("work released" if participant.status != ACTIVE else "not every item submitted")
+            if done == 0:
+                return ReviewDecision("review", f"{what}: nothing submitted (the code without the work)", "NO_DATA",
+                                      NO_WORK_MESSAGE.format(how=how))
+            return ReviewDecision("review", f"{what}: {done} of {total} items submitted", "FAILED_INSTRUCTIONS",
+                                  UNFINISHED_MESSAGE.format(total=total, done=done, how=how))
+        # withdrawn, or a status this code does not know: never approved, a person decides
+        return ReviewDecision("review", f"not complete ({participant.status}): a person decides")
+    if participant.excluded_at is not None:
+        return ReviewDecision("review", "work excluded from the count: a person decides")
+    has_checks = any(is_check(a.item_id) for a in participant.assignments)
+    if has_checks and participant.check_verdict != PASSED:
+        return ReviewDecision("review", "quality checks not graded yet (the next sync decides)")
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
         message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
                                               failed=participant.checks_answered - participant.checks_passed)
@@ -308,11 +423,15 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
                   private_dir: Path | str | None = None) -> SyncReport:
     """Reconcile the collection's Prolific submissions with the store: release the work of
     RETURNED / TIMED-OUT / REJECTED participants still active here (the backstop for lost
-    webhooks); approve AWAITING REVIEW submissions whose work is complete (``auto_approve``,
-    default ``prolific.auto_approve``; one bulk call) or list them for review; raise places when
-    work waits that nobody can claim. Every decision is an event in the store. The report names
+    webhooks); approve AWAITING REVIEW submissions whose work crowdpref verified
+    (:func:`review_decision`; ``auto_approve``, default ``prolific.auto_approve``; one bulk call,
+    recorded as sent before it is sent and never repeated: a lost reply is read back by the next
+    sync) or list them for review; raise places when work waits that nobody can claim, up to the
+    budget cap (``prolific.studyN.max_places``; the report says when it stops there). Every
+    decision is an event in the store. The report names
     participants by username only; the submission ids for review go to
     ``private_dir/prolific-review-<key>.json`` (owner-only, rewritten on every sync)."""
+    from crowdpref.prolific import ProlificAmbiguous
     from crowdpref.store import ACTIVE
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
@@ -324,6 +443,9 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     study = client.get_study(platform.external_id)
     submissions = client.list_submissions(platform.external_id)
     reviewed = {e["participant_id"] for e in store.events(cid, kinds=["review"])}
+    # approvals sent before (their outcome read back here, never sent blindly again) and confirmed
+    sent = {e["participant_id"] for e in store.events(cid, kinds=["approve_sent"])}
+    confirmed = {e["participant_id"] for e in store.events(cid, kinds=["approved"])}
     to_approve: list[tuple[str, Any]] = []
     private: list[dict[str, str]] = []
     for submission in submissions:
@@ -334,6 +456,10 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         report.rejected += status == "REJECTED"
         report.approved += status == "APPROVED"
         participant = store.participant_by_key(cid, submission.participant_id)
+        if status == "APPROVED" and participant is not None and participant.id in sent - confirmed:
+            # an approval whose reply was lost (or a run killed after sending): done - counted
+            store.log_event(cid, "approved", participant.id, read_back=True)
+            confirmed.add(participant.id)
         if status in FREEING:
             if participant is not None and participant.status == ACTIVE:
                 if collection.release(participant, f"{status} on Prolific (sync)"):
@@ -349,7 +475,17 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         report.awaiting_review += 1
         decision = review_decision(participant, config, key, auto)
         if decision.action == "approve":
-            to_approve.append((submission.id, participant))
+            if participant.id in sent:
+                # sent before and still awaiting review (a lost reply, or Prolific's bulk approval
+                # not applied yet): never re-sent in bulk; one idempotent approve of the status
+                # just read (the client reads the submission back when Prolific refuses it)
+                client.approve_submission(submission.id)
+                store.log_event(cid, "approved", participant.id, read_back=True)
+                report.approved_now += 1
+                report.approved += 1
+                report.awaiting_review -= 1
+            else:
+                to_approve.append((submission.id, participant))
             continue
         if decision.action == "reject":
             client.reject_submission(submission.id, str(decision.message), str(decision.category))
@@ -370,22 +506,46 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
                             **({"proposed_category": decision.category} if decision.category else {}))
             reviewed.add(participant.id)
     if to_approve:
-        client.bulk_approve([sid for sid, _ in to_approve])
+        # money: recorded as sent BEFORE sending, and never repeated (the client does not retry
+        # it, and its ProlificAmbiguous is not transient, so no task retry repeats it either);
+        # the next sync reads the statuses back
         for _, participant in to_approve:
-            store.log_event(cid, "approved", participant.id)
-        report.approved_now = len(to_approve)
-        report.approved += len(to_approve)
-        report.awaiting_review -= len(to_approve)
-    # places: work nobody holds needs someone to take it (a finished study takes nobody)
+            store.log_event(cid, "approve_sent", participant.id)
+        try:
+            client.bulk_approve([sid for sid, _ in to_approve])
+        except ProlificAmbiguous:
+            report.approvals_unconfirmed = len(to_approve)
+            store.log_event(cid, "approve_unconfirmed", count=len(to_approve))
+            log.warning("Prolific: the bulk approval of %d submission(s) got no reply; not repeated - the next "
+                        "sync reads their status back", len(to_approve))
+        else:
+            for _, participant in to_approve:
+                store.log_event(cid, "approved", participant.id)
+            report.approved_now += len(to_approve)
+            report.approved += len(to_approve)
+            report.awaiting_review -= len(to_approve)
+    # places: work nobody holds needs someone to take it (a finished study takes nobody), up to
+    # the budget cap (prolific.studyN.max_places)
     report.places = study.total_available_places
     progress = collection.progress()
     total = None if progress.complete or study.status not in RAISABLE else places_needed(
         study.total_available_places, submissions, progress.unclaimed, collection.info.per_participant)
+    note = ""
     if total is not None:
-        client.increase_places(platform.external_id, total)
-        report.places = report.places_raised_to = total
-        store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=total)
-        store.log_event(cid, "places_raised", places=total, unclaimed=progress.unclaimed)
+        part = config.prolific.study1 if key == "study1" else config.prolific.study2
+        cap = part.places_cap(default_places(collection))
+        allowed = min(total, max(cap, study.total_available_places))
+        if allowed < total:
+            report.places_capped_at, report.places_short = cap, total - allowed
+            note = cap_note(key, cap, total - allowed)
+            log.warning("%s: %s", key, note)
+        if allowed > study.total_available_places:
+            client.increase_places(platform.external_id, allowed)
+            report.places = report.places_raised_to = allowed
+            store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=allowed)
+            store.log_event(cid, "places_raised", places=allowed, unclaimed=progress.unclaimed)
+    if note or store.get_meta(CAP_META.format(cid=cid)):
+        store.set_meta(CAP_META.format(cid=cid), note)  # what the collection's monitoring shows
     if private_dir is not None:
         from crowdpref.runfolder import write_json
 
@@ -406,13 +566,14 @@ class ProlificState:
     awaiting_review: int = 0
     approved: int = 0
     error: str | None = None
+    capped: str | None = None  # the last sync's budget-cap note (see :func:`cap_note`)
 
     def describe(self) -> str:
         if self.error is not None:
             return f"Prolific: not read ({self.error}); the collection goes on, the next run reads it again"
         return (f"Prolific: {self.places if self.places is not None else '?'} places, {self.active} active, "
                 f"{self.returned} returned, {self.timed_out} timed out, {self.awaiting_review} awaiting review, "
-                f"{self.approved} approved")
+                f"{self.approved} approved" + (f"; {self.capped}" if self.capped else ""))
 
     def row(self) -> dict[str, Any]:
         return {"places": self.places, "active": self.active, "returned": self.returned, "timed out": self.timed_out,
@@ -441,7 +602,8 @@ def prolific_state(config: StudyConfig, settings: Any, store: Any, cid: int, *,
         return ProlificState(platform.places, error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
     return ProlificState(platform.places, active=counts.get("ACTIVE", 0) + counts.get("RESERVED", 0),
                          returned=counts.get("RETURNED", 0), timed_out=counts.get("TIMED-OUT", 0),
-                         awaiting_review=counts.get("AWAITING REVIEW", 0), approved=counts.get("APPROVED", 0))
+                         awaiting_review=counts.get("AWAITING REVIEW", 0), approved=counts.get("APPROVED", 0),
+                         capped=store.get_meta(CAP_META.format(cid=cid)) or None)
 
 
 def auto_key(run: Any) -> str:

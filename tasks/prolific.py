@@ -61,13 +61,17 @@ def sync_prolific_submissions(study: str, key: StudyKey) -> dict[str, Any]:
     with prolific_client(config, settings) as client:
         report = sync_prolific(collection, config, client, auto_approve=config.prolific.auto_approve,
                                private_dir=run.private_dir)
+    notes = [note for note in (
+        report.budget_note(),
+        f"the approval of {report.approvals_unconfirmed} submission(s) was sent and got no reply: not repeated, "
+        "the next sync reads their status back" if report.approvals_unconfirmed else None) if note]
     create_table_artifact(
         key=artifact_key(config.name, f"{key}-prolific"),
         table=[report.row()] + [{"study": key, "to review": f"{user}: {reason}"} for user, reason in report.review or []],
         description=(f"{key} on Prolific: {report.places} places, {report.active} active, {report.returned} returned, "
                      f"{report.timed_out} timed out, {report.awaiting_review} awaiting review, {report.approved} "
                      f"approved ({report.approved_now} now); submission ids for review are in the run folder's "
-                     "private part"),
+                     "private part" + "".join(f"; {note}" for note in notes)),
     )
     return report.row()
 

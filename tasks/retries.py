@@ -3,7 +3,10 @@
 Tasks that cross the network (Argilla, an LLM, the Hub, Prolific) retry with backoff and jitter,
 but ONLY on transient failures - a refused or dropped connection, a timeout, a 5xx. A problem the
 user must fix (bad config, missing input, wrong key, a 4xx) fails at once with its one-line
-message. Non-idempotent calls (e.g. paying Prolific bonuses) never use this policy."""
+message. Non-idempotent calls (e.g. paying Prolific bonuses) never use this policy. A call that
+may or may not have been done (:class:`~crowdpref.prolific.ProlificAmbiguous`: a creation, a
+payment or a bulk approval whose reply was lost) is never transient, whatever it says: a task
+retry would repeat it blindly; the next run reconciles (reads back) instead."""
 
 from __future__ import annotations
 
@@ -12,13 +15,17 @@ from typing import Any
 import httpx
 
 from crowdpref.errors import CrowdprefError
+from crowdpref.prolific import ProlificAmbiguous
 
 RETRY_DELAYS_S = [2, 10, 30]
 JITTER = 0.5
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth another try: network trouble or a server-side error, not a user-fixable problem."""
+    """Worth another try: network trouble or a server-side error, not a user-fixable problem,
+    and never a call that may already have been done (ProlificAmbiguous)."""
+    if isinstance(exc, ProlificAmbiguous):
+        return False
     if isinstance(exc, CrowdprefError):
         return exc.transient
     if isinstance(exc, (httpx.TransportError, ConnectionError, TimeoutError)):

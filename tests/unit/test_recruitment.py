@@ -158,15 +158,20 @@ def test_study1_payload_names_the_portal_with_placeholders_and_adds_completers_t
     assert "A study about everyday situations." in body["description"]
 
 
-def test_study2_payload_blocklists_study1_completers_and_approves_automatically_when_asked(settings) -> None:
+def test_study2_payload_blocklists_study1_completers_and_never_approves_on_the_code(settings) -> None:
     config = _config(auto_approve=True)
     body = study_payload(config, "study2", settings, "C7654321", places=3, completers_group="grp-1",
                          blocklist_group="grp-1")
     assert body["name"] == "Social reasoning - part 2: comparing answers"
     assert body["internal_name"] == "crowdpref:recruit-test:study2"
     assert body["external_study_url"].startswith(f"{PORTAL}/s/recruit-test/study2?")
-    # study 2's completers join no group; complete work is approved by Prolific itself
-    assert body["completion_codes"][0]["actions"] == [{"action": "AUTOMATICALLY_APPROVE"}]
+    # study 2's completers join no group; even with auto_approve the code only asks for review
+    # (the sync approves verified work through the API)
+    assert body["completion_codes"][0]["actions"] == [{"action": "MANUALLY_REVIEW"}]
+    assert "AUTOMATICALLY_APPROVE" not in json.dumps(body)
+    study1_auto = study_payload(config, "study1", settings, "C1", places=1, completers_group="grp-1")
+    assert study1_auto["completion_codes"][0]["actions"] == [
+        {"action": "MANUALLY_REVIEW"}, {"action": "ADD_TO_PARTICIPANT_GROUP", "participant_group": "grp-1"}]
     assert {"filter_id": "participant_group_blocklist", "selected_values": ["grp-1"]} in body["filters"]
     assert (body["reward"], body["estimated_completion_time"]) == (300, 15)
     without = study_payload(config, "study2", settings, "C7654321", places=3)
@@ -349,8 +354,10 @@ def test_setup_webhooks_keeps_the_secret_where_the_portal_reads_it_and_deliverie
 
         # a status change on Prolific arrives signed with the kept secret
         study = client.publish_study(client.create_study({
-            "name": "x", "external_study_url": f"{receiver.url}/?{PROLIFIC_PLACEHOLDERS}", "total_available_places": 2,
-            "completion_codes": [{"code": "C1", "code_type": "COMPLETED", "actions": []}]}).id)
+            "name": "x", "description": "x", "prolific_id_option": "url_parameters", "estimated_completion_time": 5,
+            "reward": 100, "external_study_url": f"{receiver.url}/?{PROLIFIC_PLACEHOLDERS}",
+            "total_available_places": 2,
+            "completion_codes": [{"code": "C1", "code_type": "COMPLETED", "actions": [{"action": "MANUALLY_REVIEW"}]}]}).id)
         arrival = fake.arrive(study.id)
         fake.return_submission(arrival["session_id"])
         assert fake.wait_for_deliveries()
@@ -458,8 +465,10 @@ def test_sync_approves_complete_work_in_one_bulk_call_and_lists_the_rest(setting
     assert fake.submissions[part["session_id"]]["status"] == "AWAITING REVIEW"
     assert [r for r in fake.requests if r == ("POST", "/api/v1/submissions/bulk-approve/")] == \
         [("POST", "/api/v1/submissions/bulk-approve/")]
-    assert sorted(report.review) == sorted([(part_claim.participant.username, "not every item submitted"),
-                                            ("(unknown)", "no work claimed through the portal")])
+    assert sorted(report.review) == sorted([
+        (part_claim.participant.username,
+         "not every item submitted: 1 of 3 items submitted (proposed rejection: FAILED_INSTRUCTIONS)"),
+        ("(unknown)", "no work claimed through the portal (the code without the work) (proposed rejection: NO_DATA)")])
     events = store.events(collection.info.id, kinds=["approved", "review"])
     assert [(e["kind"], e["participant_id"]) for e in events] == [
         ("review", part_claim.participant.id), ("approved", done_claim.participant.id)]
@@ -499,15 +508,16 @@ def test_the_config_decides_when_the_caller_does_not(settings, store, fake, clie
     assert fake.submissions[part["session_id"]]["status"] == "AWAITING REVIEW"
 
 
-def test_with_auto_approve_prolific_approves_on_the_code(settings, store, fake, client, tmp_path) -> None:
-    """AUTOMATICALLY_APPROVE on the completion code: Prolific approves whoever lands on the
-    completion page with it (the portal gives it only to those who submitted everything); the
-    sync then has nothing left to approve."""
-    config, collection, platform, (done, _), _, _ = _review_scene(settings, store, fake, client, tmp_path,
-                                                                  auto_approve=True)
-    assert fake.submissions[done["session_id"]]["status"] == "APPROVED"
+def test_with_auto_approve_the_code_alone_approves_nobody(settings, store, fake, client, tmp_path) -> None:
+    """The completion code asks for review even with auto_approve (anyone who learns it can
+    report it): everyone waits on Prolific until the sync approves the verified one."""
+    config, collection, platform, (done, _), (part, _), stranger = _review_scene(settings, store, fake, client,
+                                                                                tmp_path, auto_approve=True)
+    assert [fake.submissions[a["session_id"]]["status"] for a in (done, part, stranger)] == ["AWAITING REVIEW"] * 3
     report = sync_prolific(collection, config, client)
-    assert report.approved == 3 and report.approved_now == 0 and report.awaiting_review == 0
+    assert report.approved == 1 and report.approved_now == 1 and report.awaiting_review == 2
+    assert [fake.submissions[a["session_id"]]["status"] for a in (done, part, stranger)] == \
+        ["APPROVED", "AWAITING REVIEW", "AWAITING REVIEW"]
 
 
 def test_the_sync_report_never_carries_a_prolific_id(settings, store, fake, client, tmp_path) -> None:
@@ -619,7 +629,7 @@ def test_prolific_config_fields() -> None:
         _config(workspace_id="ws-1")  # a setting (prolific_workspace_id), not study config
     row = dict(_config(study1={"places": 5}).summary_rows())["Prolific"]
     assert "5 places" in row and "a place per batch" in row and "listed for review" in row
-    assert "approved automatically" in dict(_config(auto_approve=True).summary_rows())["Prolific"]
+    assert "approved by the sync" in dict(_config(auto_approve=True).summary_rows())["Prolific"]
 
 
 # --- the CLI -------------------------------------------------------------------------------------------------------
