@@ -1429,6 +1429,18 @@ def _size_category(n: int) -> str:
     return "n>1M"
 
 
+UNVERIFIED_NOTE = (
+    "> **Unverified participants.** This study ran as an unverified pilot (`prolific.verify: "
+    "false`): the people who took part were not checked with Prolific's API when they arrived, "
+    "so anyone holding the study's link with a made-up Prolific-style id could have taken part. "
+    "Treat who the participants were as unknown.")
+
+
+def unverified_participants(config: StudyConfig) -> bool:
+    """Whether the study took Prolific-style arrivals without checking them with Prolific."""
+    return config.participants == "prolific" and not config.prolific.verify
+
+
 def provenance_text(answer_sources: Mapping[str, int], rating_sources: Mapping[str, int]) -> str:
     """Where the answers and ratings came from, from their counts per ``source``: one source ->
     "All answers and ratings come from `<source>` participants" (SIMULATED data said plainly);
@@ -1592,6 +1604,8 @@ def dataset_card(
         f"similar). The raw answers, every single rating and the questions are released too."
     )
     out += [summary, ""]
+    if unverified_participants(config):
+        out += [UNVERIFIED_NOTE, ""]
     if config.description:
         out += [config.description.strip(), ""]
     out += ["## Where the data comes from", "", provenance_text(facts.answer_sources,

@@ -430,6 +430,16 @@ def test_card_for_prolific_participants_only(tmp_path: Path) -> None:
     assert "crowdsourced" in header["language_creators"] and "synthetic" not in header["tags"]
 
 
+def test_card_marks_an_unverified_pilot_and_only_that(tmp_path: Path) -> None:
+    verified = write_study_run(tmp_path / "a" / "run", small_config(), source="prolific")
+    assert "Unverified participants" not in card_of(build(verified))[1]
+    config = small_config().model_copy(update={"prolific": small_config().prolific.model_copy(
+        update={"enabled": False, "verify": False})})
+    pilot = write_study_run(tmp_path / "b" / "run", config, source="prolific")
+    _, body = card_of(build(pilot))
+    assert "**Unverified participants.**" in body and "`prolific.verify: false`" in body
+
+
 @pytest.mark.parametrize(("sources", "expected"), [
     (("prolific", "prolific", "invite"),
      {"prolific": (4, 12), "invite": (2, 6)}),  # writers p, p, i; raters p, p, i, p, p, i
