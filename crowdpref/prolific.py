@@ -207,8 +207,8 @@ class ProlificClient:
     def _send(self, method: str, path: str, kind: CallKind = "read",
               reconcile: Callable[[], Any] | None = None, **kwargs: Any) -> httpx.Response | Any:
         """Send with the retries ``kind`` allows; the successful response, or raise a typed error.
-        ``reconcile`` answers a 409 that follows an attempt which may have been processed (the
-        repeat found the work done): its result, if not None, is returned instead."""
+        ``reconcile`` answers a refusal (400, or 409) that follows an attempt which may have been
+        processed (the repeat found the work done): its result, if not None, is returned instead."""
         call = f"{method} /{path.split('?', 1)[0].lstrip('/')}"
         maybe_done = False
         for attempt in range(1, self.max_attempts + 1):
