@@ -117,6 +117,14 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_PORTAL_STUDIES"),
         description="Folder of study configs (*.yaml) the portal serves, by study name.",
     )
+    portal_trusted_proxies: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_PORTAL_TRUSTED_PROXIES"),
+        description="Addresses (comma-separated) of the reverse proxies in front of the portal: a request "
+        "from one of them is counted, by the per-address entry limits, under the last address its "
+        "X-Forwarded-For names (the client the proxy saw). Unset: X-Forwarded-For is never trusted "
+        "(a client could forge it) and the connection's peer is counted.",
+    )
     argilla_public_url: str | None = Field(
         default=None,
         validation_alias=_env("CROWDPREF_ARGILLA_PUBLIC_URL"),

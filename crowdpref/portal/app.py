@@ -22,6 +22,14 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 
 Nothing logs query strings: uvicorn's access log is off and :class:`_PathOnlyLog` writes the
 method, path and status only.
+
+Limits: a request body over ``MAX_BODY_BYTES`` (64 KiB; ``/hooks/argilla``:
+``ARGILLA_HOOK_MAX_BODY_BYTES``, 1 MiB - its events carry the record and the dataset's
+settings) gets 413 before it is read - from its Content-Length, or, without one (chunked), as
+soon as the bytes received pass the limit (:class:`BodyLimit`). The portal's cookie lasts
+``COOKIE_MAX_AGE_S`` (24 h). The client address the entry limits count is the connection's
+peer, or - when that peer is one of the ``portal_trusted_proxies`` (a reverse proxy) - the last
+address in X-Forwarded-For (the one the proxy added).
 """
 
 from __future__ import annotations
@@ -38,10 +46,82 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from crowdpref.portal import links, pages
-from crowdpref.portal.service import KEYS, Portal, Refusal
+from crowdpref.portal.service import COOKIE_MAX_AGE_S, KEYS, AlreadyFinished, Portal, Refusal
 
 log = logging.getLogger("crowdpref.portal")
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
+MAX_BODY_BYTES = 64 * 1024  # any request body (Prolific's webhooks are a few hundred bytes)
+ARGILLA_HOOK_MAX_BODY_BYTES = 1024 * 1024  # Argilla's response events carry the record and dataset settings
+BODY_LIMITS = {"/hooks/argilla": ARGILLA_HOOK_MAX_BODY_BYTES}
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over its limit gets 413 without being read - refused
+    from its Content-Length, or (chunked, no Content-Length) as soon as the bytes received pass
+    the limit; the body the app reads is at most the limit, so memory per request is bounded."""
+
+    def __init__(self, app: Any, default: int = MAX_BODY_BYTES, limits: dict[str, int] | None = None):
+        self.app, self.default, self.limits = app, default, dict(BODY_LIMITS if limits is None else limits)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        length = headers.get(b"content-length")
+        if scope["method"] in ("GET", "HEAD") and length is None and b"transfer-encoding" not in headers:
+            return await self.app(scope, receive, send)
+        limit = self.limits.get(scope["path"], self.default)
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                return await self._refuse(scope, send, 400, "bad Content-Length")
+            if declared > limit:
+                return await self._refuse(scope, send, 413, f"request body over {limit} bytes")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None
+            body = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                return await self._refuse(scope, send, 413, f"request body over {limit} bytes")
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(scope: dict[str, Any], send: Any, status: int, reason: str) -> None:
+        log.warning("%s %s %d (%s)", scope["method"], scope["path"], status, reason)
+        response = JSONResponse({"error": reason}, status_code=status, headers={"Connection": "close"})
+        await response(scope, _nothing, send)
+
+
+async def _nothing() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+def client_address(request: Request, trusted_proxies: frozenset[str] = frozenset()) -> str | None:
+    """Who the entry limits count: the connection's peer, or, when the peer is one of the
+    ``trusted_proxies``, the last X-Forwarded-For address (the proxy appends the peer it saw;
+    earlier ones the client may have forged)."""
+    peer = request.client.host if request.client else None
+    if peer is not None and peer in trusted_proxies:
+        forwarded = [part.strip() for part in request.headers.get("x-forwarded-for", "").split(",") if part.strip()]
+        if forwarded:
+            return forwarded[-1]
+    return peer
 
 
 def cookie_name(study: str, key: str) -> str:
@@ -64,6 +144,8 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     app = FastAPI(title="crowdpref portal", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.portal = portal
     secure = portal.settings.portal_public_url.startswith("https://")
+    proxies = frozenset(p.strip() for p in (getattr(portal.settings, "portal_trusted_proxies", None) or "").split(",")
+                        if p.strip())
 
     @app.middleware("http")
     async def _path_only_log(request: Request, call_next: Any) -> Response:
@@ -88,10 +170,15 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     @app.get("/s/{study}/{key}")
     def enter(study: str, key: str, request: Request) -> Response:
-        entered = portal.enter(study, _key(key), dict(request.query_params))
+        entered = portal.enter(study, _key(key), dict(request.query_params),
+                               client=client_address(request, proxies))
+        if entered.finished is not None:  # they completed: "you are done" (and their code), no sign-in
+            done = entered.finished
+            return HTMLResponse(pages.already_done(done.code if done.completion_url else None, done.completion_url),
+                                headers=NO_STORE)
         response = RedirectResponse(f"/s/{study}/{key}/welcome", status_code=303, headers=NO_STORE)
         response.set_cookie(cookie_name(study, key), entered.cookie, path=f"/s/{study}/{key}", httponly=True,
-                            samesite="lax", secure=secure, max_age=7 * 24 * 3600)
+                            samesite="lax", secure=secure, max_age=COOKIE_MAX_AGE_S)
         return response
 
     @app.get("/s/{study}/{key}/welcome")
@@ -111,7 +198,10 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     @app.post("/s/{study}/{key}/start")
     def start(study: str, key: str, request: Request) -> Response:
-        url = portal.sign_in_url(study, _key(key), request.cookies.get(cookie_name(study, key)))
+        try:
+            url = portal.sign_in_url(study, _key(key), request.cookies.get(cookie_name(study, key)))
+        except AlreadyFinished:  # their credentials expired when they completed: the finish page
+            url = f"/s/{study}/{key}/done"
         return RedirectResponse(url, status_code=303, headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/done")
@@ -134,6 +224,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         status, reply = await run_in_threadpool(portal.argilla_webhook, dict(request.headers), body)
         return JSONResponse(reply, status_code=status)
 
+    app.add_middleware(BodyLimit)  # added last: the outermost layer, before anything reads a body
     return app
 
 

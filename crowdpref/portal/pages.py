@@ -105,6 +105,17 @@ def finished(code: str, completion_url: str | None) -> str:
     return page("Finished", body + "</div>")
 
 
+def already_done(code: str | None, completion_url: str | None) -> str:
+    """An old study or invitation link opened after the participant completed: they are done
+    (with their completion code and the way back to Prolific when the study has them)."""
+    body = "<p>You have already finished this study. Thank you! There is nothing more to do.</p>"
+    if code:
+        body += (f"<div class=\"box\"><p>Your completion code:</p><p class=\"code\">{html.escape(code)}</p>"
+                 + (f"<p><a class=\"button\" href=\"{html.escape(completion_url)}\">Back to Prolific</a></p>"
+                    if completion_url else "") + "</div>")
+    return page("You are done", body)
+
+
 def not_finished(submitted: int, total: int, argilla_url: str | None, start_action: str) -> str:
     left = total - submitted
     body = (f"<p>You have submitted <strong>{submitted} of {total}</strong> items: "

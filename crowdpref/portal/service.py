@@ -9,19 +9,21 @@ in a message, a log line or an event; the store keeps salted hashes only.
 from __future__ import annotations
 
 import base64
+import hashlib
+import ipaddress
 import json
 import logging
 import re
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from itsdangerous import BadSignature, URLSafeSerializer
+from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
@@ -38,8 +40,84 @@ WORKING = ("RESERVED", "ACTIVE")
 FINISHED = ("AWAITING REVIEW", "APPROVED")
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
-ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0
+ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0  # per person (Prolific id or invitation)
+# per client address (not a loopback one: the simulated crowd, or a proxy whose X-Forwarded-For
+# is not trusted, would make every participant one address): entries, and entries Prolific
+# did not confirm (a forged id, someone else's session, another study) - the latter stop an
+# address for a while before any further Prolific call
+ADDRESS_ENTRIES, ADDRESS_WINDOW_S = 60, 60.0
+ADDRESS_FAILURES, FAILURE_WINDOW_S = 5, 600.0
+# the whole portal: entries, and entries Prolific did not confirm (forgers on many addresses)
+GLOBAL_ENTRIES, GLOBAL_WINDOW_S = 600, 60.0
+GLOBAL_FAILURES = 20  # per GLOBAL_WINDOW_S
+LIMITER_MAX_KEYS = 10_000  # ids / addresses each limiter remembers at most (oldest forgotten first)
+COOKIE_MAX_AGE_S = 24 * 3600  # the portal's signed cookie: then "please start from your study link"
+RESCAN_INTERVAL_S = 2.0  # an unknown study name re-reads the studies folder at most this often
 log = logging.getLogger("crowdpref.portal")
+_HEX_ID = re.compile(r"[0-9a-fA-F]{24}")
+
+
+class RateLimiter:
+    """At most ``limit`` events per ``window_s`` seconds for each key, in memory that cannot
+    grow without bound: each key keeps at most ``limit`` times, keys idle for a window are
+    dropped as new ones come, and past ``max_keys`` the least recently seen key is forgotten.
+    Not thread-safe on its own (the portal holds its lock)."""
+
+    def __init__(self, limit: int, window_s: float, max_keys: int = LIMITER_MAX_KEYS):
+        self.limit, self.window_s, self.max_keys = limit, window_s, max_keys
+        self._hits: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._hits)
+
+    def full(self, key: str, now: float) -> bool:
+        """Whether ``key`` used its ``limit`` within the window (records nothing)."""
+        hits = self._hits.get(key)
+        if hits is None:
+            return False
+        while hits and hits[0] <= now - self.window_s:
+            hits.popleft()
+        return len(hits) >= self.limit
+
+    def add(self, key: str, now: float) -> None:
+        self._prune(now)
+        hits = self._hits.get(key)
+        if hits is None:
+            while len(self._hits) >= self.max_keys:
+                self._hits.popitem(last=False)
+            hits = self._hits[key] = deque(maxlen=self.limit)
+        else:
+            self._hits.move_to_end(key)
+        hits.append(now)
+
+    def take(self, key: str, now: float) -> bool:
+        """Record one event for ``key`` unless it is over its limit (then False)."""
+        if self.full(key, now):
+            return False
+        self.add(key, now)
+        return True
+
+    def _prune(self, now: float, most: int = 8) -> None:
+        """Forget up to ``most`` keys idle for a whole window (least recently seen first: the
+        order of the dict is the order of their last event)."""
+        for _ in range(most):
+            oldest = next(iter(self._hits.values()), None)
+            if oldest is None or (oldest and oldest[-1] > now - self.window_s):
+                return
+            self._hits.popitem(last=False)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one log line with no Prolific id in it (24-hex ids are masked)."""
+    text = (str(exc).splitlines() or [""])[0][:200]
+    return _HEX_ID.sub("<id>", f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__)
+
+
+def _unavailable(cause: str, message: str, title: str = "Please try again") -> Refusal:
+    """A 503 whose cause the portal log names, in one line (never a secret: ``cause`` holds
+    class names, config problems and masked messages only); the person sees ``message``."""
+    log.warning("503: %s", cause)
+    return Refusal(503, title, message)
 
 
 class Refusal(CrowdprefError):
@@ -71,7 +149,13 @@ class Entered:
     study: str
     key: Key
     participant: ParticipantState
-    cookie: str  # signed: collection id + username
+    cookie: str  # signed: collection id + username ("" when ``finished``)
+    finished: Finish | None = None  # they are done already: show this, no cookie, no sign-in
+
+
+class AlreadyFinished(CrowdprefError):
+    """A participant who completed asks to be signed in again: their credentials have expired;
+    the finish page (their code) is where they belong."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +174,24 @@ class StudyRegistry:
     """Study configs by name from the portal's studies folder (re-read when a name is unknown,
     so a new study needs no restart)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, clock: Callable[[], float] = time.monotonic):
         self.folder = folder
         self._paths: dict[str, Path] = {}
         self._lock = threading.Lock()
+        self._clock = clock
+        self._scanned: tuple[float, int] | None = None  # when, and the folder's mtime then
 
     def path(self, name: str) -> Path | None:
         with self._lock:
-            if name not in self._paths:
-                self._scan()
+            if name not in self._paths:  # an unknown name (maybe made up) re-reads the folder only when a
+                now = self._clock()  # file was added, or at most every RESCAN_INTERVAL_S
+                try:
+                    mtime = self.folder.stat().st_mtime_ns
+                except OSError:
+                    mtime = -1
+                if self._scanned is None or self._scanned[1] != mtime or now - self._scanned[0] >= RESCAN_INTERVAL_S:
+                    self._scanned = (now, mtime)
+                    self._scan()
             return self._paths.get(name)
 
     def _scan(self) -> None:
@@ -122,14 +215,24 @@ class Portal:
         self.clock = clock
         self._open_collection = open_collection or (lambda path, key: _open_collection(path, key, settings))
         self._prolific_factory = prolific_factory or _prolific_client
-        self._collections: dict[tuple[str, str], Collection] = {}
+        # per (study, key): the collection, opened for one version (mtime) of the study config
+        self._collections: dict[tuple[str, str], tuple[int, Collection]] = {}
         self._configs: dict[Path, tuple[int, StudyConfig]] = {}
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._person_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._entries: dict[str, deque[float]] = defaultdict(deque)
-        self.cookies = URLSafeSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
-        self.invites = URLSafeSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
+        # two tabs of one person claim one after the other: a fixed set of locks (by hash), so
+        # the memory does not grow with the people (or forgers) who arrive
+        self._person_locks = [threading.Lock() for _ in range(64)]
+        self.limits = {
+            "person": RateLimiter(ENTRIES_PER_WINDOW, ENTRY_WINDOW_S),
+            "address": RateLimiter(ADDRESS_ENTRIES, ADDRESS_WINDOW_S),
+            "address_failures": RateLimiter(ADDRESS_FAILURES, FAILURE_WINDOW_S),
+            "global": RateLimiter(GLOBAL_ENTRIES, GLOBAL_WINDOW_S, max_keys=1),
+            "global_failures": RateLimiter(GLOBAL_FAILURES, GLOBAL_WINDOW_S, max_keys=1),
+        }
+        self._unverified_logged: set[str] = set()
+        self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
+        self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
 
     # studies and collections -------------------------------------------------------------------
     def config(self, study: str, key: str) -> tuple[StudyConfig, Path]:
@@ -148,81 +251,96 @@ class Portal:
                 with self._lock:
                     self._configs[path] = cached
         except (OSError, CrowdprefError) as exc:  # the config broke while the study runs
-            raise Refusal(503, "Study unavailable", "This study cannot be opened right now. Please try again "
-                          "in a few minutes, or contact the researchers.") from exc
+            raise _unavailable(f"study config broken: {_one_line(exc)}", "This study cannot be opened right now. "
+                               "Please try again in a few minutes, or contact the researchers.",
+                               "Study unavailable") from exc
         return cached[1], path
 
     def collection(self, study: str, key: Key) -> Collection:
+        """The study's collection, opened again when its config file changed: opening it
+        writes the config's R, Q and settings to the store's collection row, which every
+        claim reads (so lowering R in the config takes effect at the next claim)."""
         config, path = self.config(study, key)
+        version = self._configs[path][0]
         with self._lock:
             cached = self._collections.get((study, key))
-        if cached is not None:
-            return cached
+        if cached is not None and cached[0] == version:
+            return cached[1]
         try:
             collection = self._open_collection(path, key)
+            collection.info  # noqa: B018 - the store's collection row follows this config version now
         except CrowdprefError as exc:  # e.g. study 2 before its pairs exist
             raise Refusal(409, "Not open yet",
                           "This part of the study is not open yet. " + RETURN_WORDING) from exc
         with self._lock:
-            return self._collections.setdefault((study, key), collection)
+            current = self._collections.get((study, key))
+            if current is None or current[0] != version:
+                self._collections[(study, key)] = current = (version, collection)
+            return current[1]
 
     def prolific(self, config: StudyConfig) -> Any | None:
         target = prolific_target(config, self.settings)
         if target is None:
             return None
+        if not target.token:
+            raise _unavailable("PROLIFIC_TOKEN not set: arrivals cannot be verified with Prolific",
+                               "This study cannot be opened right now. Please try again in a few minutes.")
         with self._lock:
             if target.api_url not in self._clients:
                 self._clients[target.api_url] = self._prolific_factory(target)
             return self._clients[target.api_url]
 
     # arrival --------------------------------------------------------------------------------------
-    def visitor(self, study: str, key: Key, params: Mapping[str, str]) -> Visitor:
+    def visitor(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None) -> Visitor:
         """Check the entry parameters (and, with Prolific, the submission they name). Nothing is
-        allocated here."""
+        allocated here. ``client``: the visitor's address (entries Prolific does not confirm
+        count against it, see :meth:`throttle`)."""
         config, _ = self.config(study, key)
         if config.participants == "invite":
             token = params.get("invite", "")
             try:
-                invite = self.invites.loads(token)
+                invite = self.invites.loads(token, max_age=config.invites.lifetime_days * 86400)
+            except SignatureExpired:
+                raise Refusal(410, "Link expired", "This invitation link has expired. Please ask the researchers "
+                              "for a new one.") from None
             except BadSignature:
                 raise Refusal(403, "Link not valid",
                               "This invitation link is not valid. Please use the exact link you were sent.") from None
             if not isinstance(invite, dict) or invite.get("study") != study or invite.get("key") != key:
                 raise Refusal(403, "Link not valid", "This invitation link belongs to another study.")
             return Visitor(f"invite:{invite['id']}", "invite")
-        pid, study_id, session_id = (params.get(name, "") for name in ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID"))
-        missing = [name for name, value in (("PROLIFIC_PID", pid), ("STUDY_ID", study_id), ("SESSION_ID", session_id))
-                   if not value]
-        if missing:
-            raise Refusal(400, "Link incomplete",
-                          f"The link is missing {', '.join(missing)}. Please open the study from Prolific again.")
-        bad = [name for name, value in (("PROLIFIC_PID", pid), ("STUDY_ID", study_id), ("SESSION_ID", session_id))
-               if not PROLIFIC_ID.fullmatch(value)]
-        if bad:
-            raise Refusal(400, "Link not valid",
-                          f"The link's {', '.join(bad)} is not a Prolific id. Please open the study from Prolific again.")
-        pid, study_id, session_id = pid.lower(), study_id.lower(), session_id.lower()
+        pid, study_id, session_id = _prolific_ids(params)
         source = "simulated" if config.participants == "simulated" else "prolific"
-        client = self.prolific(config)
-        if client is None:  # Prolific people without API access: the ids are all we can check
+        client_api = self.prolific(config)
+        if client_api is None:  # an unverified pilot (prolific.verify: false): the ids are all we check
+            if config.participants == "prolific" and config.prolific.verify:  # (the config refuses this)
+                raise _unavailable(f"study '{study}' cannot verify arrivals: Prolific is not enabled",
+                                   "This study cannot be opened right now. Please contact the researchers.")
+            if study not in self._unverified_logged:
+                self._unverified_logged.add(study)
+                log.warning("study '%s' is an UNVERIFIED pilot (prolific.verify: false): arrivals are not checked "
+                            "with Prolific, anyone who forms a link gets work", study)
             return Visitor(pid, source, session_id, study_id)
         collection = self.collection(study, key)
         platform = self.store.platform_study(collection.info.id)
         if platform is None:
             raise Refusal(409, "Not open yet", "This study is not open yet. " + RETURN_WORDING)
         if platform.external_id != study_id:
+            self._failed(client)
             raise Refusal(403, "Wrong study", "This link belongs to another Prolific study. " + RETURN_WORDING)
         from crowdpref.prolific import ProlificError, ProlificNotFound
 
         try:
-            submission = client.get_submission(session_id)
+            submission = client_api.get_submission(session_id)
         except ProlificNotFound:
+            self._failed(client)
             raise Refusal(403, "Submission not found",
                           "Prolific does not know this session. Please open the study from Prolific again.") from None
-        except ProlificError:
-            raise Refusal(503, "Please try again",
-                          "We cannot reach Prolific right now. Please wait a minute and open the link again.") from None
+        except ProlificError as exc:
+            raise _unavailable(f"Prolific unreachable: {_one_line(exc)}", "We cannot reach Prolific right now. "
+                               "Please wait a minute and open the link again.") from None
         if submission.participant_id.lower() != pid or submission.study_id.lower() != study_id:
+            self._failed(client)
             raise Refusal(403, "Not your session",
                           "This session belongs to someone else. Please open the study from your own Prolific account.")
         if submission.status not in WORKING + FINISHED:
@@ -230,21 +348,26 @@ class Portal:
                           f"Prolific says your submission is {submission.status.lower()}, so it cannot continue.")
         return Visitor(pid, source, session_id, study_id)
 
-    def enter(self, study: str, key: Key, params: Mapping[str, str]) -> Entered:
-        """Verify the visitor, claim their work (the same work when they come back) and make it
-        visible in their Argilla dataset."""
-        visitor = self.visitor(study, key, params)
+    def enter(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None) -> Entered:
+        """Throttle, verify the visitor, claim their work (the same work when they come back)
+        and make it visible in their Argilla dataset. ``client``: the visitor's address (the
+        app passes it; None: not limited per address). A participant who already completed
+        gets ``finished`` (the "you are done" page), never a sign-in."""
+        self.throttle(study, key, params, client)
+        visitor = self.visitor(study, key, params, client)
         collection = self.collection(study, key)
         person = self.store.key_hash(visitor.key)
-        self._throttle(person)
-        with self._person_locks[person]:  # two tabs at once: one claim, the other waits and gets the same
+        known = self.store.participant_by_key(collection.info.id, visitor.key)
+        if known is not None and known.status == COMPLETE:  # an old link: "you are done", no sign-in
+            return Entered(study, key, known, "", self._finished(study, key, collection, known))
+        with self._person_locks[int(person[:8], 16) % len(self._person_locks)]:  # two tabs: one claim
             try:
                 result = collection.claim(visitor.key, visitor.source, refill=True)
             except Refusal:
                 raise
             except CrowdprefError as exc:
-                raise Refusal(503, "Please try again", "Something went wrong while preparing your work. "
-                              "Please wait a minute and open the link again.") from exc
+                raise _unavailable(f"claim failed: {_one_line(exc)}", "Something went wrong while preparing your "
+                                   "work. Please wait a minute and open the link again.") from exc
         if isinstance(result, Full):
             raise Refusal(409, "Study full", "Sorry: all the work in this study is taken right now. " + RETURN_WORDING)
         if isinstance(result, Refused):
@@ -255,28 +378,56 @@ class Portal:
                           "timed out, or inactive for too long), so it cannot continue. " + RETURN_WORDING)
         assert isinstance(result, Claimed)
         participant = result.participant
+        if participant.status == COMPLETE:  # finished between the look-up and the claim
+            return Entered(study, key, participant, "", self._finished(study, key, collection, participant))
         if visitor.session_id and participant.session_hash != self.store.key_hash(visitor.session_id):
             self.store.record_session(collection.info.id, participant.id, visitor.session_id)
         self.store.log_event(collection.info.id, "entered", participant.id, source=visitor.source, new=result.new)
         cookie = self.cookies.dumps({"c": collection.info.id, "u": participant.username})
         return Entered(study, key, participant, cookie)
 
-    def _throttle(self, person: str) -> None:
+    def throttle(self, study: str, key: str, params: Mapping[str, str], client: str | None = None) -> None:
+        """The entry limits, checked BEFORE any Prolific call, study look-up or allocation:
+        the whole portal (``GLOBAL_ENTRIES`` per ``GLOBAL_WINDOW_S``, and ``GLOBAL_FAILURES``
+        entries Prolific did not confirm), the client address (``ADDRESS_ENTRIES`` per
+        ``ADDRESS_WINDOW_S``; ``ADDRESS_FAILURES`` unconfirmed per ``FAILURE_WINDOW_S``; not
+        for a loopback address) and the person (``ENTRIES_PER_WINDOW`` per ``ENTRY_WINDOW_S``
+        for one Prolific id or invitation). 429 when one is used up. Memory: each limiter
+        keeps at most ``LIMITER_MAX_KEYS`` keys."""
         now = self.clock()
+        ident = params.get("PROLIFIC_PID") or params.get("invite") or ""
+        person = hashlib.sha256(f"{study}\x1f{key}\x1f{ident.lower()}".encode()).hexdigest()[:32]
+        address = _limited_address(client)
         with self._lock:
-            recent = self._entries[person]
-            while recent and recent[0] < now - ENTRY_WINDOW_S:
-                recent.popleft()
-            if len(recent) >= ENTRIES_PER_WINDOW:
+            if self.limits["global_failures"].full("*", now) or (
+                    address is not None and self.limits["address_failures"].full(address, now)):
+                raise Refusal(429, "Too many requests", "Too many links that Prolific does not confirm were opened "
+                              "from here. Please wait a few minutes, then open the study from Prolific again.")
+            if self.limits["global"].full("*", now) or (
+                    address is not None and self.limits["address"].full(address, now)):
+                raise Refusal(429, "Too many requests", "The study is very busy right now. Please wait a minute, "
+                              "then open the link again.")
+            if not self.limits["person"].take(person, now):
                 raise Refusal(429, "Too many requests", "You opened this link many times in a few seconds. "
                               "Please wait a moment, then open it once.")
-            recent.append(now)
+            self.limits["global"].add("*", now)
+            if address is not None:
+                self.limits["address"].add(address, now)
+
+    def _failed(self, client: str | None) -> None:
+        """An entry Prolific did not confirm: it counts against the address and the portal."""
+        now = self.clock()
+        address = _limited_address(client)
+        with self._lock:
+            self.limits["global_failures"].add("*", now)
+            if address is not None:
+                self.limits["address_failures"].add(address, now)
 
     # returning visitors (the signed cookie) --------------------------------------------------------
     def participant(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
         collection = self.collection(study, key)
-        try:
-            data = self.cookies.loads(cookie or "")
+        try:  # expired (COOKIE_MAX_AGE_S) is not recognised either: SignatureExpired is a BadSignature
+            data = self.cookies.loads(cookie or "", max_age=COOKIE_MAX_AGE_S)
         except BadSignature:
             raise Refusal(401, "Please start from your study link",
                           "We do not recognise this browser. Please open the study from Prolific (or your "
@@ -287,8 +438,11 @@ class Portal:
         return collection, self.store.participant(collection.info.id, str(data["u"]))
 
     def sign_in_url(self, study: str, key: Key, cookie: str | None) -> str:
-        """Argilla's sign-in page with the participant's credentials (one hop; never logged)."""
+        """Argilla's sign-in page with the participant's credentials (one hop; never logged).
+        :class:`AlreadyFinished` once they completed: their credentials expired with it."""
         collection, participant = self.participant(study, key, cookie)
+        if participant.status == COMPLETE:
+            raise AlreadyFinished("the participant completed: no more sign-ins")
         if participant.status not in (ACTIVE, COMPLETE):
             raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot continue. "
                           + RETURN_WORDING)
@@ -305,8 +459,8 @@ class Portal:
         try:
             participant = collection.refresh(participant)
         except CrowdprefError as exc:
-            raise Refusal(503, "Please try again",
-                          "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
+            raise _unavailable(f"Argilla read failed on the finish page: {_one_line(exc)}",
+                               "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
         total = len(participant.assignments)
         submitted = len(participant.submitted)
         if participant.status != COMPLETE:
@@ -314,11 +468,17 @@ class Portal:
             url = (f"{self.settings.argilla_participant_url}/dataset/{dataset}/annotation-mode" if dataset
                    else self.settings.argilla_participant_url)
             return Finish(False, submitted, total, argilla_url=url)
-        code = self.store.completion_code(collection.info.id)
+        return self._finished(study, key, collection, participant)
+
+    def _finished(self, study: str, key: Key, collection: Collection, participant: ParticipantState) -> Finish:
+        """The page of a participant who completed: their completion code and the way back to
+        Prolific (an invite study: no way back)."""
+        total, submitted = len(participant.assignments), len(participant.submitted)
         config, _ = self.config(study, key)
-        target = prolific_target(config, self.settings)
+        code = self.store.completion_code(collection.info.id)
         completion = None
         if config.participants != "invite":
+            target = prolific_target(config, self.settings)
             completion = links.completion_url(self.settings, code, target.app_url if target else None)
         if not any(e["participant_id"] == participant.id for e in
                    self.store.events(collection.info.id, kinds=["completion_shown"])):
@@ -342,6 +502,7 @@ class Portal:
 
         secret = self.store.get_meta(WEBHOOK_SECRET)
         if secret is None:
+            log.warning("503: Prolific webhook refused: no webhook secret configured (run `crowdpref prolific-webhooks`)")
             return 503, {"error": "no webhook secret configured: run `crowdpref prolific-webhooks`"}
         try:
             event_id = verify_webhook(secret, headers, body, now=self.clock())
@@ -458,6 +619,7 @@ class Portal:
         no Argilla call. Returns (HTTP status, reply); the reply names no participant."""
         secret = self.store.get_meta(argilla_hooks.SECRET_META)
         if secret is None:
+            log.warning("503: Argilla webhook refused: no Argilla webhook is registered for this portal yet")
             return 503, {"error": "no Argilla webhook is registered for this portal"}
         try:
             argilla_hooks.verify(secret, headers, body)
@@ -482,6 +644,36 @@ class Portal:
                 submitted[event.record_external_id] = event.updated_at or self.clock()
             counted += self.store.record_progress(info.id, participant.id, submitted, event.updated_at)
         return 200, {"outcome": "activity recorded", "counted": counted}
+
+
+def _prolific_ids(params: Mapping[str, str]) -> tuple[str, str, str]:
+    """PROLIFIC_PID, STUDY_ID and SESSION_ID from the entry, checked for form (lower case)."""
+    names = ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID")
+    values = [params.get(name, "") for name in names]
+    missing = [name for name, value in zip(names, values) if not value]
+    if missing:
+        raise Refusal(400, "Link incomplete",
+                      f"The link is missing {', '.join(missing)}. Please open the study from Prolific again.")
+    bad = [name for name, value in zip(names, values) if not PROLIFIC_ID.fullmatch(value)]
+    if bad:
+        raise Refusal(400, "Link not valid",
+                      f"The link's {', '.join(bad)} is not a Prolific id. Please open the study from Prolific again.")
+    pid, study_id, session_id = (value.lower() for value in values)
+    return pid, study_id, session_id
+
+
+def _limited_address(client: str | None) -> str | None:
+    """The address the per-address limits count, or None: unknown, or a loopback address
+    (the simulated crowd; a reverse proxy whose X-Forwarded-For is not trusted would make
+    every participant one address, which the global limits cover)."""
+    if not client:
+        return None
+    try:
+        if ipaddress.ip_address(client).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return client[:64]
 
 
 def _open_collection(path: Path, key: Key, settings: Any) -> Collection:

@@ -43,6 +43,8 @@ def _portal(tmp_path: Path, argilla_server, name: str, participants: str, *, cop
         "study1": {"responses_per_question": copies, "questions_per_participant": per, "pool_size": 1},
         "study2": {"pairs_per_participant": min(6, questions * copies * (copies - 1) // 2)},
     }
+    if participants == "prolific":  # no Prolific here: an unverified pilot (the fake's are in test_portal_prolific)
+        config_data["prolific"] = {"enabled": False, "verify": False}
     studies = tmp_path / "studies"
     studies.mkdir(parents=True, exist_ok=True)
     (studies / f"{name}.yaml").write_text(yaml.safe_dump(config_data))
@@ -107,10 +109,11 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     code = collection.store.completion_code(collection.info.id)
     assert done.status_code == 200 and code in done.text and "Finished" in done.text
     assert collection.store.participant(collection.info.id, username).status == COMPLETE
-    # coming back: the same account and work, still complete
+    # coming back after finishing: the link only says they are done, and signs nobody in
     again = client.get(path, follow_redirects=False)
-    assert again.status_code == 303
-    assert _sign_in(client.post(f"/s/p{unique}/study1/start", follow_redirects=False))[0] == username
+    assert again.status_code == 200 and "You are done" in again.text and "set-cookie" not in again.headers
+    start = client.post(f"/s/p{unique}/study1/start", follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == f"/s/p{unique}/study1/done"
     assert len(collection.participants()) == 1
     # the guidelines inside Argilla link the finish page
     owner = collection.owner
