@@ -87,6 +87,7 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
     info = collection.info if collection is not None else info
     if info is None:
         raise StoreError("withdraw needs the participant's collection (a Collection, or the store and its info)")
+    participant = store.participant(info.id, participant.username)  # as it stands now
     released = False
     if participant.status in (ACTIVE, RELEASING) and participant.withdrawn_at is None:
         if collection is None:
