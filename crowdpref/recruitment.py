@@ -354,9 +354,9 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
 
     No work claimed through the portal -> a proposed rejection (``NO_DATA``); work released or
     not finished -> a proposed rejection (``NO_DATA`` when nothing was submitted, else
-    ``FAILED_INSTRUCTIONS``); withdrawn / another status -> review; failed checks -> a proposed
-    rejection (``FAILED_CHECK``; rejected at once only with ``prolific.auto_reject``); too fast
-    -> a proposed rejection (``TOO_QUICKLY``), never automatic; verified -> approve
+    ``FAILED_INSTRUCTIONS``); withdrawn (``withdrawn_at``) or another status -> review (no
+    proposal); failed checks -> a proposed rejection (``FAILED_CHECK``; rejected at once only
+    with ``prolific.auto_reject``); too fast -> a proposed rejection (``TOO_QUICKLY``), never automatic; verified -> approve
     (``auto_approve``) or review. Only failed checks are ever rejected automatically. Proposed
     messages meet Prolific's rule (at least 100 characters)."""
     from crowdpref.checks import is_check
@@ -366,6 +366,9 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     if participant is None:
         return ReviewDecision("review", "no work claimed through the portal (the code without the work)", "NO_DATA",
                               NO_WORK_MESSAGE.format(how=""))
+    if getattr(participant, "withdrawn_at", None) is not None:  # their status stays as it was
+        return ReviewDecision("review", "withdrew from the study: a person decides (never approved or rejected "
+                                        "automatically)")
     finished = participant.status == COMPLETE
     if participant.check_verdict == FAILED and (finished or participant.status == RELEASED):
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
@@ -384,18 +387,13 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
                                       NO_WORK_MESSAGE.format(how=how))
             return ReviewDecision("review", f"{what}: {done} of {total} items submitted", "FAILED_INSTRUCTIONS",
                                   UNFINISHED_MESSAGE.format(total=total, done=done, how=how))
-        # withdrawn, or a status this code does not know: never approved, a person decides
+        # a status this code does not know: never approved, a person decides
         return ReviewDecision("review", f"not complete ({participant.status}): a person decides")
     if participant.excluded_at is not None:
         return ReviewDecision("review", "work excluded from the count: a person decides")
     has_checks = any(is_check(a.item_id) for a in participant.assignments)
     if has_checks and participant.check_verdict != PASSED:
         return ReviewDecision("review", "quality checks not graded yet (the next sync decides)")
-        checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
-        message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
-                                              failed=participant.checks_answered - participant.checks_passed)
-        action = "reject" if config.prolific.auto_reject else "review"
-        return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
     threshold = (config.study1 if key == "study1" else config.study2).too_fast_seconds
     pace = time_on_task([participant], threshold, is_check).iloc[0]
     if pace["too_fast"]:
