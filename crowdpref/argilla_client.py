@@ -145,6 +145,17 @@ class ArgillaOwner:
             self._user_ids[username] = str(user.id)
         return self._user_ids[username]
 
+    def set_password(self, username: str, password: str) -> None:
+        """Give the account a new password (``PATCH /api/v1/users/{id}``, the owner's right):
+        from then on the old one gets 401 at ``/api/v1/token`` and Argilla's ``/sign-in?auth=``.
+        (A session token issued before stays valid until it expires - Argilla's
+        ``token_expiration``, 1 day by default.) Neither password appears in an error."""
+        user_id = self.user_id(username)
+        response = self._http.patch(f"/api/v1/users/{user_id}", json={"password": password})
+        if response.status_code >= 400:  # no detail: a validation error would echo the password
+            raise ArgillaError(f"Argilla at {self.api_url} answered {response.status_code} while changing the "
+                               f"password of user '{username}'", transient=response.status_code >= 500)
+
     def delete_user(self, username: str) -> bool:
         with _quiet_lookup():
             user = self.client.users(username)

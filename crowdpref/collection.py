@@ -29,6 +29,8 @@ the studies - dataset settings, the record for an item, how an answer becomes a 
 
 from __future__ import annotations
 
+import logging
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -58,6 +60,7 @@ from crowdpref.store import (
 )
 
 BACKSTOP_S = 1800.0  # a spec without ``backstop_s``: read a participant at least every 30 min
+log = logging.getLogger("crowdpref.collection")
 
 FINISH_NOTE = """
 
@@ -301,6 +304,7 @@ class Collection:
             if self.store.begin_release(cid, participant.id, reason):
                 self._finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
+        self.expire_finished_credentials()  # completed (maybe by a webhook), released, withdrawn
         ready_now = self.refill_pool()
         return replace(self.progress(released_now, ready_now), read_now=reads, webhooks=webhooks)
 
@@ -323,7 +327,40 @@ class Collection:
             if not participant.records_logged or participant.account_state == CREATING:
                 self.make_visible(participant)
             self._read_progress(participant)
+            now = self.store.participant(self.info.id, participant.username)
+            if now.status == COMPLETE:  # done: the sign-in link in their browser history stops working
+                self._expire_quietly(now)
         return self.store.participant(self.info.id, participant.username)
+
+    # credentials that expire ------------------------------------------------------------------------
+    def expire_credentials(self, participant: ParticipantState) -> None:
+        """Give the participant's Argilla account a new random password (Argilla first, then the
+        store, with a ``credentials_expired`` event): the old one - in a ``/sign-in?auth=`` link
+        left in their browser history - logs nobody in any more. For a participant who
+        completed, was released or withdrew; called again it changes the password again.
+        Raises :class:`~crowdpref.argilla_client.ArgillaError` when Argilla refuses (the store
+        is unchanged, and :meth:`expire_finished_credentials` tries again)."""
+        password = secrets.token_urlsafe(20)
+        self.owner.set_password(participant.username, password)
+        self.store.expire_password(self.info.id, participant.id, participant.account_id, password)
+
+    def expire_finished_credentials(self) -> int:
+        """:meth:`expire_credentials` for every participant who finished (completed, released,
+        withdrawn) and still has their old password; a failure is logged and retried next
+        pass. Returns how many expired now."""
+        done = 0
+        for participant in self.store.credentials_to_expire(self.info.id):
+            done += self._expire_quietly(participant)
+        return done
+
+    def _expire_quietly(self, participant: ParticipantState) -> bool:
+        try:
+            self.expire_credentials(participant)
+            return True
+        except Exception as exc:  # noqa: BLE001 - never fails a release or a pass: the next pass retries
+            log.warning("credentials of %s not expired yet (%s): the next monitoring pass retries",
+                        participant.username, exc.__class__.__name__)
+            return False
 
     def release(self, participant: ParticipantState, reason: str) -> bool:
         """Give an active participant's unsubmitted work back to the pool now (they returned the
@@ -399,6 +436,7 @@ class Collection:
             self.owner.delete_records(dataset, to_delete)
         self.store.finish_release(self.info.id, participant.id)
         self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
+        self._expire_quietly(participant)  # released: their sign-in link stops working
 
     def progress(self, released_now: Sequence[str] = (), accounts_ready_now: int = 0) -> Progress:
         info = self.info

@@ -426,6 +426,25 @@ class Store:
             raise StoreError(f"the study store has no credentials for account {account_id}: the store is damaged")
         return value
 
+    def expire_password(self, cid: int, pid: int, account_id: int, password: str) -> None:
+        """The participant's account got ``password`` in Argilla (their old one no longer signs
+        in): keep it, and record a ``credentials_expired`` event (see :meth:`credentials_to_expire`)."""
+        with self._write(cid) as conn:
+            conn.execute(update(t.credentials).where(t.credentials.c.account_id == account_id).values(password=password))
+            self._event(conn, cid, "credentials_expired", pid)
+
+    def credentials_to_expire(self, cid: int) -> list[ParticipantState]:
+        """Participants who finished - completed, released or withdrawn - whose credentials
+        have not expired yet (no ``credentials_expired`` event)."""
+        p, e = t.participants.c, t.events.c
+        done = select(e.participant_id).where(e.collection_id == cid, e.kind == "credentials_expired",
+                                              e.participant_id.is_not(None))
+        with self._read() as conn:
+            pids = list(conn.execute(select(p.id).where(
+                p.collection_id == cid, (p.status.in_((COMPLETE, RELEASED))) | p.withdrawn_at.is_not(None),
+                ~p.id.in_(done)).order_by(p.id)).scalars())
+            return self._participants(conn, pids) if pids else []
+
     # counts ------------------------------------------------------------------------------------------
     def item_counts(self, cid: int, conn: Connection | None = None) -> ItemCounts:
         s = t.assignments.c
@@ -465,6 +484,7 @@ class Store:
         now = self.clock()
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         with self._write(info.id) as conn:
+            info = self._info(info.id, conn)  # R, Q... as the store holds them now (the config may have changed)
             existing = conn.execute(select(p.id, p.status, p.withdrawn_at).where(
                 p.collection_id == info.id, p.key_hash == key_hash)).first()
             if existing is not None:

@@ -62,6 +62,9 @@ class NullOwner:
     def set_password(self, username: str, password: str) -> None:
         self.passwords[username] = password
 
+    def find_dataset(self, name: str, workspace: str) -> None:
+        return None
+
 
 class CountingProlific:
     """get_submission: NOT FOUND for every session except those in ``known`` (session -> pid)."""
@@ -434,3 +437,27 @@ def test_x_forwarded_for_counts_only_behind_a_trusted_proxy(rig, monkeypatch):
     TestClient(create_app(trusting)).get("/s/x/study1", headers=headers)
     TestClient(create_app(trusting)).get("/s/x/study1")
     assert seen == ["testclient", "198.51.100.4", "testclient"]
+
+
+# --- 6: credentials that expire ------------------------------------------------------------------------
+def test_finished_participants_get_a_new_password_once(rig):
+    name = "expire"
+    _write(rig.studies, name, participants="invite", copies=2, per=3)
+    for who in ("a", "b", "c"):
+        rig.portal.enter(name, "study1", {"invite": rig.portal.invites.dumps({"study": name, "key": "study1", "id": who})})
+    collection = rig.portal.collection(name, "study1")
+    cid = collection.info.id
+    done, released, active = rig.store.participants(cid)
+    old = {p.username: rig.store.password(p.account_id) for p in (done, released, active)}
+    assert all(rig.owner.passwords[u] == pw for u, pw in old.items())
+    rig.store.record_progress(cid, done.id, {i: time.time() for i in done.held}, None)
+    rig.store.begin_release(cid, released.id, "test")
+    collection._finish_release(rig.store.participant(cid, released.username))  # expires at once
+    assert rig.owner.passwords[released.username] != old[released.username]
+    assert [p.username for p in rig.store.credentials_to_expire(cid)] == [done.username]
+    assert collection.expire_finished_credentials() == 1 and collection.expire_finished_credentials() == 0
+    for p in (done, released):
+        new = rig.store.password(p.account_id)
+        assert new != old[p.username] and rig.owner.passwords[p.username] == new
+    assert rig.store.password(active.account_id) == old[active.username] == rig.owner.passwords[active.username]
+    assert len(rig.store.events(cid, kinds=["credentials_expired"])) == 2
