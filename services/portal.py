@@ -36,6 +36,9 @@ def spec(settings: Settings) -> ServiceSpec:
         port=settings.portal_port,
         port_setting="CROWDPREF_PORTAL_PORT",
         start_timeout_s=60,
+        # `crowdpref up` restarts a running portal whose settings changed (PROLIFIC_TOKEN,
+        # CROWDPREF_PORTAL_URL, ...): the pid record keeps a salted hash of them, never a value
+        restart_on_change=("CROWDPREF_",),
     )
 
 

@@ -10,8 +10,11 @@ Linux only (reads ``/proc``), like the machines this project targets.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -36,6 +39,9 @@ class ServiceSpec:
     cwd: Path | None = None
     start_timeout_s: float = 60.0
     term_signals: int = 1  # SIGTERMs it needs to exit (a Prefect worker needs two)
+    # restart a running one whose environment names (those starting with these prefixes) or
+    # argv differ from what it was started with: the pid record keeps a salted hash, never a value
+    restart_on_change: tuple[str, ...] = ()
 
 
 @dataclass
@@ -44,6 +50,15 @@ class RunningService:
     pid: int
     port: int | None
     started_at: float
+    restarted: bool = False  # ``start`` restarted it: its settings had changed
+
+
+def settings_hash(spec: ServiceSpec, salt: str) -> str:
+    """A salted hash of what ``spec.restart_on_change`` watches (argv and the environment
+    variables with those prefixes): secrets in it are never written anywhere in clear."""
+    watched = {k: v for k, v in spec.env.items() if k.startswith(spec.restart_on_change)}
+    payload = json.dumps({"argv": list(spec.argv), "env": watched}, sort_keys=True).encode()
+    return hmac.new(salt.encode(), payload, hashlib.sha256).hexdigest()
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -116,10 +131,15 @@ class ProcessManager:
 
     def start(self, spec: ServiceSpec, host: str) -> RunningService:
         """Start ``spec`` unless it already runs; wait until healthy. Refuses a port taken by a
-        process that is not ours."""
+        process that is not ours. With ``spec.restart_on_change``, a running one started with
+        other settings is stopped and started again (``restarted``)."""
         current = self.running(spec.name)
+        restarted = False
         if current is not None:
-            return current
+            if not spec.restart_on_change or not self.changed(spec):
+                return current
+            self.stop(spec.name)
+            restarted = True
         if spec.port is not None and port_in_use(host, spec.port):
             hint = f": stop it or set {spec.port_setting} to a free port" if spec.port_setting else ""
             raise ServiceError(
@@ -148,6 +168,9 @@ class ProcessManager:
             "argv0": spec.argv[0],
             "term_signals": spec.term_signals,
         }
+        if spec.restart_on_change:
+            salt = secrets.token_hex(16)
+            record.update(settings_salt=salt, settings_hash=settings_hash(spec, salt))
         tmp = self.record_path(spec.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(self.record_path(spec.name))
@@ -161,12 +184,25 @@ class ProcessManager:
                     f" (last line: {last_line(log_path)})"
                 )
             if spec.health():
-                return RunningService(spec.name, proc.pid, spec.port, record["started_at"])
+                return RunningService(spec.name, proc.pid, spec.port, record["started_at"], restarted)
             time.sleep(0.3)
         self.stop(spec.name)
         raise ServiceError(
             f"{spec.name} did not become healthy within {spec.start_timeout_s:.0f} s: see {log_path}"
         )
+
+    def changed(self, spec: ServiceSpec) -> bool:
+        """Whether the running ``spec.name`` was started with other watched settings than
+        ``spec`` has (a record without a hash - an older crowdpref started it - counts as
+        changed)."""
+        try:
+            record = json.loads(self.record_path(spec.name).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
+        salt, recorded = record.get("settings_salt"), record.get("settings_hash")
+        if not isinstance(salt, str) or not isinstance(recorded, str):
+            return True
+        return not hmac.compare_digest(recorded, settings_hash(spec, salt))
 
     def stop(self, name: str, timeout_s: float = 20.0) -> bool:
         """Stop the service's whole process group: SIGTERM, then SIGKILL after ``timeout_s``.

@@ -107,3 +107,39 @@ def test_bad_settings_are_one_line_exit_2(cli_env):
     result = run_cli(cli_env, "status")
     assert result.returncode == 2
     assert "CROWDPREF_REDIS_PORT" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_up_restarts_the_portal_when_its_settings_changed(cli_env):
+    state = Path(cli_env["CROWDPREF_HOME"])
+    record_file = state / "run" / "portal.json"
+    first_token, second_token = "prolific-first-" + "a" * 24, "prolific-second-" + "b" * 24
+
+    def portal_environment(pid: int) -> dict[str, str]:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+    try:
+        started = run_cli({**cli_env, "PROLIFIC_TOKEN": first_token}, "up", "--only", "portal")
+        assert started.returncode == 0, started.stderr + started.stdout
+        first = json.loads(record_file.read_text())
+        assert portal_environment(first["pid"])["CROWDPREF_PROLIFIC_TOKEN"] == first_token
+        same = run_cli({**cli_env, "PROLIFIC_TOKEN": first_token}, "up", "--only", "portal")
+        assert same.returncode == 0 and json.loads(record_file.read_text())["pid"] == first["pid"]  # unchanged: kept
+
+        changed = {**cli_env, "PROLIFIC_TOKEN": second_token, "CROWDPREF_PORTAL_URL": "https://study.example.org"}
+        again = run_cli(changed, "up", "--only", "portal")
+        assert again.returncode == 0, again.stderr + again.stdout
+        second = json.loads(record_file.read_text())
+        assert second["pid"] != first["pid"] and group_members(first["pid"]) == []  # restarted, the old one gone
+        environment = portal_environment(second["pid"])
+        assert environment["CROWDPREF_PROLIFIC_TOKEN"] == second_token
+        assert environment["CROWDPREF_PORTAL_URL"] == "https://study.example.org"
+        assert httpx.get(f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}/healthz", timeout=10).status_code == 200
+        for record in (first, second):  # the pid record holds a salted hash, never a token
+            assert first_token not in json.dumps(record) and second_token not in json.dumps(record)
+            assert len(record["settings_hash"]) == 64
+        assert first_token not in record_file.read_text() and second_token not in record_file.read_text()
+    finally:
+        stopped = run_cli(cli_env, "down")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not port_in_use("127.0.0.1", int(cli_env["CROWDPREF_PORTAL_PORT"]))
