@@ -1,0 +1,223 @@
+"""Withdrawals on the real embedded Argilla, the real CLI, the portal's signed webhook and the
+publish-dataset flow with the fake Hub.
+
+- During collection: two participants answer both questions (R = 2, Q = 2); one of them asks to
+  withdraw and the operator runs ``crowdpref withdraw PROLIFIC_ID --study`` (the real CLI): their
+  answers stop counting, their records leave Argilla, the next arrival's claim takes exactly
+  their slots, and the collection run exports every question with its R answers - none by the
+  withdrawn participant.
+- A RETURNED webhook (signed as Prolific signs it) for a participant who had completed withdraws
+  them the same way.
+- After publication: a release is built and pushed to the fake Hub; a writer withdraws; the next
+  publish-dataset run aggregates again without their rows, rebuilds the release and its push
+  leaves none of their rows on the Hub; the card counts the withdrawal."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from crowdpref.argilla_client import ArgillaOwner
+from crowdpref.config import load_study
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import WEBHOOK_SECRET, Portal
+from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.runfolder import write_parquet
+from crowdpref.store import COMPLETE, WITHDRAWN, Claimed, Full, Store
+from crowdpref.study1 import study1_collection
+from tests.conftest import REPO, cli_environment, isolated_settings
+from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
+from tests.integration.test_portal import _signed
+from tests.integration.test_reopen import _answer
+from tests.integration.test_study1_collection import _questions
+from tests.unit.test_publish import write_study_run
+
+pytestmark = pytest.mark.integration
+
+CROWDPREF = str(REPO / ".venv" / "bin" / "crowdpref")
+PID_A, PID_B, PID_C = "5f1e2d3c4b5a69788796a5b4", "60aa11bb22cc33dd44ee55ff", "61bb22cc33dd44ee55ff6677"
+
+
+def _hub_frame(files: dict[str, bytes], name: str) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(files[f"data/{name}/train-00000-of-00001.parquet"]))
+
+
+def _write_study(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "seed": 3, "participants": "prolific", "prolific": {"enabled": False, "verify": False},
+        "study1": {"responses_per_question": 2, "questions_per_participant": 2, "inactive_after_minutes": 600,
+                   "pool_size": 1},
+        "study2": {"pairs_per_participant": 1},
+    }))
+    return path
+
+
+def _full_collection(argilla_server, home: Path, study: Path):
+    """Two Prolific participants answered both questions: the collection is complete."""
+    config = load_study(study)
+    run = home / "studies" / config.name
+    questions = _questions().head(2)
+    write_parquet(questions, run / "questions.parquet")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    store = Store(f"sqlite:///{home / 'store.sqlite'}")  # where the CLI finds it (CROWDPREF_HOME)
+    collection = study1_collection(config, questions, owner, run, store)
+    a, b = collection.claim(PID_A, "prolific"), collection.claim(PID_B, "prolific")
+    assert isinstance(a, Claimed) and isinstance(b, Claimed)
+    assert isinstance(collection.claim(PID_C, "prolific"), Full)
+    q0, q1 = questions["question_id"]
+    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "I would sit with them.", q1: "Laugh first."})
+    _answer(argilla_server.api_url, b, collection.dataset_name, {q0: "Ask how they feel.", q1: "Be honest, kindly."})
+    assert collection.monitor().complete
+    return collection, run, a, b, (q0, q1)
+
+
+def test_a_participant_who_withdraws_during_collection_stops_counting_and_is_replaced(
+        argilla_server, study_env, tmp_path, unique):
+    from flows.collect_responses import collect_responses
+
+    home = study_env
+    study = _write_study(tmp_path, f"wd{unique}")
+    collection, run, a, b, (q0, q1) = _full_collection(argilla_server, home, study)
+    store, cid = collection.store, collection.info.id
+
+    env = cli_environment(home)
+    env.update(CROWDPREF_ARGILLA_URL=argilla_server.api_url, CROWDPREF_ARGILLA_API_KEY=argilla_server.owner_api_key)
+    done = subprocess.run([CROWDPREF, "withdraw", PID_A, "--study", str(study)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert done.stdout.strip().splitlines() == [
+        f"{a.participant.username} (study1): withdrawn; 2 counted answers no longer count (the slots are back in "
+        "the pool) and the next aggregation and release leave their rows out"]
+    assert PID_A not in done.stdout + done.stderr
+    gone = store.participant(cid, a.participant.username)
+    assert gone.withdrawn_at is not None and {x.status for x in gone.assignments} == {WITHDRAWN}
+    assert collection.owner.record_ids(collection._dataset_of(gone)) == {}  # their records left Argilla
+    assert collection.progress().unclaimed == 2 and not collection.progress().complete
+    again = subprocess.run([CROWDPREF, "withdraw", PID_A, "--study", str(study)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0 and "already withdrawn; nothing changed" in again.stdout
+    assert len(store.events(cid, kinds=["withdrawn"])) == 1
+
+    # the next arrival takes exactly the freed slots; the next run exports R answers per question
+    c = collection.claim(PID_C, "prolific")
+    assert isinstance(c, Claimed) and sorted(c.participant.items) == sorted([q0, q1])
+    _answer(argilla_server.api_url, c, collection.dataset_name, {q0: "Listen before advising.", q1: "Smile at it."})
+    assert collect_responses(str(study)) == "complete"
+    report = json.loads((run / "study1" / "validation.json").read_text())
+    assert report["valid"], report["anomalies"]
+    assert report["workspaces_matching_allocation"] == 3
+    responses = pd.read_parquet(run / "responses.parquet")
+    assert responses.groupby("question_id").size().to_dict() == {q0: 2, q1: 2}
+    withdrawn_key = Pseudonyms(run / "private").participant_key(a.participant.username)
+    assert withdrawn_key not in set(responses["participant_key"])
+    assert not {"I would sit with them.", "Laugh first."} & set(responses["text"])
+    store.close()
+
+
+def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argilla_server, tmp_path, unique):
+    home = tmp_path / "home"
+    study = _write_study(tmp_path, f"wh{unique}")
+    collection, run, a, b, _ = _full_collection(argilla_server, home, study)
+    store, cid = collection.store, collection.info.id
+    session = "6123456789abcdef01234567"
+    store.record_session(cid, a.participant.id, session)  # what the portal's entry keeps (hashed)
+    settings = isolated_settings(home, argilla_url=argilla_server.api_url,
+                                 argilla_api_key=argilla_server.owner_api_key, portal_studies=tmp_path)
+    portal = Portal(settings, store, open_collection=lambda path, key: collection)
+    client = TestClient(create_app(portal), base_url="http://portal.test")
+    secret = "whsec-" + unique
+    store.set_meta(WEBHOOK_SECRET, secret)
+    body = json.dumps({"event_type": "submission.status.change", "resource_id": session,
+                       "participant_id": PID_A, "status": "RETURNED"}).encode()
+    reply = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-1"))
+    assert reply.status_code == 200 and reply.json()["outcome"] == "RETURNED: withdrawn"
+    gone = store.participant(cid, a.participant.username)
+    assert gone.status == COMPLETE and gone.withdrawn_at is not None
+    assert {x.status for x in gone.assignments} == {WITHDRAWN}
+    assert collection.owner.record_ids(collection._dataset_of(gone)) == {}
+    assert collection.progress().unclaimed == 2
+    [event] = store.events(cid, kinds=["withdrawn"])
+    assert json.loads(event["detail"])["reason"] == "RETURNED on Prolific after completion (webhook)"
+    assert PID_A not in json.dumps(store.events(cid), default=str)
+    # a second delivery of the same status (a new event id) changes nothing
+    again = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-2"))
+    assert again.json()["outcome"] == "RETURNED: already withdrawn"
+    assert len(store.events(cid, kinds=["withdrawn"])) == 1
+    # the other participant's work still counts
+    assert sorted(store.participant(cid, b.participant.username).submitted) == sorted(b.participant.items)
+    store.close()
+
+
+def test_a_withdrawal_after_publication_leaves_the_release_and_the_hub(crowdpref_home, tmp_path, monkeypatch):
+    from flows.publish_dataset import publish_dataset
+
+    study = REPO / "studies" / "demo.yaml"
+    config = load_study(study)
+    planted = write_study_run(crowdpref_home / "studies" / config.name, config)
+    run = planted.run
+    store = Store(f"sqlite:///{crowdpref_home / 'store.sqlite'}")
+    info = store.collection(config.name, "study1", ["x"], copies=3, per_participant=1, seed=1,
+                            username_prefix=config.study1.username_prefix)
+    # the planted run's first writer (<prefix>-0001; every pair left without them is one of the
+    # other two writers' answers, so the preregistered filters keep ratings to aggregate)
+    writer = store.claim(info, PID_A, "prolific")
+    assert isinstance(writer, Claimed)
+    store.record_progress(info.id, writer.participant.id, {"x": 1.0}, None)
+    writer_key = planted.participant_keys[0]
+    assert Pseudonyms(run.private_dir).participant_key(writer.participant.username) == writer_key
+    repo_id = "crowdpref-tester/demo-rlhf"
+    with FakeHubServer() as hub:
+        monkeypatch.setenv("CROWDPREF_HF_TOKEN", hub.write_token)
+        monkeypatch.setenv("CROWDPREF_HF_REPO_ID", repo_id)
+        monkeypatch.setenv("CROWDPREF_HF_ENDPOINT", hub.url)
+        assert publish_dataset(study=str(study)).pushed
+        repo = hub.dataset(repo_id)
+        responses = pd.read_parquet(run.responses)
+        theirs = set(responses.loc[responses["participant_key"] == writer_key, "response_id"])
+        texts = set(responses.loc[responses["participant_key"] == writer_key, "text"])
+        hub_responses = _hub_frame(repo.files, "responses")
+        assert theirs <= set(hub_responses["response_id"])  # published
+
+        done = subprocess.run([CROWDPREF, "withdraw", PID_A, "--study", str(study)],
+                              env=cli_environment(crowdpref_home), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=180)
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert PID_A not in done.stdout + done.stderr and len(done.stdout.strip().splitlines()) == 1
+
+        result = publish_dataset(study=str(study))
+        assert result.pushed
+        assert json.loads(run.file("aggregation.json").read_text())["withdrawn_participants"] == 1
+        folder = result.folder
+        local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}
+        pairs = pd.read_parquet(run.pairs)
+        their_pairs = set(pairs.loc[pairs["first_response_id"].isin(theirs)
+                                    | pairs["second_response_id"].isin(theirs), "pair_id"])
+        for path, data in repo.files.items():
+            if not path.endswith(".parquet"):
+                continue
+            frame = pd.read_parquet(io.BytesIO(data))
+            for column in ("response_id", "chosen_response_id", "rejected_response_id", "response_a_id",
+                           "response_b_id"):
+                if column in frame.columns:
+                    assert not set(frame[column]) & theirs, (path, column)
+            if "pair_id" in frame.columns:
+                assert not set(frame["pair_id"]) & their_pairs, path
+            for column in ("text", "chosen", "rejected"):
+                if column in frame.columns:
+                    assert not set(frame[column]) & texts, (path, column)
+        every = "responses_raw" if "data/responses_raw/train-00000-of-00001.parquet" in repo.files else "responses"
+        assert len(_hub_frame(repo.files, every)) == len(responses) - 2
+        card = repo.files["README.md"].decode()
+        assert "1 participant withdrew; their answers and ratings are not in this release" in card
+        assert PID_A not in card and writer_key not in card
+    store.close()
