@@ -1,4 +1,5 @@
-"""A fake Prolific that follows the documented API shapes (../shared/notes/prolific-api.md),
+"""A fake Prolific that follows Prolific's published API (its OpenAPI document, copied to
+tests/contracts/prolific-openapi.yml, and where that is silent ../shared/notes/prolific-api.md),
 so the REAL client (crowdpref.prolific) and the portal can be driven over HTTP.
 
     with FakeProlific() as fake:
