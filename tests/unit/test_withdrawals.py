@@ -259,3 +259,37 @@ def test_cli_refusals_are_one_line_and_never_echo_the_id(cli_study) -> None:
     assert neither.exit_code == 2 and "one of them" in neither.output
     both = _run(unknown, "--username", "x", "--study", str(study))
     assert both.exit_code == 2 and unknown not in both.output
+
+
+# --- the sync: the backstop for a lost webhook -----------------------------------------------------
+def test_the_sync_withdraws_a_participant_whose_completed_submission_was_rejected(tmp_path: Path, store: Store) -> None:
+    from crowdpref.prolific import ProlificClient
+    from crowdpref.recruitment import ensure_prolific_study, sync_prolific
+    from crowdpref.study1 import study1_collection
+    from tests.conftest import isolated_settings
+    from tests.fakes.prolific_server import FakeProlific
+    from tests.unit.test_recruitment import NoArgilla, _config, _questions, _submit
+
+    config = _config()
+    settings = isolated_settings(tmp_path / "home", portal_url="https://portal.example.org",
+                                 prolific_workspace_id="ws-1")
+    collection = study1_collection(config, _questions(), NoArgilla(), tmp_path / "run", store)
+    with FakeProlific(page_size=2, retry_delay_s=0.05) as fake, ProlificClient(
+            fake.base_url, fake.token, backoff_s=0.0, sleep=lambda _s: None) as client:
+        platform = ensure_prolific_study(collection, config, settings, client)
+        arrivals = [fake.arrive(platform.external_id) for _ in range(2)]
+        claims = [store.claim(collection.info, a["participant_id"], "prolific") for a in arrivals]
+        for arrival, claimed in zip(arrivals, claims):
+            assert isinstance(claimed, Claimed)
+            _submit(collection, claimed)
+            fake.complete(arrival["session_id"], store.completion_code(collection.info.id))
+        client.reject_submission(arrivals[0]["session_id"], "x" * 100, "LOW_EFFORT")
+        sync_prolific(collection, config, client)
+        gone, kept = (store.participant(collection.info.id, c.participant.username) for c in claims)
+        assert gone.withdrawn_at is not None and gone.submitted == {} and kept.withdrawn_at is None
+        [event] = store.events(collection.info.id, kinds=["withdrawn"])
+        assert json.loads(event["detail"])["reason"] == "REJECTED on Prolific after completion (sync)"
+        assert arrivals[0]["participant_id"] not in json.dumps(store.events(collection.info.id), default=str)
+        sync_prolific(collection, config, client)  # the next sync sees the same status: nothing more
+        assert len(store.events(collection.info.id, kinds=["withdrawn"])) == 1
+        assert collection.progress().submitted == 3  # only the other one's work counts; their slots are free
