@@ -461,3 +461,11 @@ def test_finished_participants_get_a_new_password_once(rig):
         assert new != old[p.username] and rig.owner.passwords[p.username] == new
     assert rig.store.password(active.account_id) == old[active.username] == rig.owner.passwords[active.username]
     assert len(rig.store.events(cid, kinds=["credentials_expired"])) == 2
+
+
+def test_a_limiter_never_holds_more_keys_than_its_bound():
+    limiter = service.RateLimiter(10, 60.0, max_keys=100)
+    for n in range(10_000):  # all within one window: nothing is idle long enough to be pruned
+        assert limiter.take(f"forged-{n}", 1000.0 + n * 0.001)
+    assert len(limiter) == 100
+    assert limiter.take("late", 1000.0 + 61 * 1.0) and len(limiter) <= 100  # idle keys pruned as new ones come
