@@ -133,3 +133,80 @@ def test_recruit_sync_and_monitor_through_the_fake_prolific(prefect_harness, stu
         ids = {s["participant_id"] for s in fake.submissions.values()} | set(fake.submissions)
         assert ids and not [i for i in ids if i in text]
         store.close()
+
+
+def test_the_sync_flow_alone_approves_verified_work_once_and_stops_at_the_budget_cap(
+        prefect_harness, study_env, tmp_path, unique, monkeypatch):
+    """auto_approve: the completion code approves nobody - the honest completer's submission
+    stays AWAITING REVIEW until the sync-prolific flow runs, then it is APPROVED; the one who
+    reported the code without claiming any work never is. The bulk approval's reply is lost
+    (Prolific acted): neither the client, nor the task's retry policy, nor the next sync sends
+    it again. Places rise only to prolific.study1.max_places, and the artifact says so."""
+    from flows.recruit import recruit
+    from flows.sync_prolific import sync_prolific
+    from crowdpref.prolific import ProlificClient
+    from crowdpref.studies import open_collection
+
+    name = f"v{unique}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "seed": 3, "participants": "simulated",
+        "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600,
+                   "pool_size": 2},
+        "study2": {"pairs_per_participant": 6},
+        "crowd": {"arrive_via": "prolific"},
+        "prolific": {"auto_approve": True, "study1": {"places": 2, "max_places": 3}},
+    }))
+    study = str(path)
+    write_parquet(_questions(), study_env / "studies" / name / "questions.parquet")
+    bulk = ("POST", "/api/v1/submissions/bulk-approve/")
+    with FakeProlific(page_size=2) as fake:
+        monkeypatch.setenv("CROWDPREF_FAKE_PROLIFIC_PORT", str(fake.port))
+        study_id = recruit(study, "study1")["prolific_study"]
+        collection = open_collection(study, "study1")
+        collection.refill_pool()
+        honest = fake.arrive(study_id)
+        claimed = collection.claim(honest["participant_id"], "simulated")
+        assert isinstance(claimed, Claimed)
+        store = collection.store
+        start = claimed.participant.claimed_at
+        store.record_progress(collection.info.id, claimed.participant.id,
+                              {item: start + 60 * (i + 1) for i, item in enumerate(claimed.participant.held)},
+                              start + 200)
+        stranger = fake.arrive(study_id)  # learned the code; never came to the portal
+        code = store.completion_code(collection.info.id)
+        fake.complete(honest["session_id"], code)
+        fake.complete(stranger["session_id"], code)
+        time.sleep(0.5)
+        # the code asked for review only: nothing is approved until the sync runs
+        assert [fake.submissions[a["session_id"]]["status"] for a in (honest, stranger)] == ["AWAITING REVIEW"] * 2
+
+        real_bulk = ProlificClient.bulk_approve
+
+        def lost_reply(self, submission_ids):  # Prolific approves, the reply never arrives
+            fake.add_faults(disconnect="after")
+            return real_bulk(self, submission_ids)
+
+        monkeypatch.setattr(ProlificClient, "bulk_approve", lost_reply)
+        row = sync_prolific(study)["study1"]
+        assert fake.requests.count(bulk) == 1  # sent once: no client retry, no task retry
+        assert fake.submissions[honest["session_id"]]["status"] == "APPROVED"
+        assert fake.submissions[stranger["session_id"]]["status"] == "AWAITING REVIEW"
+        assert row["approvals unconfirmed"] == 1 and row["approved now"] == 0
+        # 9 slots wait, 3 per person: 3 people; 2 places, both held -> 5 wanted; the cap is 3
+        assert (row["places raised to"], row["places capped at"], row["places short"]) == (3, 3, 2)
+        assert fake.studies[study_id]["total_available_places"] == 3
+
+        monkeypatch.setattr(ProlificClient, "bulk_approve", real_bulk)
+        row = sync_prolific(study)["study1"]  # reads the approval back: counted, nothing sent again
+        assert fake.requests.count(bulk) == 1 and row["approved"] == 1 and row["approvals unconfirmed"] == 0
+        assert not [p for m, p in fake.requests if m == "POST" and p.endswith("/transition/") and "submissions" in p]
+        assert fake.submissions[stranger["session_id"]]["status"] == "AWAITING REVIEW"
+        assert fake.studies[study_id]["total_available_places"] == 3
+
+        table = _latest(_artifacts(name), f"{name}-study1-prolific")
+        assert ("places are at the budget cap 3 (prolific.study1.max_places): 2 more would be needed; raise the "
+                "cap or let the pool wait") in table.description, table.description
+        _monitor(study)  # the collection's own artifacts say it too
+        participants = _latest(_artifacts(name), f"{name}-study1-participants")
+        assert "budget cap 3 (prolific.study1.max_places)" in participants.description, participants.description
