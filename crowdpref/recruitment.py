@@ -429,7 +429,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     decision is an event in the store. The report names
     participants by username only; the submission ids for review go to
     ``private_dir/prolific-review-<key>.json`` (owner-only, rewritten on every sync)."""
-    from crowdpref.prolific import ProlificAmbiguous
+    from crowdpref.prolific import ProlificAmbiguous, ProlificError
     from crowdpref.store import ACTIVE
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
@@ -473,18 +473,26 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         report.awaiting_review += 1
         decision = review_decision(participant, config, key, auto)
         if decision.action == "approve":
-            if participant.id in sent:
-                # sent before and still awaiting review (a lost reply, or Prolific's bulk approval
-                # not applied yet): never re-sent in bulk; one idempotent approve of the status
-                # just read (the client reads the submission back when Prolific refuses it)
+            if participant.id not in sent:
+                to_approve.append((submission.id, participant))
+                continue
+            # sent before and still awaiting review (a lost reply, or Prolific's bulk approval
+            # not applied yet): never re-sent in bulk; one idempotent approve of the status just
+            # read (the client reads the submission back when Prolific refuses it)
+            try:
                 client.approve_submission(submission.id)
+            except ProlificError as exc:
+                if exc.transient:
+                    raise  # idempotent: the task's retry may repeat it
+                # (the error's text names the submission: only its status goes in the report)
+                decision = ReviewDecision("review", f"verified, but Prolific refused the approval ({exc.status}): "
+                                                    "a person decides")
+            else:
                 store.log_event(cid, "approved", participant.id, read_back=True)
                 report.approved_now += 1
                 report.approved += 1
                 report.awaiting_review -= 1
-            else:
-                to_approve.append((submission.id, participant))
-            continue
+                continue
         if decision.action == "reject":
             client.reject_submission(submission.id, str(decision.message), str(decision.category))
             store.log_event(cid, "rejected", participant.id, reason=decision.reason, category=decision.category)

@@ -384,3 +384,21 @@ def test_the_default_cap_is_twice_the_first_places(settings, store, fake, client
     assert fake.studies[platform.external_id]["total_available_places"] == 2
     assert (report.places_capped_at, report.places_short) == (2, 2)
     assert "budget cap 2 (prolific.study1.max_places): 2 more" in str(report.budget_note())
+
+
+def test_a_read_back_approval_prolific_refuses_is_listed_not_raised(settings, store, fake, client, tmp_path) -> None:
+    config, collection, arrival, claimed = _one_honest(settings, store, fake, client, tmp_path)
+    _lose_reply(fake, client, "bulk_approve", disconnect="before")
+    sync_prolific(collection, config, client)
+    real = client.approve_submission
+
+    def refused(submission_id: str) -> Any:
+        raise ProlificError(f"Prolific POST /submissions/{submission_id}/transition/: 400 (refused)", 400)
+
+    client.approve_submission = refused  # type: ignore[method-assign]
+    report = sync_prolific(collection, config, client)
+    assert report.review == [(claimed.participant.username,
+                              "verified, but Prolific refused the approval (400): a person decides")]
+    assert arrival["session_id"] not in json.dumps(report.row()) + repr(report.review)
+    client.approve_submission = real  # type: ignore[method-assign]
+    assert sync_prolific(collection, config, client).approved_now == 1
