@@ -264,3 +264,39 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
                         "participant_id": "a" * 24, "status": "RETURNED"}).encode()
     unknown = client.post("/hooks/prolific", content=other, headers=_signed(secret, other, int(time.time()), "evt-x"))
     assert unknown.status_code == 200 and unknown.json()["outcome"] == "unknown participant"
+
+
+def _token_status(api_url: str, username: str, password: str) -> int:
+    """What Argilla answers to a sign-in with these credentials (the web UI's /sign-in?auth= posts them here)."""
+    import httpx
+
+    status = httpx.post(f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=10).status_code
+    return 200 if status in (200, 201) else status
+
+
+def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_server, tmp_path, unique):
+    name = f"x{unique}"
+    portal, collection, client = _portal(tmp_path, argilla_server, name, "invite")
+    finisher, leaver = (portal.invite_link(name, "study1", who).split(portal.settings.portal_public_url, 1)[1]
+                        for who in ("inv-done", "inv-gone"))
+    assert client.get(finisher, follow_redirects=False).status_code == 303
+    username, password = _sign_in(client.post(f"/s/{name}/study1/start", follow_redirects=False))
+    assert _token_status(argilla_server.api_url, username, password) == 200
+    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
+    done = client.get(f"/s/{name}/study1/done")  # completes them, and their password changes
+    assert done.status_code == 200 and "Finished" in done.text
+    assert _token_status(argilla_server.api_url, username, password) == 401  # the old sign-in link is dead
+    participant = collection.store.participant(collection.info.id, username)
+    assert participant.status == COMPLETE
+    new = collection.store.password(participant.account_id)
+    assert new != password and _token_status(argilla_server.api_url, username, new) == 200
+
+    other = TestClient(create_app(portal), base_url="http://portal.test")
+    assert other.get(leaver, follow_redirects=False).status_code == 303
+    gone, gone_password = _sign_in(other.post(f"/s/{name}/study1/start", follow_redirects=False))
+    assert _token_status(argilla_server.api_url, gone, gone_password) == 200
+    assert collection.release(collection.store.participant(collection.info.id, gone), "returned")
+    assert _token_status(argilla_server.api_url, gone, gone_password) == 401
+    assert collection.store.credentials_to_expire(collection.info.id) == []
+    events = collection.store.events(collection.info.id, kinds=["credentials_expired"])
+    assert len(events) == 2 and password not in json.dumps(events) and gone_password not in json.dumps(events)
