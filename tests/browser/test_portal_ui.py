@@ -334,3 +334,86 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     log = (argilla_server.settings.logs_dir / "argilla-server.log").read_text(errors="replace")
     assert "sign-in?auth=" not in log and participant.username not in log
     assert httpx.get(f"{argilla_server.api_url}/api/v1/status").status_code == 200
+
+
+def test_a_sign_in_link_left_in_the_history_logs_nobody_in_after_completion(argilla_server, browser_page, output_dir,
+                                                                            tmp_path, unique):
+    """The ``/sign-in?auth=`` URL the Start button led to stays in the browser's history. It logs
+    in from a fresh browser while the participant works; once they completed (the finish page
+    changed their password), the same URL in a fresh browser logs nobody in."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    name = f"h{unique}"
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / f"{name}.yaml").write_text(yaml.safe_dump({
+        "name": name, "seed": 4, "participants": "invite",
+        "study1": {"responses_per_question": 2, "questions_per_participant": ITEMS, "pool_size": 1},
+        "study2": {"pairs_per_participant": 2},
+    }))
+    config = load_study(studies / f"{name}.yaml")
+    settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
+                                 argilla_api_key=argilla_server.owner_api_key, portal_studies=studies,
+                                 portal_port=free_port())
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    collection = study1_collection(config, _questions().head(2), owner, tmp_path / "run", store,
+                                   finish_url(settings, name, "study1"))
+    portal = Portal(settings, store, open_collection=lambda path, k: collection)
+    page = browser_page
+    browser = page.context.browser
+    sign_ins: list[str] = []
+    page.on("request", lambda request: sign_ins.append(request.url) if "/sign-in?auth=" in request.url else None)
+
+    def logs_in(url: str, what: str, timeout_ms: int) -> bool:
+        """Open ``url`` in a fresh browser (no cookies, no storage): does it end up logged in?"""
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        try:
+            fresh = context.new_page()
+            fresh.set_default_timeout(TIMEOUT_MS)
+            fresh.goto(url)
+            try:
+                fresh.wait_for_url(lambda current: "/sign-in" not in current, timeout=timeout_ms)
+                expect(fresh.get_by_text(collection.dataset_name).first).to_be_visible()
+                logged_in = True
+            except (PlaywrightTimeout, AssertionError):
+                logged_in = False
+            fresh.screenshot(path=str(output_dir / f"portal-history-{what}.png"), full_page=True)
+            return logged_in
+        finally:
+            context.close()
+
+    with PortalThread(create_app(portal), port=settings.portal_port) as server:
+        link = portal.invite_link(name, "study1", "inv-history")
+        assert link.startswith(server.url)
+        try:
+            page.goto(link)
+            _wait_for_url(page, f"{server.url}/s/{name}/study1/welcome")
+            page.get_by_role("button", name="Start").click()
+            page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+            [old_url] = sign_ins
+            username, password = base64.b64decode(parse_qs(urlsplit(old_url).query)["auth"][0]).decode().split(":", 1)
+            assert logs_in(old_url, "while-working", TIMEOUT_MS)  # the link works while they work
+
+            session = AnnotatorSession(argilla_server.api_url, username, password)
+            try:
+                dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
+                pending = session.pending_records(dataset["id"])
+                assert session.submit([(r["id"], OTHER["study1"]) for r in pending]) == ITEMS
+            finally:
+                session.close()
+            page.goto(finish_url(settings, name, "study1"))
+            expect(page.get_by_role("heading", name="Finished")).to_be_visible()
+            assert store.participant(collection.info.id, username).status == COMPLETE
+
+            assert not logs_in(old_url, "after-completion", 15_000)  # the link in the history is dead
+            # and the invitation link, opened again, only says they are done
+            page.goto(link)
+            expect(page.get_by_role("heading", name="You are done")).to_be_visible()
+            expect(page.get_by_role("button", name="Start")).to_have_count(0)
+        except Exception:
+            _dump(page, output_dir, "portal-history-failure")
+            raise
+    assert len(sign_ins) == 1
+    store.close()
