@@ -89,7 +89,8 @@ def test_both_studies_through_the_fake_prolific_and_the_portal(prefect_harness, 
     # one Prolific study per collection, published, with the portal's entry URL
     ours = [s for s in client.list_studies() if s.internal_name and s.internal_name.startswith(f"crowdpref:{name}:")]
     assert sorted(s.internal_name for s in ours) == [internal_name(name, "study1"), internal_name(name, "study2")]
-    by_key = {s.internal_name.rsplit(":", 1)[1]: s for s in ours}
+    # (the list shows StudyShort: each study read in full for its URL and filters)
+    by_key = {s.internal_name.rsplit(":", 1)[1]: client.get_study(s.id) for s in ours}
     assert by_key["study1"].external_study_url.startswith(f"{settings.portal_public_url}/s/{name}/study1?PROLIFIC_PID=")
 
     store = open_store(settings)
