@@ -66,8 +66,9 @@ class Withdrawal:
         else:
             line = (f"{self.username} ({self.study_key}): withdrawn; "
                     + ("their unanswered work was released first; " if self.released else "")
-                    + f"{len(self.items)} counted answer{'s' if len(self.items) != 1 else ''} no longer count "
-                    "(the slots are back in the pool) and the next aggregation and release leave their rows out")
+                    + (f"{len(self.items)} counted answers no longer count" if len(self.items) != 1
+                       else "1 counted answer no longer counts")
+                    + " (the slots are back in the pool) and the next aggregation and release leave their rows out")
         if self.argilla:
             line += f"; their records could not be deleted from Argilla now ({self.argilla}): withdraw again later"
         return line

@@ -123,6 +123,42 @@ def test_a_participant_who_withdraws_during_collection_stops_counting_and_is_rep
     store.close()
 
 
+def test_an_active_participant_who_withdraws_is_released_first(argilla_server, study_env, tmp_path, unique):
+    home = study_env
+    study = _write_study(tmp_path, f"wa{unique}")
+    config = load_study(study)
+    run = home / "studies" / config.name
+    questions = _questions().head(2)
+    write_parquet(questions, run / "questions.parquet")
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    store = Store(f"sqlite:///{home / 'store.sqlite'}")
+    collection = study1_collection(config, questions, owner, run, store)
+    q0, q1 = questions["question_id"]
+    a = collection.claim(PID_A, "prolific")
+    assert isinstance(a, Claimed)
+    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "Half done, then I stop."})
+    collection.monitor()
+    assert store.participant(collection.info.id, a.participant.username).status == "active"
+
+    env = cli_environment(home)
+    env.update(CROWDPREF_ARGILLA_URL=argilla_server.api_url, CROWDPREF_ARGILLA_API_KEY=argilla_server.owner_api_key)
+    done = subprocess.run([CROWDPREF, "withdraw", PID_A, "--study", str(study), "--reason", "wrote to us"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert done.stdout.strip().splitlines() == [
+        f"{a.participant.username} (study1): withdrawn; their unanswered work was released first; 1 counted answer "
+        "no longer counts (the slots are back in the pool) and the next aggregation and release leave their rows out"]
+    gone = store.participant(collection.info.id, a.participant.username)
+    assert gone.status == "released" and gone.withdrawn_at is not None
+    assert {x.item_id: x.status for x in gone.assignments} == {q0: WITHDRAWN, q1: "released"}
+    assert collection.owner.record_ids(collection._dataset_of(gone)) == {}
+    kinds = [e["kind"] for e in store.events(collection.info.id) if e["participant_id"] == gone.id]
+    assert kinds.index("release_started") < kinds.index("released") < kinds.index("withdrawn"), kinds
+    progress = collection.progress()
+    assert (progress.submitted, progress.outstanding, progress.unclaimed) == (0, 0, 4)
+    store.close()
+
+
 def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argilla_server, tmp_path, unique):
     home = tmp_path / "home"
     study = _write_study(tmp_path, f"wh{unique}")
