@@ -356,9 +356,10 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     not finished -> a proposed rejection (``NO_DATA`` when nothing was submitted, else
     ``FAILED_INSTRUCTIONS``); withdrawn (``withdrawn_at``) or another status -> review (no
     proposal); failed checks -> a proposed rejection (``FAILED_CHECK``; rejected at once only
-    with ``prolific.auto_reject``); too fast -> a proposed rejection (``TOO_QUICKLY``), never automatic; verified -> approve
-    (``auto_approve``) or review. Only failed checks are ever rejected automatically. Proposed
-    messages meet Prolific's rule (at least 100 characters)."""
+    with ``prolific.auto_reject`` and finished work); too fast -> a proposed rejection
+    (``TOO_QUICKLY``), never automatic; verified -> approve (``auto_approve``) or review. Only
+    failed checks are ever rejected automatically. Proposed messages meet Prolific's rule (at
+    least 100 characters)."""
     from crowdpref.checks import is_check
     from crowdpref.store import ACTIVE, COMPLETE, FAILED, PASSED, RELEASED, RELEASING
     from crowdpref.work_quality import time_on_task
@@ -374,13 +375,12 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
         message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
                                               failed=participant.checks_answered - participant.checks_passed)
-        action = "reject" if config.prolific.auto_reject else "review"
+        action = "reject" if config.prolific.auto_reject and finished else "review"
         return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
     if not finished:
         total, done = len(participant.assignments), len(participant.submitted)
         if participant.status in (ACTIVE, RELEASING, RELEASED):
-            how = {ACTIVE: "", RELEASING: " before the work was released",
-                   RELEASED: " before the work was released for lack of activity"}[participant.status]
+            how = "" if participant.status == ACTIVE else " before the work was released"
             what = ("work released" if participant.status != ACTIVE else "not every item submitted")
             if done == 0:
                 return ReviewDecision("review", f"{what}: nothing submitted (the code without the work)", "NO_DATA",

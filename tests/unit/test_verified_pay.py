@@ -402,3 +402,15 @@ def test_a_read_back_approval_prolific_refuses_is_listed_not_raised(settings, st
     assert arrival["session_id"] not in json.dumps(report.row()) + repr(report.review)
     client.approve_submission = real  # type: ignore[method-assign]
     assert sync_prolific(collection, config, client).approved_now == 1
+
+
+def test_auto_reject_is_for_finished_work_that_failed_the_checks_only() -> None:
+    config = _config(auto_reject=True)
+    finished = review_decision(_participant(check_verdict="failed"), config, "study1", auto_approve=True)
+    assert (finished.action, finished.category) == ("reject", "FAILED_CHECK")
+    released = review_decision(_participant(status="released", check_verdict="failed"), config, "study1",
+                               auto_approve=True)
+    assert (released.action, released.category) == ("review", "FAILED_CHECK")
+    for participant in (None, _participant(status="active"), _participant(status="released"),
+                        _participant(withdrawn_at=1.0, check_verdict="failed")):
+        assert review_decision(participant, config, "study1", auto_approve=True).action == "review"
