@@ -469,3 +469,22 @@ def test_a_limiter_never_holds_more_keys_than_its_bound():
         assert limiter.take(f"forged-{n}", 1000.0 + n * 0.001)
     assert len(limiter) == 100
     assert limiter.take("late", 1000.0 + 61 * 1.0) and len(limiter) <= 100  # idle keys pruned as new ones come
+
+
+def test_the_finish_page_503_names_its_cause(rig, caplog, monkeypatch):
+    from crowdpref.argilla_client import ArgillaError
+
+    name = "finish503"
+    _write(rig.studies, name, participants="invite")
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    link = rig.portal.invite_link(name, "study1", "inv-f").split(rig.settings.portal_public_url, 1)[1]
+    assert client.get(link, follow_redirects=False).status_code == 303
+    collection = rig.portal.collection(name, "study1")
+
+    def unreachable(participant: Any) -> Any:
+        raise ArgillaError("Argilla is unreachable at http://argilla.invalid (ConnectError)", transient=True)
+
+    monkeypatch.setattr(collection, "refresh", unreachable)
+    with caplog.at_level("WARNING", logger="crowdpref.portal"):
+        assert client.get(f"/s/{name}/study1/done").status_code == 503
+    assert "503: Argilla read failed on the finish page: ArgillaError: Argilla is unreachable" in caplog.text
