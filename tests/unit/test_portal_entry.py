@@ -488,3 +488,15 @@ def test_the_finish_page_503_names_its_cause(rig, caplog, monkeypatch):
     with caplog.at_level("WARNING", logger="crowdpref.portal"):
         assert client.get(f"/s/{name}/study1/done").status_code == 503
     assert "503: Argilla read failed on the finish page: ArgillaError: Argilla is unreachable" in caplog.text
+
+
+def test_a_claim_reads_r_from_the_store_not_from_a_stale_collection(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    try:
+        items = ["q1", "q2"]
+        stale = store.collection("s", "study1", items, copies=3, per_participant=2, seed=1, username_prefix="s")
+        store.collection("s", "study1", items, copies=2, per_participant=2, seed=1, username_prefix="s")  # R lowered
+        assert [type(store.claim(stale, f"p{n}", "invite")).__name__ for n in range(3)] == ["Claimed", "Claimed", "Full"]
+        assert store.check(stale.id) == []
+    finally:
+        store.close()
