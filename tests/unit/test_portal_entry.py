@@ -65,6 +65,12 @@ class NullOwner:
     def find_dataset(self, name: str, workspace: str) -> None:
         return None
 
+    def user_id(self, username: str) -> str:
+        return f"id-{username}"
+
+    def answers(self, dataset: Any) -> list[Any]:
+        return []
+
 
 class CountingProlific:
     """get_submission: NOT FOUND for every session except those in ``known`` (session -> pid)."""
@@ -500,3 +506,20 @@ def test_a_claim_reads_r_from_the_store_not_from_a_stale_collection(tmp_path):
         assert store.check(stale.id) == []
     finally:
         store.close()
+
+
+def test_a_monitoring_pass_expires_whoever_finished_without_it(rig):
+    """Completed by Argilla's webhook (a store write, no Argilla call) or withdrawn elsewhere: the
+    next monitoring pass changes their password."""
+    name = "sweep"
+    _write(rig.studies, name, participants="invite", copies=2, per=3)
+    rig.portal.enter(name, "study1", {"invite": rig.portal.invites.dumps({"study": name, "key": "study1", "id": "w"})})
+    collection = rig.portal.collection(name, "study1")
+    cid = collection.info.id
+    [participant] = rig.store.participants(cid)
+    old = rig.store.password(participant.account_id)
+    rig.store.record_progress(cid, participant.id, {i: time.time() for i in participant.held}, None)  # the webhook
+    collection.monitor()
+    assert rig.store.password(participant.account_id) != old
+    assert rig.owner.passwords[participant.username] == rig.store.password(participant.account_id)
+    assert rig.store.credentials_to_expire(cid) == []
