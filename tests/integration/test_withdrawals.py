@@ -257,3 +257,19 @@ def test_a_withdrawal_after_publication_leaves_the_release_and_the_hub(crowdpref
         assert "1 participant withdrew; their answers and ratings are not in this release" in card
         assert PID_A not in card and writer_key not in card
     store.close()
+
+
+def test_a_withdrawal_on_postgresql_returns_the_slots_once(postgres_url: str) -> None:
+    from tests.unit.test_withdrawals import _full
+
+    store = Store(postgres_url)
+    try:
+        info, (a, _) = _full(store)
+        assert sorted(store.withdraw(info.id, a.participant.id, "asked by message")) == ["q0", "q1", "q2"]
+        assert store.withdraw(info.id, a.participant.id, "again") is None
+        nxt = store.claim(info, "c" * 24, "prolific")
+        assert isinstance(nxt, Claimed) and sorted(nxt.participant.items) == ["q0", "q1", "q2"]
+        assert store.withdrawn_usernames(info.id) == [a.participant.username]
+        assert len(store.events(info.id, kinds=["withdrawn"])) == 1 and store.check(info.id) == []
+    finally:
+        store.close()
