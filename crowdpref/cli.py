@@ -163,9 +163,13 @@ def up(
 
         ensure_owner_credentials(settings)  # damaged secrets: one line before anything starts
         argilla_env(settings)
+    notes: list[str] = []
     with console.status("starting services...") as spinner:
-        rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."))
+        rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."),
+                        on_note=notes.append)
     _print_status(rows)
+    for note in notes:
+        console.print(note, highlight=False)
     if "argilla" in components and settings.embedded_argilla:
         creds = ensure_owner_credentials(settings)
         console.print(

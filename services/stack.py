@@ -67,8 +67,10 @@ def up(
     settings: Settings,
     components: Iterable[str] = COMPONENTS,
     on_step: Callable[[str], None] = lambda message: None,
+    on_note: Callable[[str], None] = lambda message: None,
 ) -> list[ServiceStatus]:
-    """Start the embedded services of ``components`` that are not running yet; wait for health."""
+    """Start the embedded services of ``components`` that are not running yet; wait for health.
+    A running portal whose settings changed is restarted; ``on_note`` hears it in one line."""
     wanted = set(components)
     unknown = wanted - set(COMPONENTS)
     if unknown:
@@ -88,7 +90,8 @@ def up(
         manager.start(prefect.spec(settings), settings.host)
     if "portal" in wanted:
         on_step("participant portal")
-        manager.start(portal.spec(settings), settings.host)
+        if manager.start(portal.spec(settings), settings.host).restarted:
+            on_note("participant portal restarted: its settings (environment or command) changed since it started")
     return status(settings)
 
 

@@ -125,10 +125,12 @@ def test_up_restarts_the_portal_when_its_settings_changed(cli_env):
         assert portal_environment(first["pid"])["CROWDPREF_PROLIFIC_TOKEN"] == first_token
         same = run_cli({**cli_env, "PROLIFIC_TOKEN": first_token}, "up", "--only", "portal")
         assert same.returncode == 0 and json.loads(record_file.read_text())["pid"] == first["pid"]  # unchanged: kept
+        assert "restarted" not in same.stdout
 
         changed = {**cli_env, "PROLIFIC_TOKEN": second_token, "CROWDPREF_PORTAL_URL": "https://study.example.org"}
         again = run_cli(changed, "up", "--only", "portal")
         assert again.returncode == 0, again.stderr + again.stdout
+        assert "participant portal restarted: its settings" in again.stdout  # said in one line
         second = json.loads(record_file.read_text())
         assert second["pid"] != first["pid"] and group_members(first["pid"]) == []  # restarted, the old one gone
         environment = portal_environment(second["pid"])
