@@ -212,7 +212,9 @@ def test_the_portal_verifies_prolific_visitors_before_allocating(prolific_stack,
 
     platform = ensure_prolific_study(collection, load_study(study), settings, client)
     other = client.publish_study(client.create_study({
-        "name": "another", "external_study_url": by_placeholders(entry), "total_available_places": 5,
+        "name": "another", "description": "Another study of the same workspace.",
+        "external_study_url": by_placeholders(entry), "prolific_id_option": "url_parameters",
+        "estimated_completion_time": 10, "reward": 150, "total_available_places": 5,
         "completion_codes": [{"code": "X", "code_type": "COMPLETED", "actions": []}]}).id)
     alice, bob = fake.arrive(platform.external_id), fake.arrive(platform.external_id)
     elsewhere = fake.arrive(other.id, alice["participant_id"])
