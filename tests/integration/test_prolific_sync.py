@@ -32,7 +32,7 @@ def _monitor(study: str) -> int:
     return monitor_collection(study, "study1").submitted
 
 
-def _write_study(folder: Path, name: str) -> str:
+def _write_study(folder: Path, name: str, prolific: dict | None = None) -> str:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
         "name": name, "seed": 3, "participants": "simulated",
@@ -40,7 +40,7 @@ def _write_study(folder: Path, name: str) -> str:
                    "pool_size": 2},
         "study2": {"pairs_per_participant": 6},
         "crowd": {"arrive_via": "prolific"},
-        "prolific": {"study1": {"places": 2}},
+        "prolific": prolific or {"study1": {"places": 2}},
     }))
     return str(path)
 
@@ -148,16 +148,7 @@ def test_the_sync_flow_alone_approves_verified_work_once_and_stops_at_the_budget
     from crowdpref.studies import open_collection
 
     name = f"v{unique}"
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "seed": 3, "participants": "simulated",
-        "study1": {"responses_per_question": 2, "questions_per_participant": 3, "inactive_after_minutes": 600,
-                   "pool_size": 2},
-        "study2": {"pairs_per_participant": 6},
-        "crowd": {"arrive_via": "prolific"},
-        "prolific": {"auto_approve": True, "study1": {"places": 2, "max_places": 3}},
-    }))
-    study = str(path)
+    study = _write_study(tmp_path, name, {"auto_approve": True, "study1": {"places": 2, "max_places": 3}})
     write_parquet(_questions(), study_env / "studies" / name / "questions.parquet")
     bulk = ("POST", "/api/v1/submissions/bulk-approve/")
     with FakeProlific(page_size=2) as fake:

@@ -659,14 +659,20 @@ def test_the_contract_quirks_and_what_is_not_checked(fake, client):
         "POST /api/v1/studies/x/transition/ response 409: Unknown response http status: 409"]
 
 
-def test_the_demo_fake_prints_breaches_and_goes_on():
+def _fake_process(**pipes: Any) -> tuple[subprocess.Popen, int]:
+    """``python -m tests.fakes.prolific_server`` on a free port (token ``proc-token``), as the demo runs it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.prolific_server", "--host", "127.0.0.1",
                              "--port", str(port), "--token", "proc-token"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, **pipes)
+    return proc, port
+
+
+def test_the_demo_fake_prints_breaches_and_goes_on():
+    proc, port = _fake_process(stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith("fake prolific on ")
         auth = {"Authorization": "Token proc-token"}
@@ -1143,13 +1149,7 @@ def test_fault_control_endpoint(fake, client, sleeps):
 
 
 def test_fake_runs_as_a_process():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.prolific_server", "--host", "127.0.0.1",
-                             "--port", str(port), "--token", "proc-token"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, text=True)
+    proc, port = _fake_process()
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == f"fake prolific on http://127.0.0.1:{port}/api/v1/"

@@ -8,7 +8,6 @@ Argilla, portal and Hub: tests/integration/test_withdrawals.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import secrets
 from pathlib import Path
@@ -24,19 +23,10 @@ from crowdpref.publish import build_release
 from crowdpref.store import COMPLETE, SUBMITTED, WITHDRAWN, Claimed, CollectionInfo, Full, Refused, Store, StoreError
 from crowdpref.withdrawals import Withdrawn, leave_out_all, withdraw, withdraw_on_platform, withdrawn_in
 from tests.unit.test_publish import card_of, small_config, write_study_run
+from tests.unit.test_reopen import store  # noqa: F401 - the same store, on a ticking clock
 from tests.unit.test_release_filters import aggregate_run, published
 
 
-def _clock() -> Any:
-    ticks = itertools.count(1_000_000)
-    return lambda: float(next(ticks))
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'store.sqlite'}", clock=_clock())
-    yield s
-    s.close()
 
 
 def _claim_and_submit(store: Store, info: CollectionInfo, key: str, source: str = "prolific") -> Claimed:
