@@ -272,6 +272,7 @@ class SyncReport:
     awaiting_review: int = 0
     approved: int = 0
     released_now: int = 0
+    withdrawn_now: int = 0  # completed participants whose submission was returned / rejected / timed out
     approved_now: int = 0
     rejected_now: int = 0
     places_raised_to: int | None = None
@@ -289,7 +290,8 @@ class SyncReport:
     def row(self) -> dict[str, Any]:
         return {"study": self.key, "places": self.places, "active": self.active, "returned": self.returned,
                 "timed out": self.timed_out, "rejected": self.rejected, "awaiting review": self.awaiting_review,
-                "approved": self.approved, "released now": self.released_now, "approved now": self.approved_now,
+                "approved": self.approved, "released now": self.released_now, "withdrawn now": self.withdrawn_now,
+                "approved now": self.approved_now,
                 "rejected now": self.rejected_now,
                 "places raised to": self.places_raised_to or "", "to review": len(self.review or []),
                 "approvals unconfirmed": self.approvals_unconfirmed,
@@ -466,7 +468,8 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
             elif participant is not None and participant.withdrawn_at is None:  # finished, then returned /
                 from crowdpref.withdrawals import withdraw_on_platform  # rejected / timed out: they withdrew
 
-                withdraw_on_platform(collection, participant, status, via=" (sync)")
+                withdrawal = withdraw_on_platform(collection, participant, status, via=" (sync)")
+                report.withdrawn_now += bool(withdrawal is not None and withdrawal.now)
             continue
         if status != "AWAITING REVIEW":
             continue

@@ -274,12 +274,13 @@ def test_the_sync_withdraws_a_participant_whose_completed_submission_was_rejecte
             _submit(collection, claimed)
             fake.complete(arrival["session_id"], store.completion_code(collection.info.id))
         client.reject_submission(arrivals[0]["session_id"], "x" * 100, "LOW_EFFORT")
-        sync_prolific(collection, config, client)
+        assert sync_prolific(collection, config, client).withdrawn_now == 1
         gone, kept = (store.participant(collection.info.id, c.participant.username) for c in claims)
         assert gone.withdrawn_at is not None and gone.submitted == {} and kept.withdrawn_at is None
         [event] = store.events(collection.info.id, kinds=["withdrawn"])
         assert json.loads(event["detail"])["reason"] == "REJECTED on Prolific after completion (sync)"
         assert arrivals[0]["participant_id"] not in json.dumps(store.events(collection.info.id), default=str)
-        sync_prolific(collection, config, client)  # the next sync sees the same status: nothing more
+        # the next sync sees the same status: nothing more
+        assert sync_prolific(collection, config, client).withdrawn_now == 0
         assert len(store.events(collection.info.id, kinds=["withdrawn"])) == 1
         assert collection.progress().submitted == 3  # only the other one's work counts; their slots are free
