@@ -197,6 +197,16 @@ def stop_folder(folder: Path) -> bool:
     return running
 
 
+def server_user_can_enter(folder: Path, *, write: bool = False) -> bool:
+    """Whether the server's account can pass through ``folder`` (and write in it, with
+    ``write``): every parent must let others through. Always True when not root (the server
+    then runs as the current user)."""
+    if not _is_root():
+        return True
+    test = ["test", "-w", str(folder), "-a", "-x", str(folder)] if write else ["test", "-x", str(folder)]
+    return subprocess.run(["runuser", "-u", SERVER_USER, "--", *test], cwd="/", check=False).returncode == 0
+
+
 def _hand_to_server_user(folder: Path) -> None:
     """As root: chown ``folder`` (recursively) to the server user and check it can reach it
     (every parent folder must let others through)."""
@@ -206,9 +216,7 @@ def _hand_to_server_user(folder: Path) -> None:
     for path in [folder, *folder.rglob("*")]:
         if path.stat().st_uid != account.pw_uid:
             os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-    probe = subprocess.run(["runuser", "-u", SERVER_USER, "--", "test", "-w", str(folder), "-a", "-x", str(folder)],
-                           cwd="/", check=False)
-    if probe.returncode != 0:
+    if not server_user_can_enter(folder, write=True):
         raise ServiceError(f"postgres: the '{SERVER_USER}' user cannot enter {folder}: "
                            "a parent folder is closed to others (chmod o+x it or use another folder)")
 

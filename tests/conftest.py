@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -167,11 +168,22 @@ def postgres_server() -> Iterator[PostgresServer]:
     if reason:
         pytest.skip(f"no PostgreSQL server: {reason}")
     _stop_stale_postgres()
-    server = postgres.start(_session_home() / "postgres", free_port())
+    folder, elsewhere = _session_home() / "postgres", None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if not postgres.server_user_can_enter(folder.parent):
+        # a checkout in a private (0700) folder, as root: the server's account cannot reach it,
+        # so its folder lives in the temp dir, linked from the session's state folder (where the
+        # stale-server clean-up looks)
+        elsewhere = Path(tempfile.mkdtemp(prefix="crowdpref-postgres-"))
+        folder.unlink(missing_ok=True)
+        folder.symlink_to(elsewhere, target_is_directory=True)
+    server = postgres.start(folder, free_port())
     try:
         yield server
     finally:
         server.stop()
+        if elsewhere is not None:
+            shutil.rmtree(elsewhere, ignore_errors=True)
 
 
 @pytest.fixture()
