@@ -58,10 +58,13 @@ def _answer(api_url: str, claimed: Claimed, dataset_name: str, text_for: dict[st
         session.close()
 
 
-def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: str, item: str) -> None:
-    """The participant turns their submitted answer into a discarded one (the UI's Discard)."""
+def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: str, item: str,
+             store: Store) -> None:
+    """The participant turns their submitted answer into a discarded one (the UI's Discard). They
+    finished, so their first password was changed: this signs in with the one the store holds now
+    (as an Argilla session they opened before finishing would still be valid)."""
     record_id = owner.record_ids(owner.find_dataset(dataset_name, claimed.participant.username))[item]
-    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    session = AnnotatorSession(api_url, claimed.participant.username, store.password(claimed.participant.account_id))
     try:
         session.submit([(record_id, {"response": "changed my mind", "quality": 4})], status="discarded")
     finally:
@@ -103,7 +106,7 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     _answer(api, a, collection.dataset_name, {q0: "I would talk to them kindly.", q1: "   \n  "})
     _answer(api, b, collection.dataset_name, {q0: "Ask how they feel first.", q1: "Be honest but gentle."})
     assert collection.monitor().complete  # the store counted all four answers
-    _discard(api, b, owner, collection.dataset_name, q0)  # ... and then b's q0 is discarded in Argilla
+    _discard(api, b, owner, collection.dataset_name, q0, collection.store)  # ... and then b's q0 is discarded in Argilla
 
     # the operator reopens the whitespace-only answer with the real CLI: it reads Argilla to find
     # which counted answer to q1 cannot be used (a's, not b's)
