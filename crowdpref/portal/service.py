@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import yaml
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
@@ -365,7 +366,7 @@ class Portal:
                 result = collection.claim(visitor.key, visitor.source, refill=True)
             except Refusal:
                 raise
-            except CrowdprefError as exc:
+            except (CrowdprefError, httpx.TransportError) as exc:  # Argilla down, or dropped the connection
                 raise _unavailable(f"claim failed: {_one_line(exc)}", "Something went wrong while preparing your "
                                    "work. Please wait a minute and open the link again.") from exc
         if isinstance(result, Full):
@@ -458,7 +459,7 @@ class Portal:
                           "completed. " + RETURN_WORDING)
         try:
             participant = collection.refresh(participant)
-        except CrowdprefError as exc:
+        except (CrowdprefError, httpx.TransportError) as exc:
             raise _unavailable(f"Argilla read failed on the finish page: {_one_line(exc)}",
                                "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
         total = len(participant.assignments)

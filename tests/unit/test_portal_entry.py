@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import itsdangerous
 import pytest
 import yaml
@@ -408,6 +409,13 @@ def test_every_503_names_its_cause_in_the_log_without_a_secret(rig, caplog, monk
         monkeypatch.setattr(collection, "claim", broken_claim)
         assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 503
         assert "claim failed: ArgillaError: Argilla at http://argilla.invalid answered 500" in caplog.text
+
+        def dropped_claim(*args: Any, **kwargs: Any) -> Any:  # Argilla closed the connection mid-request
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+        monkeypatch.setattr(collection, "claim", dropped_claim)
+        assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 503  # not 500
+        assert "claim failed: RemoteProtocolError: Server disconnected" in caplog.text
         (rig.studies / "broken.yaml").write_text("name: broken\nstudy1: {responses_per_question: 0}\n")
         broken = client.get(f"/s/broken/study1?{query}", follow_redirects=False)
         assert broken.status_code == 503 and "study config broken: ConfigError:" in caplog.text
@@ -423,7 +431,7 @@ def test_every_503_names_its_cause_in_the_log_without_a_secret(rig, caplog, monk
         assert client.post("/hooks/argilla", content=b"{}").status_code == 503
         assert "Argilla webhook refused: no Argilla webhook is registered" in caplog.text
     warnings = [r for r in caplog.records if r.levelname == "WARNING" and r.getMessage().startswith("503: ")]
-    assert len(warnings) == 6, [r.getMessage() for r in warnings]
+    assert len(warnings) == 7, [r.getMessage() for r in warnings]
     for secret in secrets_seen:
         assert secret not in caplog.text
 
@@ -494,6 +502,14 @@ def test_the_finish_page_503_names_its_cause(rig, caplog, monkeypatch):
     with caplog.at_level("WARNING", logger="crowdpref.portal"):
         assert client.get(f"/s/{name}/study1/done").status_code == 503
     assert "503: Argilla read failed on the finish page: ArgillaError: Argilla is unreachable" in caplog.text
+
+    def dropped(participant: Any) -> Any:  # a raw transport error from Argilla: a 503 too, never a 500
+        raise httpx.ReadTimeout("timed out")
+
+    monkeypatch.setattr(collection, "refresh", dropped)
+    with caplog.at_level("WARNING", logger="crowdpref.portal"):
+        assert client.get(f"/s/{name}/study1/done").status_code == 503
+    assert "503: Argilla read failed on the finish page: ReadTimeout: timed out" in caplog.text
 
 
 def test_a_claim_reads_r_from_the_store_not_from_a_stale_collection(tmp_path):
