@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -27,6 +28,10 @@ import httpx
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
 from crowdpref.store import Claimed, ParticipantState
+
+ENTRY_TRIES, ENTRY_PAUSE_S = 3, 2.0
+"""A simulated person opens the study link again after a 503 (the portal asks them to), this
+many times in all, pausing ``ENTRY_PAUSE_S`` x the attempt in between."""
 
 CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
 
@@ -100,6 +105,7 @@ class ProlificDoor:
         self.fake = httpx.Client(base_url=fake_app_url.rstrip("/"), timeout=timeout_s)
         self.timeout_s = timeout_s
         self._browsers: dict[str, httpx.Client] = {}  # one cookie jar per participant, this visit
+        self.sleep = time.sleep
         self._sessions: dict[str, Any] | None = None
         platform = collection.store.platform_study(collection.info.id)
         if platform is None:
@@ -142,7 +148,7 @@ class ProlificDoor:
 
     def _enter(self, key: str, url: str) -> Arrival | None:
         browser = self._browser(key)
-        entry = browser.get(url)
+        entry = self._open(browser, url)
         if entry.status_code != 303:
             if entry.status_code in (403, 409, 410):  # full, excluded, given back: the portal said no
                 return None
@@ -158,6 +164,16 @@ class ProlificDoor:
         username, password = base64.b64decode(auth).decode().split(":", 1)
         participant = self.collection.store.participant(self.collection.info.id, username)
         return Arrival(participant, password)
+
+    def _open(self, browser: httpx.Client, url: str) -> httpx.Response:
+        """Open the study link as a person does: a 503 ("please wait and open the link again")
+        is tried again after a pause, up to :data:`ENTRY_TRIES` times (pauses shortened)."""
+        for attempt in range(1, ENTRY_TRIES + 1):
+            entry = browser.get(url)
+            if entry.status_code != 503 or attempt == ENTRY_TRIES:
+                return entry
+            self.sleep(ENTRY_PAUSE_S * attempt)
+        raise AssertionError("unreachable")
 
     def leave(self, key: str, how: Literal["return", "time-out"]) -> bool:
         submission = self._submissions().get(simulated_prolific_id(self.seed, key))
