@@ -876,8 +876,9 @@ class ProlificConfig(_Section):
     ``verify: false``: then anyone who forms a link with a made-up id gets work, and the data
     card marks the data as unverified."""
     fee_rate: Float = Field(0.333, ge=0, le=5)
-    """Prolific's service fee as a share of the rewards (0.333 = 33.3%, its usual rate; VAT or
-    another plan's rate: set it), used for the cost estimate in ``crowdpref validate``."""
+    """Prolific's service fee as a share of the rewards (0.333 = 33.3%), used for the cost
+    estimate in ``crowdpref validate``. The default is an assumption nothing here checks against
+    Prolific: set your plan's rate (with VAT where it applies)."""
     auto_approve: Bool = False
     """Approve, through the API, the submissions crowdpref verified (work complete, checks
     passed under the config's rule, not flagged too fast): the sync does it; a completion code
