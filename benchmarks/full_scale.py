@@ -7,7 +7,7 @@ arrives through the (fake) Prolific and the participant portal, with drop-outs a
 
 It starts its OWN stack in a private state folder on free ports - the embedded Argilla
 (server + SQL search plug-in, Redis, rq worker), the Prefect server, the participant portal,
-the fake Prolific (``tests/fakes/prolific_server.py``) and the fake OpenAI-compatible endpoint
+the fake Prolific (``crowdpref/simulation/prolific_server.py``) and the fake OpenAI-compatible endpoint
 (``tests/fakes/openai_server.py``, in this process) - runs the ``study`` flow in this process
 as ``crowdpref demo`` does, and stops every process it started at the end (also on an error or
 Ctrl-C). The folder is removed unless ``--keep``.

@@ -3,7 +3,7 @@ of signed Prolific webhooks.
 
 Runs by hand (not a test). It starts its OWN stack in a private state folder on free ports -
 the embedded Argilla (server + SQL search plug-in, Redis, rq worker), the fake Prolific
-(``tests/fakes/prolific_server.py``) and the portal as its own process (``services.portal.spec``
+(``crowdpref/simulation/prolific_server.py``) and the portal as its own process (``services.portal.spec``
 through the ProcessManager, exactly as ``crowdpref up`` starts it) - and stops every process it
 started at the end, also on an error, Ctrl-C or SIGTERM. The study store is the state folder's
 SQLite file, shared by this process and the portal, as in a deployment.

@@ -18,7 +18,7 @@ whose reply was lost, or another reviewer's - reads the submission back and is d
 already in the state asked for.
 
 Field names and shapes follow Prolific's published OpenAPI document (the contract the tests
-check every request and reply against: tests/contracts/prolific-openapi.yml).
+check every request and reply against: crowdpref/simulation/prolific-openapi.yml).
 
 The token is sent in a header and never appears in an error, a repr or a log line.
 """

@@ -3,7 +3,7 @@ published, places raised), and the reconciliation of submissions with the study 
 
 A study with ``participants: prolific`` and ``prolific.enabled`` talks to the real API
 (``prolific_api_url``, ``PROLIFIC_TOKEN``). A ``participants: simulated`` study talks to the
-FAKE Prolific that ``crowdpref demo`` starts (``tests/fakes/prolific_server.py`` on
+FAKE Prolific that ``crowdpref demo`` starts (``crowdpref/simulation/prolific_server.py`` on
 ``fake_prolific_port``), never to the real one, so a simulation cannot reach real people.
 """
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok
@@ -47,16 +46,15 @@ def fake_prolific_healthy(settings: Settings) -> bool:
 
 
 def fake_prolific_spec(settings: Settings) -> ServiceSpec:
-    """The fake Prolific (tests/fakes/prolific_server.py), run from the repository root."""
-    root = Path(__file__).resolve().parents[1]
+    """The fake Prolific of the simulation (``python -m crowdpref.simulation.prolific_server``): part
+    of the installed package, so it needs no checkout."""
     return ServiceSpec(
         name=FAKE_PROLIFIC,
-        argv=[sys.executable, "-m", "tests.fakes.prolific_server", "--host", settings.host,
+        argv=[sys.executable, "-m", "crowdpref.simulation.prolific_server", "--host", settings.host,
               "--port", str(settings.fake_prolific_port)],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1"},
         health=lambda: fake_prolific_healthy(settings),
         port=settings.fake_prolific_port,
         port_setting="CROWDPREF_FAKE_PROLIFIC_PORT",
-        cwd=root,
         start_timeout_s=30,
     )

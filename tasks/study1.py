@@ -7,8 +7,8 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
-from crowdpref.crowd_arrivals import open_door
+from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
+from crowdpref.simulation.arrivals import open_door
 from crowdpref.runfolder import RunFolder, write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection

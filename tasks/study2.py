@@ -7,8 +7,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.crowd import CrowdReport, SimulatedCrowd, check_may_play
-from crowdpref.crowd_arrivals import open_door
+from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play
+from crowdpref.simulation.arrivals import open_door
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.runfolder import RunFolder, read_parquet, write_parquet

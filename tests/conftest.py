@@ -248,8 +248,8 @@ def study_env(crowdpref_home: Path, argilla_server: ArgillaServer, monkeypatch: 
 # --- the Prolific contract ------------------------------------------------------------------------------
 def check_fake_prolifics() -> None:
     """Raise AssertionError naming every breach of Prolific's published API that a fake Prolific
-    (tests/fakes/prolific_server.py, any instance of this process) saw and has not reported yet."""
-    module = sys.modules.get("tests.fakes.prolific_server")
+    (crowdpref/simulation/prolific_server.py, any instance of this process) saw and has not reported yet."""
+    module = sys.modules.get("crowdpref.simulation.prolific_server")
     if module is None:  # no fake was ever made
         return
     problems = []
@@ -266,7 +266,7 @@ def check_fake_prolifics() -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> object:
     """A test during which a fake Prolific saw a contract breach (a request of ours or a reply of
-    the fake's against tests/contracts/prolific-openapi.yml) fails, whichever fixture made it."""
+    the fake's against crowdpref/simulation/prolific-openapi.yml) fails, whichever fixture made it."""
     result = yield
     check_fake_prolifics()
     return result

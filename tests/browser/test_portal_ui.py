@@ -53,7 +53,7 @@ from crowdpref.study2 import export_ratings, study2_collection
 from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.conftest import free_port, isolated_settings
-from tests.fakes.prolific_server import FakeProlific
+from crowdpref.simulation.prolific_server import FakeProlific
 from tests.integration.test_study1_collection import _questions
 from tests.integration.test_study2_collection import _study1_export
 from tests.portal_server import PortalThread

@@ -1,7 +1,7 @@
 """Simulated study-2 ratings with known raters (for tests/unit/test_reliability.py and
 benchmarks/aggregation_quality.py), built with numpy in the contract layouts.
 
-Like :meth:`crowdpref.crowd.SimulatedCrowd.rating`: an answer's hidden quality follows the
+Like :meth:`crowdpref.simulation.crowd.SimulatedCrowd.rating`: an answer's hidden quality follows the
 simulated crowd's phrase-bank mix (considered answers 0.3..1, low-effort and offensive ones
 near 0); a rating on the displayed scale is ``z = (q_B - q_A) * 6 + Normal(0, noise_j) + bias``
 mapped to 1..K with no neutral point (``z`` in [0, 1) is K/2 + 1, (-1, 0) is K/2, clipped);

@@ -20,7 +20,7 @@ from prefect import flow
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import load_settings
 from crowdpref.store import Claimed, open_store
-from tests.fakes.prolific_server import FakeProlific
+from crowdpref.simulation.prolific_server import FakeProlific
 from tests.integration.test_study1_collection import _questions
 from tasks.collection import monitor_collection
 

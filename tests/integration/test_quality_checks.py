@@ -12,7 +12,7 @@ import pytest
 from crowdpref import checks
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.config import parse_study
-from crowdpref.crowd import SimulatedCrowd
+from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.pairing import make_pairs
 from crowdpref.store import COMPLETE, EXCLUDED, Claimed, Store
 from crowdpref.study1 import export_responses, study1_collection

@@ -15,7 +15,7 @@ import pytest
 
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import parse_study
-from crowdpref.crowd import SimulatedCrowd, check_may_play
+from crowdpref.simulation.crowd import SimulatedCrowd, check_may_play
 from crowdpref.errors import CrowdprefError
 from crowdpref.ids import stable_id
 from crowdpref.store import Claimed, Full, Store

@@ -12,7 +12,7 @@ import pytest
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner, SubmittedAnswer
 from crowdpref.config import parse_study
-from crowdpref.crowd import SimulatedCrowd
+from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.pseudonyms import Pseudonyms

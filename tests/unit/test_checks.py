@@ -13,7 +13,7 @@ import pytest
 
 from crowdpref import checks
 from crowdpref.config import parse_study
-from crowdpref.crowd import SimulatedCrowd, perceived_quality, read_instruction
+from crowdpref.simulation.crowd import SimulatedCrowd, perceived_quality, read_instruction
 from crowdpref.store import COMPLETE, EXCLUDED, SUBMITTED, Claimed, Store, StoreError
 from crowdpref.study1 import Study1Spec
 from crowdpref.study2 import Study2Spec

@@ -1,4 +1,4 @@
-"""The simulated crowd's door through the fake Prolific (crowdpref/crowd_arrivals.py): a simulated
+"""The simulated crowd's door through the fake Prolific (crowdpref/simulation/arrivals.py): a simulated
 person treats the portal's 503 as the page tells them to - wait, open the link again - and gives
 up after a few tries, as a person would."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from crowdpref.crowd_arrivals import ENTRY_PAUSE_S, ENTRY_TRIES, ProlificDoor
+from crowdpref.simulation.arrivals import ENTRY_PAUSE_S, ENTRY_TRIES, ProlificDoor
 
 
 def _door(statuses: list[int]) -> tuple[ProlificDoor, httpx.Client, list[float]]:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from crowdpref.config import CrowdConfig
-from crowdpref.crowd import SimulatedCrowd
+from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 

@@ -1,4 +1,4 @@
-"""crowdpref.prolific against the fake Prolific (tests/fakes/prolific_server.py) over real HTTP.
+"""crowdpref.prolific against the fake Prolific (crowdpref/simulation/prolific_server.py) over real HTTP.
 
 Every client call; pagination (page size 2, five items: three pages; next links absolute,
 root-relative, relative or on another host); the retry rules (what is repeated, after what
@@ -50,7 +50,7 @@ from crowdpref.prolific import (
     verify_webhook,
 )
 from tasks.retries import is_transient
-from tests.fakes.prolific_server import ApiError, FakeProlific
+from crowdpref.simulation.prolific_server import ApiError, FakeProlific
 
 REPO = Path(__file__).resolve().parents[2]
 URL = ("http://portal.test/s/x/study1?PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}"
@@ -624,7 +624,7 @@ def test_the_contract_reports_breaches_on_both_sides_and_stop_raises(monkeypatch
 
 
 def test_the_contract_quirks_and_what_is_not_checked(fake, client):
-    from tests.fakes.prolific_contract import ProlificContract, _adjust
+    from crowdpref.simulation.prolific_contract import ProlificContract, _adjust
 
     contract = ProlificContract.load()
     assert contract is ProlificContract.load()  # built once per process
@@ -635,7 +635,7 @@ def test_the_contract_quirks_and_what_is_not_checked(fake, client):
     raw = contract.spec  # adjusted; the schema of the raw file keeps its oneOf
     import yaml
 
-    from tests.fakes.prolific_contract import SPEC
+    from crowdpref.simulation.prolific_contract import SPEC
     original = yaml.safe_load(SPEC.read_text())
     assert "oneOf" in original["components"]["schemas"]["RangeFilterSelectedRangeLower"]
     assert "anyOf" in raw["components"]["schemas"]["RangeFilterSelectedRangeLower"]
@@ -660,12 +660,12 @@ def test_the_contract_quirks_and_what_is_not_checked(fake, client):
 
 
 def _fake_process(**pipes: Any) -> tuple[subprocess.Popen, int]:
-    """``python -m tests.fakes.prolific_server`` on a free port (token ``proc-token``), as the demo runs it."""
+    """``python -m crowdpref.simulation.prolific_server`` on a free port (token ``proc-token``), as the demo runs it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.prolific_server", "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "crowdpref.simulation.prolific_server", "--host", "127.0.0.1",
                              "--port", str(port), "--token", "proc-token"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, text=True, **pipes)
     return proc, port
@@ -704,7 +704,7 @@ def test_the_conftest_hook_fails_a_test_whose_fake_saw_a_breach(tmp_path):
     phase (FAILED, not a teardown ERROR), whichever fixture made the fake."""
     (tmp_path / "test_inner.py").write_text(
         "import httpx, pytest\n"
-        "from tests.fakes.prolific_server import FakeProlific\n"
+        "from crowdpref.simulation.prolific_server import FakeProlific\n"
         "@pytest.fixture(scope='module')\n"
         "def fake():\n"
         "    fake = FakeProlific().start()\n"
@@ -1165,8 +1165,9 @@ def test_fake_runs_as_a_process():
 
 
 def test_the_fake_signs_independently_of_our_code():
-    source = (REPO / "tests" / "fakes" / "prolific_server.py").read_text()
-    assert "crowdpref" not in "\n".join(line for line in source.splitlines() if "import" in line)
+    source = (REPO / "crowdpref" / "simulation" / "prolific_server.py").read_text()
+    imports = [line for line in source.splitlines() if "import" in line and "crowdpref" in line]
+    assert all("crowdpref.simulation.prolific_contract import" in line for line in imports), imports
     # and its HMAC is the documented one: recompute a delivery here by hand
     secret, ts, body = "s", "1700000000", b'{"status":"RETURNED"}'
     by_hand = base64.b64encode(hmac.new(secret.encode(), ts.encode() + body, hashlib.sha256).digest()).decode()

@@ -49,7 +49,7 @@ from crowdpref.runfolder import RunFolder
 from crowdpref.store import Claimed, Store, default_url
 from crowdpref.study1 import study1_collection
 from tests.conftest import isolated_settings
-from tests.fakes.prolific_server import FakeProlific
+from crowdpref.simulation.prolific_server import FakeProlific
 
 PORTAL = "https://portal.example.org"
 QUESTIONS = [

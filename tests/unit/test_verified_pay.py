@@ -48,7 +48,7 @@ from tests.unit.test_recruitment import (  # noqa: F401 - fixtures
     store,
 )
 
-CONTRACT = Path(__file__).resolve().parents[1] / "contracts" / "prolific-openapi.yml"
+CONTRACT = Path(__file__).resolve().parents[2] / "crowdpref" / "simulation" / "prolific-openapi.yml"
 BULK = ("POST", "/api/v1/submissions/bulk-approve/")
 
 

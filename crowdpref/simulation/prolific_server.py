@@ -1,6 +1,7 @@
 """A fake Prolific that follows Prolific's published API (its OpenAPI document, copied to
-tests/contracts/prolific-openapi.yml, and where that is silent ../shared/notes/prolific-api.md),
-so the REAL client (crowdpref.prolific) and the portal can be driven over HTTP.
+prolific-openapi.yml beside this module, and where that is silent Prolific's prose docs, as noted
+where used), so the REAL client (crowdpref.prolific) and the portal can be driven over HTTP.
+Part of the simulation: the demo runs it, and the tests use it.
 
     with FakeProlific() as fake:
         client = ProlificClient(fake.base_url, fake.token)
@@ -22,22 +23,23 @@ Test control (not Prolific's API, no auth, also as methods): ``POST /_fake/studi
 without a reply, ``disconnect: "before"`` unprocessed or ``"after"`` processed: the lost-reply
 case). ``GET /submissions/complete?cc=CODE`` is the completion page participants land on.
 Run as a process for the demo:
-``python -m tests.fakes.prolific_server --host 127.0.0.1 --port 6920``.
+``python -m crowdpref.simulation.prolific_server --host 127.0.0.1 --port 6920``.
 
 Python equivalents: :meth:`FakeProlific.arrive`, :meth:`~FakeProlific.return_submission`,
 :meth:`~FakeProlific.time_out`, :meth:`~FakeProlific.complete`, :meth:`~FakeProlific.configure`,
 :meth:`~FakeProlific.add_faults`; ``requests`` logs (method, path) of every API request,
 ``deliveries`` every webhook attempt, ``completion_visits`` the codes seen on the completion page.
 
-The contract: every API request and every reply goes through ``tests/fakes/prolific_contract.py``
-(Prolific's published OpenAPI document, tests/contracts/prolific-openapi.yml). A breach - the
+The contract: every API request and every reply goes through :mod:`crowdpref.simulation.prolific_contract`
+(Prolific's published OpenAPI document, prolific-openapi.yml, with openapi-core). A breach - the
 client's request or this fake's reply - is kept in ``contract_violations`` (method, path, side,
 the validator's message); a request that breaches it is refused with 400, as Prolific refuses an
 invalid request, and not acted on. :meth:`FakeProlific.stop` (the ``with`` block's end) raises
 AssertionError listing the breaches not yet reported, and tests/conftest.py fails the test during
 which any fake recorded one; a test that sends a bad request on purpose takes them with
 :meth:`~FakeProlific.take_violations`. Run as a process (the demo) it prints each breach to
-stderr and goes on. Test control (``/_fake/...``, ``/submissions/complete``, ``/health``) is
+stderr and goes on; without openapi-core (the ``test`` extra) it says once on stderr that nothing
+is checked, and serves. Test control (``/_fake/...``, ``/submissions/complete``, ``/health``) is
 not Prolific's API and is not checked.
 
 Where the document is silent, the fake decides, and says so where it does (which status a
@@ -66,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:  # the contract module (openapi-core) is imported when a fake is made
-    from tests.fakes.prolific_contract import ProlificContract, Violation
+    from crowdpref.simulation.prolific_contract import ProlificContract, Violation
 
 DEFAULT_TOKEN = "fake-prolific-token"
 FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
@@ -158,7 +160,7 @@ class FakeProlific:
         self.requests: list[tuple[str, str]] = []  # method, path of every API request
         self.contract: ProlificContract | None = None
         if contract:
-            from tests.fakes.prolific_contract import ProlificContract
+            from crowdpref.simulation.prolific_contract import ProlificContract
 
             self.contract = ProlificContract.load()
         self.violations_fatal = violations_fatal
@@ -242,7 +244,7 @@ class FakeProlific:
         taken = self.take_violations()
         if taken:
             raise AssertionError(f"the fake Prolific saw {len(taken)} breach(es) of Prolific's published API "
-                                 "(tests/contracts/prolific-openapi.yml):\n" + "\n".join(f"- {v}" for v in taken))
+                                 "(crowdpref/simulation/prolific-openapi.yml):\n" + "\n".join(f"- {v}" for v in taken))
 
     # --- the API --------------------------------------------------------------------------------
     def api(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
@@ -580,8 +582,8 @@ class FakeProlific:
         if study is not None:
             study["places_taken"] = self._taken(study["id"])
         # The document has no schema for a hook's payload (SubscriptionEventPayload is an empty
-        # object): this follows the notes (shared/notes/prolific-api.md: resource_id - the
-        # submission -, participant_id, status), with the event type and the study id beside them.
+        # object): this follows Prolific's prose docs on webhooks (resource_id - the submission -,
+        # participant_id, status), with the event type and the study id beside them.
         event = {"event_type": "submission.status.change", "resource_id": sub["id"],
                  "participant_id": sub["participant_id"], "study_id": sub["study_id"], "status": status}
         event_id = _hex_id()
@@ -683,7 +685,7 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                 try:
                     found = fake.contract.check_response(*exchange, status, headers or {}, text.encode())
                 except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding too
-                    from tests.fakes.prolific_contract import Violation
+                    from crowdpref.simulation.prolific_contract import Violation
 
                     found = [Violation(exchange[0], exchange[1], "response", _contract_problem(exc), status)]
                 fake.record_violations(found)
@@ -723,7 +725,7 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
                     try:
                         violations = fake.contract.check_request(*exchange)
                     except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding too
-                        from tests.fakes.prolific_contract import Violation
+                        from crowdpref.simulation.prolific_contract import Violation
 
                         violations = [Violation(method, split.path, "request", _contract_problem(exc))]
                     fake.record_violations(violations)
@@ -796,7 +798,7 @@ def _handler(fake: FakeProlific) -> type[BaseHTTPRequestHandler]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fakes.prolific_server")
+    parser = argparse.ArgumentParser(prog="python -m crowdpref.simulation.prolific_server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6920)
     parser.add_argument("--token", default=DEFAULT_TOKEN)
@@ -809,8 +811,9 @@ def main() -> int:
         try:
             import openapi_core  # noqa: F401 - the contract's validator (the test extra)
         except ImportError:
-            print("fake prolific: openapi-core is not installed (pip install -e '.[test]'): requests and replies "
-                  "are not checked against Prolific's published API", file=sys.stderr, flush=True)
+            print("fake prolific: WARNING: openapi-core is not installed (the test extra: pip install "
+                  "'crowdpref[test]'): requests and replies are NOT checked against Prolific's published API",
+                  file=sys.stderr, flush=True)
             contract = False
     # the demo's fake: a breach is printed to stderr as it happens and the fake goes on
     fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=args.page_size,

@@ -43,7 +43,7 @@ import pandas as pd
 from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.checks import is_check
 from crowdpref.collection import Collection
-from crowdpref.crowd_arrivals import DirectDoor, Door
+from crowdpref.simulation.arrivals import DirectDoor, Door
 from crowdpref.config import CrowdConfig, StudyConfig
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
@@ -301,7 +301,7 @@ class SimulatedCrowd:
         ``answer(participant, record) -> values``. Never-starters do nothing (and at their next
         visit let the study time out); drop-outs stop after their share and return the study;
         the others finish through the door (their completion code). ``door``: default, claims straight from
-        the collection (:class:`~crowdpref.crowd_arrivals.DirectDoor`)."""
+        the collection (:class:`~crowdpref.simulation.arrivals.DirectDoor`)."""
         report = CrowdReport()
         study_key = collection.spec.key
         door = door or DirectDoor(collection)

@@ -1,4 +1,4 @@
-"""How simulated participants reach their work - a "door" the :class:`~crowdpref.crowd.SimulatedCrowd`
+"""How simulated participants reach their work - a "door" the :class:`~crowdpref.simulation.crowd.SimulatedCrowd`
 walks through:
 
 - :class:`DirectDoor`: the crowd claims straight from the collection (what the portal calls);

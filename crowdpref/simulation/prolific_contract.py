@@ -1,8 +1,10 @@
 """The Prolific contract: every request the fake Prolific receives and every reply it sends,
-checked against Prolific's own published OpenAPI document (tests/contracts/prolific-openapi.yml)
-with openapi-core. No schema is written by hand here: the operations, parameters, bodies and
-replies are the document's; this module only adapts a request / reply to the library and reads
-its errors.
+checked against Prolific's own published OpenAPI document (``prolific-openapi.yml`` beside this
+module, package data; its provenance and quirks: ``prolific-openapi.md``) with openapi-core (the
+``test`` extra: the tests import this module, the demo's fake only when openapi-core is
+installed). No schema is written by hand here: the operations, parameters, bodies and replies
+are the document's; this module only adapts a request / reply to the library and reads its
+errors.
 
     contract = ProlificContract.load()          # cached: built once per process
     problems = contract.check_request("POST", "/api/v1/studies/", {}, headers, body_bytes)
@@ -26,7 +28,7 @@ Adjustments to the loaded document (the file itself is never edited), each a kno
 
 1. ``oneOf`` lists that allow both ``integer`` and ``number`` (range filters' ``lower`` /
    ``upper``): a plain integer matches both branches, so a strict ``oneOf`` rejects the very
-   values Prolific's docs show. Read as ``anyOf`` (shared/README.md). The request is never bent
+   values Prolific's docs show. Read as ``anyOf``. The request is never bent
    to fit.
 2. ``POST /hooks/subscriptions/`` declares a ``SubscriptionList`` reply and no ``X-Hook-Secret``
    header, while Prolific's prose docs ("Monitoring study progress") say the reply carries the
@@ -67,7 +69,7 @@ from openapi_core.validation.schemas import oas31_schema_validators_factory
 from openapi_core.validation.schemas._validators import build_forbid_unspecified_additional_properties_validator
 from openapi_core.validation.schemas.factories import DialectSchemaValidatorsFactory
 
-SPEC = Path(__file__).resolve().parents[1] / "contracts" / "prolific-openapi.yml"
+SPEC = Path(__file__).resolve().parent / "prolific-openapi.yml"  # package data, beside this module
 SERVER = "https://api.prolific.com"  # the document's server: paths are matched under it
 GENERIC_REFUSALS = (401, 403, 404, 429)  # answered by any operation, listed by none
 
