@@ -18,7 +18,8 @@ from flows.publish_dataset import publish_dataset
 from flows.recruit import recruit
 from flows.screen_responses import screen_responses
 from flows.simulate_crowd import simulate_crowd
-from tasks.collection import artifact_key, wait_for_release
+from tasks.artifacts import artifact_key
+from tasks.collection import wait_for_release
 
 
 @flow(name="study", log_prints=True, persist_result=True)

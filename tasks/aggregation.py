@@ -29,8 +29,7 @@ from crowdpref.store import open_store
 from crowdpref.study1 import EXCLUDED_RESPONSES
 from crowdpref.study2 import EXCLUDED_RATINGS
 from crowdpref.withdrawals import leave_out_fields, withdrawn_in
-from tasks.artifacts import which_rows
-from tasks.collection import artifact_key
+from tasks.artifacts import artifact_key, which_rows
 
 REPORT_ROWS = 200
 RATERS_FILE = "raters.parquet"

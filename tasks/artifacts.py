@@ -1,6 +1,12 @@
-"""Wording shared by the artifacts of several tasks."""
+"""What the artifacts of several tasks share: their keys and their wording. Imports no other
+task module, so every task module can import it."""
 
 from __future__ import annotations
+
+
+def artifact_key(study_name: str, what: str) -> str:
+    """Artifact keys: lowercase letters, digits and dashes, per study so history is kept."""
+    return f"{study_name}-{what}".lower().replace("_", "-")
 
 
 def which_rows(limit: int, total: int) -> str:

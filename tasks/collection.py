@@ -19,12 +19,9 @@ from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.reopen import ItemsReopened
 from crowdpref.studies import StudyKey, open_collection
 from crowdpref.work_quality import describe_time_on_task, time_on_task, time_on_task_rows
+from tasks.artifacts import artifact_key
+from tasks.prolific import prolific_monitor_state, sync_prolific_submissions
 from tasks.retries import NETWORK
-
-
-def artifact_key(study_name: str, what: str) -> str:
-    """Artifact keys: lowercase letters, digits and dashes, per study so history is kept."""
-    return f"{study_name}-{what}".lower().replace("_", "-")
 
 
 @task(name="refill-account-pool", **NETWORK)
@@ -55,8 +52,6 @@ def monitor_collection(study: str, key: StudyKey) -> Progress:
     (their unanswered items return to the pool), refill the account pool; publish the progress,
     the participants and their time on task. With the portal receiving Argilla's webhooks, only
     participants with reported activity (or due for the backstop or a release) are read."""
-    from tasks.prolific import prolific_monitor_state
-
     collection = open_collection(study, key)
     progress = collection.monitor()
     publish_time_on_task(study, collection)
@@ -161,7 +156,6 @@ def _sync_prolific(study: str, key: StudyKey) -> None:
     from crowdpref.recruitment import recruits_on_prolific
     from crowdpref.settings import load_settings
     from crowdpref.store import open_store
-    from tasks.prolific import sync_prolific_submissions
 
     config = load_study(study)
     if not recruits_on_prolific(config):

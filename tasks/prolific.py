@@ -21,7 +21,7 @@ from crowdpref.recruitment import (
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from crowdpref.studies import StudyKey, open_collection
-from tasks.collection import artifact_key
+from tasks.artifacts import artifact_key
 from tasks.retries import NETWORK
 
 

@@ -14,7 +14,8 @@ from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study1 import export_responses as export_responses_to
 from crowdpref.work_quality import answer_flags, describe_flags, flag_counts, flagged_rows
-from tasks.collection import artifact_key, publish_validation
+from tasks.artifacts import artifact_key
+from tasks.collection import publish_validation
 from tasks.retries import NETWORK
 
 

@@ -17,7 +17,8 @@ from crowdpref.settings import load_settings
 from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
 from crowdpref.study2 import study1_complete
-from tasks.collection import artifact_key, publish_validation
+from tasks.artifacts import artifact_key
+from tasks.collection import publish_validation
 from tasks.retries import NETWORK
 
 
