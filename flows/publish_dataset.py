@@ -7,7 +7,7 @@ from prefect import flow
 
 from crowdpref.config import load_study
 from crowdpref.errors import CrowdprefError
-from crowdpref.publish import PushResult, validate_repo_id
+from crowdpref.release import PushResult, validate_repo_id
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from tasks.publish import build_dataset_release, push_dataset_release, release_artifacts, scan_release

@@ -15,7 +15,7 @@ from prefect.cache_policies import NONE
 
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
-from crowdpref.publish import (
+from crowdpref.release import (
     PrivacyReport,
     PushError,
     PushResult,

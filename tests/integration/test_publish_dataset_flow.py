@@ -13,7 +13,7 @@ from prefect.artifacts import Artifact
 
 from crowdpref.config import load_study
 from crowdpref.errors import CrowdprefError
-from crowdpref.publish import PushError
+from crowdpref.release import PushError
 from flows.publish_dataset import publish_dataset
 from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
 from tests.unit.test_publish import PlantedRun, write_study_run

@@ -16,8 +16,8 @@ import pytest
 
 from crowdpref.config import parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.privacy import PATTERNS, find, first_hit, mask, mask_all
-from crowdpref.publish import PRIVACY_FILE, PrivacyError, build_release, release_subsets
+from crowdpref.release.privacy import PATTERNS, find, first_hit, mask, mask_all
+from crowdpref.release import PRIVACY_FILE, PrivacyError, build_release, release_subsets
 from crowdpref.runfolder import write_parquet
 from tests.unit.test_publish import PlantedRun, build, card_of, small_config, write_study_run
 

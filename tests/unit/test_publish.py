@@ -29,8 +29,8 @@ from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.ids import stable_id
-from crowdpref.publish import (
-    ID_ALPHABET,
+from crowdpref.release.build import ID_ALPHABET
+from crowdpref.release import (
     ID_LENGTH,
     PUBLISHED_IDS_FILE,
     PushError,
@@ -750,7 +750,7 @@ def test_offline_mode_raised_by_huggingface_hub_itself(planted: PlantedRun, hub:
     """HF_HUB_OFFLINE read at import time: the library's own OfflineModeIsEnabled is mapped too."""
     from huggingface_hub import constants
 
-    import crowdpref.publish as publish
+    import crowdpref.release.build as publish
 
     folder = build_release(planted.run, planted.config)
     monkeypatch.setattr(publish, "_offline_now", lambda: False)

@@ -18,7 +18,7 @@ from prefect.logging import disable_run_logger
 from crowdpref.config import FiltersConfig, StudyConfig
 from crowdpref.errors import CrowdprefError
 from crowdpref.filters import FILTERED_BY, RULES, preregister
-from crowdpref.publish import build_release, release_subsets
+from crowdpref.release import build_release, release_subsets
 from crowdpref.store import Store
 from tasks.aggregation import read_inputs, run_aggregation, write_outputs
 from tests.unit.test_publish import PlantedRun, card_of, load, small_config, write_study_run

@@ -23,7 +23,7 @@ import pytest
 
 import crowdpref.runfolder as runfolder
 from crowdpref.errors import CrowdprefError
-from crowdpref.publish import PushError, build_release, push_release, release_folder
+from crowdpref.release import PushError, build_release, push_release, release_folder
 from crowdpref.runfolder import OLD_PREFIX, READY_PREFIX, STAGING_PREFIX, repair_release
 from tests.fakes.hub_server import GITATTRIBUTES, FakeHubServer
 from tests.unit.test_publish import PlantedRun, build, small_config, write_study_run
@@ -193,7 +193,7 @@ def test_a_build_sigkilled_between_the_swap_renames(planted: PlantedRun) -> None
         import os, signal, sys
         sys.path.insert(0, {str(REPO)!r})
         import crowdpref.runfolder as runfolder
-        from crowdpref.publish import build_release
+        from crowdpref.release import build_release
         from crowdpref.runfolder import RunFolder
         from tests.unit.test_publish import small_config
         real = os.replace

@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from crowdpref import cli
-from crowdpref.publish import build_release
+from crowdpref.release import build_release
 from crowdpref.store import COMPLETE, SUBMITTED, WITHDRAWN, Claimed, CollectionInfo, Full, Refused, Store, StoreError
 from crowdpref.withdrawals import Withdrawn, leave_out_all, withdraw, withdraw_on_platform, withdrawn_in
 from tests.unit.test_publish import card_of, small_config, write_study_run

@@ -80,10 +80,10 @@ from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.filters import EXCLUDED, FILTERED_BY, RULE_TEXT
 from crowdpref.filters import RULES as FILTER_RULES
-from crowdpref.privacy import PATTERNS as PRIVACY_PATTERNS
-from crowdpref.privacy import BY_NAME as PRIVACY_BY_NAME
-from crowdpref.privacy import TIMESTAMP_PRECISIONS, first_hit, mask_all
-from crowdpref.privacy import find as find_private
+from crowdpref.release.privacy import PATTERNS as PRIVACY_PATTERNS
+from crowdpref.release.privacy import BY_NAME as PRIVACY_BY_NAME
+from crowdpref.release.privacy import TIMESTAMP_PRECISIONS, first_hit, mask_all
+from crowdpref.release.privacy import find as find_private
 from crowdpref.pseudonyms import SALT_FILE
 from crowdpref.runfolder import (
     RELEASE_DIR,
