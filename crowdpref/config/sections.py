@@ -689,8 +689,9 @@ class AggregationConfig(_Section):
     """What decides chosen/rejected: ``mean`` - the plain mean of a pair's un-swapped ratings
     (what the published method did); ``reliability_weighted`` - each rating weighted by its
     rater's fitted reliability and corrected for the rater's A/B position bias
-    (:mod:`crowdpref.reliability`; needs a rater_key on every rating). Rater reliability is
-    fitted and written to raters.parquet under both methods when rater keys are present."""
+    (:mod:`crowdpref.aggregation.reliability`; needs a rater_key on every rating). Rater
+    reliability is fitted and written to raters.parquet under both methods when rater keys are
+    present."""
     bootstrap_samples: Int = Field(1000, ge=100, le=100_000)
     """Bootstrap resamples (seeded with the study seed) behind each preference row's
     ``p_chosen`` and ``mean_rating_low``/``mean_rating_high``, and the Bradley-Terry intervals."""
