@@ -1,61 +1,56 @@
-"""The study config: every study-level choice of one RLHF data study, loaded from a YAML file.
+"""The sections of a study config: one pydantic model per top-level YAML section, with the
+checks that need only that section.
 
-A study YAML has these top-level sections (all but ``name`` optional; defaults reproduce the
-published Prolific x Argilla social-reasoning study)::
+    questions:    :class:`QuestionsConfig` (categories :class:`Category`, LLM :class:`LLMExpansion`)
+    study1:       :class:`Study1Config` (:class:`QualityScale`, :class:`InstructedChecks`)
+    study2:       :class:`Study2Config` (:class:`RatingChecks`)
+    screening:    :class:`ScreeningConfig`
+    aggregation:  :class:`AggregationConfig`
+    filters:      :class:`FiltersConfig`
+    publish:      :class:`PublishConfig`
+    crowd:        :class:`CrowdConfig`
+    prolific:     :class:`ProlificConfig` (:class:`ProlificStudy`, :class:`ProlificFilters`)
+    invites:      :class:`InviteConfig`
 
-    name / title / description / seed
-    questions:    categories, the shipped bank, extra files, LLM expansion, filters
-    study1:       written answers: R responses per question, Q questions per participant
-    study2:       pairwise ratings: ratings per pair, pairs per participant, scale points
-    screening:    hate-speech classifier (detoxify), thresholds, flag-or-drop policy
-    aggregation:  how ratings become chosen/rejected
-    filters:      preregistered rules: which participants the default release leaves out
-    publish:      Hugging Face Hub repo, licence, card
-    crowd:        simulated participants (demo and tests)
-    prolific:     recruitment on Prolific (rewards, filters)
-
-Machine-level connection info (URLs, tokens) is not here: see :mod:`crowdpref.settings`.
-
-Use :func:`load_study` to read a file: every problem becomes a one-line
-:class:`~crowdpref.errors.ConfigError` naming the file, the dotted field and the fix.
+Checks that compare sections (prefixes, Prolific against ``participants``, question and pair
+counts) are :class:`~crowdpref.config.study.StudyConfig`'s. Field docstrings are the
+reference documentation.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    AllowInfNan,
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    Strict,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from crowdpref.config.base import (
+    SLUG_RE,
+    Bool,
+    Float,
+    Int,
+    Str,
+    _check_slug,
+    _problem,
+    _resolve_path,
+    _Section,
+    slugify,
 )
-from pydantic_core import PydanticCustomError
-
-from crowdpref.errors import ConfigError
+from crowdpref.config.plan import Batches
 
 __all__ = [
     "DEFAULT_CATEGORIES",
     "DETOXIFY_LABELS",
+    "MAX_PER_ITEM",
+    "REPO_PART_RE",
     "AggregationConfig",
-    "FiltersConfig",
-    "InstructedChecks",
-    "RatingChecks",
-    "Batches",
     "Category",
     "CrowdConfig",
+    "FiltersConfig",
+    "InstructedChecks",
+    "InviteConfig",
     "LLMExpansion",
     "ProlificConfig",
     "ProlificFilters",
@@ -63,26 +58,14 @@ __all__ = [
     "PublishConfig",
     "QualityScale",
     "QuestionsConfig",
+    "RatingChecks",
     "ScreeningConfig",
     "Study1Config",
     "Study2Config",
-    "StudyConfig",
-    "StudyPlan",
-    "load_study",
-    "parse_study",
-    "slugify",
 ]
 
-# --- strict scalar types: YAML already gives typed values, so "10" or true is not a number --
-Int = Annotated[int, Strict()]
-Float = Annotated[float, Strict(), AllowInfNan(False)]  # ints are accepted as floats
-Bool = Annotated[bool, Strict()]
-Str = Annotated[str, Strict()]
-
-SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 LICENSE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
-MAX_NAME_LEN = 40
 #: The most answers per question (R) and ratings per pair a study may ask for. The method uses 4
 #: and 3; beyond 20 the plan is almost surely a typo (100000 ratings per pair would plan
 #: millions of ratings) and no agreement statistic here needs more.
@@ -132,46 +115,6 @@ DETOXIFY_LABELS: dict[str, tuple[str, ...]] = {
     ),
 }
 DETOXIFY_LABELS["multilingual"] = DETOXIFY_LABELS["unbiased"]
-
-
-def slugify(text: str) -> str:
-    """``"Diversity and cultural differences"`` -> ``"diversity-and-cultural-differences"``."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def _problem(field: str, problem: str, fix: str) -> PydanticCustomError:
-    """A validation error for ``field`` (dotted, relative to the model raising it)."""
-    return PydanticCustomError(
-        "crowdpref", "{problem}: {fix}", {"field": field, "problem": problem, "fix": fix}
-    )
-
-
-def _check_slug(field: str, value: str, what: str) -> str:
-    if not SLUG_RE.fullmatch(value) or len(value) > MAX_NAME_LEN:
-        suggestion = slugify(value)[:MAX_NAME_LEN].strip("-") or "my-study"
-        raise _problem(
-            field,
-            f"must be a slug of lowercase letters, digits and single dashes, at most "
-            f"{MAX_NAME_LEN} characters (got {value!r})",
-            f"use {what} such as {suggestion!r}",
-        )
-    return value
-
-
-def _resolve_path(value: Any, info: ValidationInfo, field: str) -> Path:
-    if not isinstance(value, (str, Path)) or not str(value).strip():
-        raise _problem(field, f"must be a file path (got {value!r})", "write the path as text")
-    path = Path(value).expanduser()
-    base = (info.context or {}).get("base_dir") if info.context else None
-    if not path.is_absolute() and base is not None:
-        path = Path(base) / path
-    return path
-
-
-class _Section(BaseModel):
-    """Base for every config model: unknown keys are errors; field docstrings are the docs."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
 
 
 # --- questions ---------------------------------------------------------------------------
@@ -313,45 +256,6 @@ class QuestionsConfig(_Section):
     @property
     def category_slugs(self) -> list[str]:
         return [c.slug for c in self.categories]
-
-
-# --- allocation arithmetic ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Batches:
-    """How ``items`` work items split into participant batches of ``per_participant``."""
-
-    items: int
-    per_participant: int
-
-    @property
-    def remainder(self) -> int:
-        """Items left over after the full batches (0: the split is even)."""
-        return self.items % self.per_participant
-
-    @property
-    def participants(self) -> int:
-        return math.ceil(self.items / self.per_participant)
-
-    @property
-    def last_batch(self) -> int:
-        """Items in the last participant's batch (== per_participant when even)."""
-        return self.remainder or min(self.per_participant, self.items)
-
-    def describe(self) -> str:
-        text = f"{self.participants} participants x {self.per_participant}"
-        if self.remainder:
-            text += f" (last gets {self.remainder})"
-        return text
-
-
-def _check_batches(batches: Batches, remainder: str, field: str, what: str) -> None:
-    if remainder == "error" and batches.remainder:
-        raise _problem(
-            field,
-            f"{batches.items} {what} do not split into batches of {batches.per_participant} "
-            f"({batches.remainder} left over) and remainder is 'error'",
-            "change the numbers so they divide evenly, or set remainder: smaller_last",
-        )
 
 
 # --- study 1 -------------------------------------------------------------------------------
@@ -756,7 +660,7 @@ class PublishConfig(_Section):
     timestamp_precision: Literal["day", "hour", "minute", "second", "microsecond"] = "day"
     """How precisely published timestamps (``submitted_at``) are kept: truncated in UTC to the
     day (default), hour, minute or second, or ``microsecond`` (as recorded). Coarse times make
-    participants harder to re-identify from when they worked (crowdpref.privacy)."""
+    participants harder to re-identify from when they worked (crowdpref.release.privacy)."""
 
     @field_validator("repo_id")
     @classmethod
@@ -898,543 +802,3 @@ class InviteConfig(_Section):
     lifetime_days: Float = Field(14.0, gt=0, le=365)
     """Days an invitation link can be opened for the first time; after that it says it has
     expired. Once its participant has finished, a link only says that they are done."""
-
-
-# --- the whole study -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class StudyPlan:
-    """Derived numbers for a given question count."""
-
-    n_questions: int
-    study1: Batches
-    pairs_per_question: int
-    n_pairs: int
-    study2: Batches
-
-    @property
-    def n_responses(self) -> int:
-        return self.study1.items
-
-    @property
-    def n_ratings(self) -> int:
-        return self.study2.items
-
-
-_SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "filters", "publish", "crowd",
-             "prolific", "invites")
-
-
-class StudyConfig(_Section):
-    """One RLHF data study. Defaults reproduce the published social-reasoning study."""
-
-    name: Str
-    """Slug (lowercase letters, digits, dashes): the run-folder name and Argilla prefix."""
-    title: Str | None = None
-    """Human-readable title; None: derived from the name."""
-    description: Str = ""
-    """What the study is for (shown in the summary and the dataset card)."""
-    seed: Int = Field(0, ge=0, le=2**31 - 1)
-    """Seed for every random choice (sampling, allocation, simulated crowd); 0 .. 2147483647
-    (the study store keeps it as a 32-bit integer, on PostgreSQL too)."""
-    participants: Literal["prolific", "invite", "simulated"] = "prolific"
-    """Who does the work: people recruited on Prolific (the method), people with invite links
-    (pilots, an own panel), or the simulated crowd (demo, tests). The simulated crowd refuses to
-    work on a study that takes real people."""
-    questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
-    study1: Study1Config = Field(default_factory=Study1Config)
-    study2: Study2Config = Field(default_factory=Study2Config)
-    screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
-    aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
-    filters: FiltersConfig = Field(default_factory=FiltersConfig)
-    """Preregistered filters (fixed before collection starts)."""
-    publish: PublishConfig = Field(default_factory=PublishConfig)
-    crowd: CrowdConfig = Field(default_factory=CrowdConfig)
-    prolific: ProlificConfig = Field(default_factory=ProlificConfig)
-    invites: InviteConfig = Field(default_factory=InviteConfig)
-
-    _source: str | None = PrivateAttr(default=None)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_sections(cls, data: Any) -> Any:
-        """``study1:`` with nothing under it means "all defaults"."""
-        if isinstance(data, dict):
-            return {k: ({} if k in _SECTIONS and v is None else v) for k, v in data.items()}
-        return data
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_slug("", value, "a name")
-
-    @model_validator(mode="after")
-    def _check(self) -> StudyConfig:
-        if self.title is None:
-            self.title = self.name.replace("-", " ").capitalize()
-        if self.publish.pretty_name is None:
-            self.publish.pretty_name = self.title
-        if self.study1.username_prefix is None:
-            self.study1.username_prefix = f"{self.name}-s1"
-        if self.study2.username_prefix is None:
-            self.study2.username_prefix = f"{self.name}-s2"
-        if self.study1.username_prefix == self.study2.username_prefix:
-            raise _problem("study2.username_prefix", "same prefix as study1.username_prefix",
-                           "give the two studies different prefixes")
-        if self.crowd.arrive_via == "prolific" and self.participants != "simulated":
-            raise _problem("crowd.arrive_via", "the simulated crowd arrives through the fake Prolific only in a "
-                           f"simulation, but participants is '{self.participants}'",
-                           "set participants: simulated, or crowd.arrive_via: direct")
-        if self.prolific.enabled is None:
-            self.prolific.enabled = self.participants == "prolific"
-        if self.prolific.enabled and self.participants != "prolific":
-            raise _problem("participants", f"prolific.enabled is true but participants is '{self.participants}'",
-                           "set participants: prolific, or prolific.enabled: false")
-        if self.participants == "prolific" and not self.prolific.enabled and self.prolific.verify:
-            raise _problem("prolific.enabled", "participants: prolific but Prolific is not enabled, so no arrival "
-                           "can be verified (any made-up PROLIFIC_PID would get work and an account)",
-                           "set prolific.enabled: true (with PROLIFIC_TOKEN), or prolific.verify: false for an "
-                           "unverified pilot (the data card then marks the data as unverified)")
-        if self.prolific.enabled and not self.prolific.verify:
-            raise _problem("prolific.verify", "verify: false with prolific.enabled: true (the API is there, so "
-                           "there is no reason to let unverified people in)",
-                           "remove prolific.verify (it defaults to true)")
-        for key in ("study1", "study2"):
-            part = getattr(self.prolific, key)
-            if part.max_places is not None and part.places is not None and part.max_places < part.places:
-                raise _problem(f"prolific.{key}.max_places", f"{part.max_places} is below the first places "
-                               f"({part.places})", f"set max_places >= {part.places}, or remove it")
-        r = self.study1.responses_per_question
-        if r < 2:
-            raise _problem("study1.responses_per_question",
-                           f"study 2 compares pairs of answers, so it needs at least 2 (got {r})",
-                           "set responses_per_question to 2 or more (the method uses 4)")
-        every = r * (r - 1) // 2
-        if self.study2.pairs != "all" and self.study2.pairs > every:
-            raise _problem("study2.pairs",
-                           f"{self.study2.pairs} pairs per question, but {r} answers make only "
-                           f"{every}", f"use at most {every}, or pairs: all")
-        n = self.questions.expected_questions
-        if n is not None:
-            k = len(self.questions.categories)
-            self._check_counts(n, f"{k} categor{'ies' if k != 1 else 'y'} x "
-                                  f"{self.questions.per_category} per category")
-        return self
-
-    def _check_counts(self, n: int, origin: str) -> None:
-        q = self.study1.questions_per_participant
-        if q > n:
-            raise _problem("study1.questions_per_participant",
-                           f"{q} distinct questions per participant, but only {n} "
-                           f"question{'s' * (n != 1)} ({origin})", f"use at most {n}, or add questions")
-        _check_batches(self.study1.batches(n), self.study1.remainder, "study1.remainder",
-                       f"answers ({n} questions x {self.study1.responses_per_question})")
-        plan = self.plan(n)
-        self._check_pairs(plan.n_pairs, f"{n} questions x {plan.pairs_per_question}")
-
-    def _check_pairs(self, n_pairs: int, origin: str) -> None:
-        p = self.study2.pairs_per_participant
-        if p > n_pairs:
-            raise _problem("study2.pairs_per_participant",
-                           f"{p} distinct pairs per participant, but only {n_pairs} pairs ({origin})",
-                           f"use at most {n_pairs}, or add questions")
-        _check_batches(self.study2.batches(n_pairs), self.study2.remainder, "study2.remainder",
-                       f"ratings ({n_pairs} pairs x {self.study2.ratings_per_pair})")
-
-    # --- derived numbers ---------------------------------------------------------------------
-    @property
-    def source(self) -> str | None:
-        """The YAML file this config came from (as given to :func:`load_study`), if any."""
-        return self._source
-
-    def plan(self, n_questions: int) -> StudyPlan:
-        """Participants, answers, pairs and ratings for ``n_questions`` questions."""
-        per_q = self.study2.pairs_per_question(self.study1.responses_per_question)
-        n_pairs = n_questions * per_q
-        return StudyPlan(
-            n_questions=n_questions,
-            study1=self.study1.batches(n_questions),
-            pairs_per_question=per_q,
-            n_pairs=n_pairs,
-            study2=self.study2.batches(n_pairs),
-        )
-
-    def check_question_count(self, n_questions: int) -> StudyPlan:
-        """Check the plan for the questions actually loaded (Q <= n, pairs per participant <=
-        pairs, remainder policy); raise a one-line :class:`ConfigError` if it cannot work."""
-        try:
-            if n_questions < 1:
-                raise _problem("questions", "no questions were loaded",
-                               "add questions (bank, files or LLM) or relax the filters")
-            self._check_counts(n_questions, "loaded")
-        except PydanticCustomError as exc:
-            raise self._config_error(exc) from None
-        return self.plan(n_questions)
-
-    def check_pair_count(self, n_pairs: int) -> Batches:
-        """The same study-2 checks for the pairs actually built (pairs.parquet may hold fewer
-        than the plan: questions with too few usable answers, screened-out answers)."""
-        try:
-            self._check_pairs(n_pairs, "in pairs.parquet")
-        except PydanticCustomError as exc:
-            raise self._config_error(exc) from None
-        return self.study2.batches(n_pairs)
-
-    def _config_error(self, exc: PydanticCustomError) -> ConfigError:
-        ctx = exc.context or {}
-        return ConfigError(f"{self._source or 'study config'}: {ctx['field']}: {ctx['problem']}: {ctx['fix']}")
-
-    def prolific_cost(self, n_questions: int) -> ProlificCost:
-        """The study's cost on Prolific for ``n_questions`` questions (see :class:`ProlificCost`)."""
-        plan = self.plan(n_questions)
-        pr = self.prolific
-        batches = (plan.study1.participants, plan.study2.participants)
-        parts = (pr.study1, pr.study2)
-        return ProlificCost(places=tuple(p.initial_places(b) for p, b in zip(parts, batches)),  # type: ignore[arg-type]
-                            caps=tuple(p.places_cap(b) for p, b in zip(parts, batches)),  # type: ignore[arg-type]
-                            rewards=(pr.study1.reward, pr.study2.reward), fee_rate=pr.fee_rate)
-
-    def summary_rows(self, n_questions: int | None = None) -> list[tuple[str, str]]:
-        """(label, value) rows describing the study, for the CLI. ``n_questions`` defaults to
-        the expected count (categories x per_category) when that is known."""
-        q, s1, s2 = self.questions, self.study1, self.study2
-        n = n_questions if n_questions is not None else q.expected_questions
-        sources = (["bank"] if q.bank else []) + [f"{len(q.files)} file(s)"] * bool(q.files)
-        if q.llm.enabled:
-            sources.append(f"LLM ({q.llm.model or 'settings model'})")
-        target = "all available" if q.per_category is None else f"{q.per_category} per category"
-        rows = [
-            ("Study", f"{self.name}: {self.title}"),
-            ("Seed", str(self.seed)),
-            ("Recruitment", self.participants + ("" if self.participants != "simulated"
-                                                  else " (the simulated crowd: not real people)")),
-            ("Questions", f"{len(q.categories)} categories; {' + '.join(sources)}; {target}; "
-                          f"{q.min_chars}-{q.max_chars} chars; duplicates at "
-                          f">= {q.near_duplicate_threshold:g}"),
-            ("Study 1", f"R={s1.responses_per_question} answers per question, "
-                        f"Q={s1.questions_per_participant} questions per participant, quality "
-                        f"{s1.quality_scale.min}-{s1.quality_scale.max}, users "
-                        f"{s1.username_prefix}-*, drop-out after {s1.inactive_after_minutes:g} min, "
-                        f"too fast {_too_fast(s1.too_fast_seconds)}"
-                        + f", {_checks_text(s1.checks.count, 'instructed item', s1.checks)}"),
-            ("Study 2", f"{s2.ratings_per_pair} ratings per pair, {s2.pairs_per_participant} pairs "
-                        f"per participant, {s2.scale_points}-point A/B scale, pairs: {s2.pairs}, "
-                        f"study-1 participants "
-                        f"{'excluded' if s2.exclude_study1_participants else 'allowed'}, users "
-                        f"{s2.username_prefix}-*, too fast {_too_fast(s2.too_fast_seconds)}, "
-                        f"{_checks_text(s2.checks.count, 'check pair', s2.checks)}"),
-        ]
-        if n is not None:
-            plan = self.plan(n)
-            rows += [
-                ("Plan, study 1", f"{n} questions -> {plan.n_responses} answers; "
-                                  f"{plan.study1.describe()}"),
-                ("Plan, study 2", f"{plan.n_pairs} pairs ({plan.pairs_per_question} per question)"
-                                  f" -> {plan.n_ratings} ratings; {plan.study2.describe()}"),
-            ]
-        sc = self.screening
-        rows.append(("Screening", "off" if not sc.enabled else
-                     f"detoxify {sc.model} on {sc.device}, {sc.policy} at "
-                     + ", ".join(f"{k}>={v:g}" for k, v in sc.thresholds.items())
-                     + (f", fallback {sc.fallback}" if sc.fallback else "")))
-        ag = self.aggregation
-        rows.append(("Aggregation", f"mean rating per pair; incomplete pairs: "
-                     f"{ag.incomplete_pairs}; ties: {ag.ties}; Bradley-Terry "
-                     f"{'on' if ag.bradley_terry else 'off'}"))
-        rows.append(("Filters", f"{self.filters.describe()} (preregistered: fixed once "
-                     "collection starts)"))
-        pb = self.publish
-        rows.append(("Publish", f"{pb.repo_id or '(hf_repo_id setting)'}, "
-                     f"{'private' if pb.private else 'public'}, licence {pb.license}"
-                     + (", content warning" if pb.content_warning else "")))
-        if self.prolific.enabled:
-            pr = self.prolific
-            places = [f"{s.places} places" if s.places else "a place per batch" for s in (pr.study1, pr.study2)]
-            rows.append(("Prolific", f"study 1: {pr.study1.reward} ({pr.study1.hourly_rate:.2f}/h), {places[0]}; "
-                         f"study 2: {pr.study2.reward} ({pr.study2.hourly_rate:.2f}/h), {places[1]}; "
-                         f"approval >= {pr.filters.approval_rate:g}%, completed >= "
-                         f"{pr.filters.min_completed}; verified work "
-                         f"{'approved by the sync' if pr.auto_approve else 'listed for review'}"))
-            if n is not None:
-                rows.append(("Cost on Prolific", self.prolific_cost(n).describe()))
-        elif self.participants == "prolific":
-            rows.append(("Prolific", "UNVERIFIED pilot (prolific.verify: false): arrivals are not checked with "
-                         "Prolific, anyone who forms a link with a made-up id gets work, nothing is paid or "
-                         "reviewed through the API, and the data card marks the data as unverified"))
-        else:
-            c = self.crowd
-            rows.append(("Participants", f"simulated crowd: drop-out {c.dropout_rate:g}, low effort "
-                         f"{c.low_effort_rate:g}, offensive {c.offensive_rate:g}, rater noise "
-                         f"{c.rater_noise:g}, position bias {c.position_bias:g}, random clickers "
-                         f"{c.random_clicker_rate:g}"))
-        return rows
-
-
-@dataclass(frozen=True)
-class ProlificCost:
-    """What a study costs on Prolific, in major units of the workspace currency: the rewards
-    of the first places, Prolific's fee on them, and the most the budget guard lets it reach."""
-
-    places: tuple[int, int]
-    caps: tuple[int, int]
-    rewards: tuple[int, int]  # minor units per place
-    fee_rate: float
-
-    def _total(self, places: tuple[int, int]) -> float:
-        return sum(p * r for p, r in zip(places, self.rewards)) / 100 * (1 + self.fee_rate)
-
-    @property
-    def planned(self) -> float:
-        """Rewards of the first places plus the fee."""
-        return self._total(self.places)
-
-    @property
-    def at_cap(self) -> float:
-        """The same with every study raised to its ``max_places``."""
-        return self._total(self.caps)
-
-    def describe(self) -> str:
-        parts = [f"study {i + 1}: {p} places x {r / 100:.2f}" for i, (p, r) in enumerate(zip(self.places, self.rewards))]
-        return (f"{'; '.join(parts)}; + fee {self.fee_rate:.1%} = {self.planned:,.2f} (workspace currency); "
-                f"at most {self.at_cap:,.2f} if places are raised to their caps ({self.caps[0]}, {self.caps[1]})")
-
-
-def _checks_text(count: int, what: str, checks: InstructedChecks | RatingChecks) -> str:
-    """The summary's words for a study's checks."""
-    if count == 0:
-        return "no checks"
-    rule = "all" if checks.min_passed is None else f"{checks.min_passed} of {count}"
-    return f"{count} {what}{'s' if count != 1 else ''} per batch (pass: {rule}; on fail: {checks.on_fail})"
-
-
-def _too_fast(seconds: float) -> str:
-    """The summary's words for a ``too_fast_seconds`` setting."""
-    return f"below {seconds:g} s per item (median)" if seconds > 0 else "off"
-
-
-# --- loading -------------------------------------------------------------------------------
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    loader.flatten_mapping(node)
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # SafeLoader reports unhashable keys itself
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark
-            )
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _fmt_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif str(part).startswith("["):
-            out += str(part)
-        elif part != "":
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The config model that holds the field at ``loc`` (for allowed-field lists)."""
-    model: Any = StudyConfig
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return None
-        model = _inner_model(field.annotation)
-        if model is None:
-            return None
-    return model
-
-
-def _inner_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _field_at(loc: tuple[Any, ...]) -> Any:
-    """The pydantic FieldInfo at ``loc``, or None (list items, dict values, unknown)."""
-    model = _model_at(loc[:-1]) if loc else None
-    if model is None or not isinstance(loc[-1], str):
-        return None
-    return model.model_fields.get(loc[-1])
-
-
-def _default_of(loc: tuple[Any, ...]) -> Any:
-    field = _field_at(loc)
-    if field is None or field.default_factory is not None:
-        return None
-    default = field.default
-    return default if isinstance(default, (int, float, str)) and not isinstance(default, bool) else None
-
-
-_TYPE_NAMES = {
-    "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
-    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
-    "bool_type": "true or false", "bool_parsing": "true or false",
-    "string_type": "text", "list_type": "a list", "dict_type": "a mapping",
-    "model_type": "a mapping", "model_attributes_type": "a mapping",
-}
-
-
-def _describe(err: dict[str, Any]) -> tuple[str, str]:
-    """(problem, fix) for one pydantic error."""
-    kind, ctx, loc = err["type"], err.get("ctx") or {}, err["loc"]
-    value = err.get("input")
-    last = str(loc[-1]) if loc else "field"
-    if kind == "crowdpref":
-        return ctx["problem"], ctx["fix"]
-    if kind == "missing":
-        return "is required", f"add `{last}:` with a value"
-    if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        allowed = sorted(model.model_fields) if model else []
-        close = difflib.get_close_matches(str(last), allowed, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}?" if close else "remove it or rename it;"
-        return "unknown field", f"{hint} allowed here: {', '.join(allowed)}"
-    if kind in _TYPE_NAMES:
-        want = _TYPE_NAMES[kind]
-        example = _default_of(loc)
-        if want == "a mapping":
-            fix = f"write `key: value` lines indented under `{last}:`"
-        elif want == "a list":
-            fix = f"write one `- item` line per entry under `{last}:`"
-        elif want == "text":
-            fix = "quote the value, e.g. \"...\""
-        elif isinstance(value, str) and _looks_numeric(value) and want != "true or false":
-            fix = f"remove the quotes around {value}"
-        elif example is not None:
-            fix = f"write {want}, e.g. {example}"
-        else:
-            fix = f"write {want}"
-        return f"must be {want} (got {_short(value)})", fix
-    if kind == "literal_error":
-        expected = ctx.get("expected", "")
-        options = re.findall(r"'([^']*)'", expected)
-        close = difflib.get_close_matches(str(value), options, n=1) if options else []
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        field = _field_at(loc)
-        nullable = " (or null)" if field is not None and field.default is None else ""
-        return (f"must be one of {expected}{nullable} (got {_short(value)})",
-                f"{hint}use one of {', '.join(options)}{nullable}")
-    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
-              "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
-    if kind in bounds:
-        op, key = bounds[kind]
-        limit = ctx.get(key)
-        example = _default_of(loc)
-        fix = f"use a value {op} {limit}" + (f" (default {example})" if example is not None else "")
-        return f"must be {op} {limit} (got {_short(value)})", fix
-    if kind in ("too_short", "string_too_short"):
-        return f"is too short (got {_short(value)})", "give at least one entry / some text"
-    if kind in ("too_long", "string_too_long"):
-        return f"is too long (got {_short(value)})", "shorten it"
-    msg = str(err.get("msg", "invalid value")).replace("\n", " ")
-    return f"{msg} (got {_short(value)})", "fix the value"
-
-
-def _format_error(exc: ValidationError, source: str) -> str:
-    # unknown fields first: a typo also makes the intended field look missing
-    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-    err = errors[0]
-    loc = tuple(err["loc"])
-    field_ = (err.get("ctx") or {}).get("field", "") if err["type"] == "crowdpref" else ""
-    if field_:
-        loc = loc + tuple(p for p in re.split(r"\.", field_) if p)
-    problem, fix = _describe(err)
-    more = f" (and {len(errors) - 1} more problem{'s' * (len(errors) > 2)})" if len(errors) > 1 else ""
-    line = f"{source}: {_fmt_loc(loc)}: {problem}: {fix}{more}"
-    return " ".join(line.split())  # one line, always
-
-
-def parse_study(data: Any, source: str = "study config", base_dir: str | Path | None = None) -> StudyConfig:
-    """Validate an already-parsed mapping; relative paths resolve against ``base_dir``.
-    Raises :class:`ConfigError` with a one-line message starting with ``source``."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{source}: (top level): must be a mapping of fields (got {type(data).__name__}): "
-            "write `name: my-study` and the sections (questions:, study1:, ...) as top-level keys"
-        )
-    bad = [k for k in data if not isinstance(k, str)]
-    if bad:
-        raise ConfigError(f"{source}: {_short(bad[0])}: field names must be text: "
-                          "use names such as study1 or seed")
-    context = {"base_dir": Path(base_dir) if base_dir is not None else None}
-    try:
-        config = StudyConfig.model_validate(data, context=context)
-    except ValidationError as exc:
-        raise ConfigError(_format_error(exc, source)) from None
-    config._source = source
-    return config
-
-
-def load_study(path: str | Path) -> StudyConfig:
-    """Read and validate a study YAML file.
-
-    Every problem (missing or unreadable file, not UTF-8, not YAML, wrong shape, unknown
-    field, wrong type, out-of-range value, inconsistent numbers) raises
-    :class:`ConfigError` whose message is one line: ``FILE: FIELD: PROBLEM: FIX``.
-    """
-    shown = str(path)
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ConfigError(f"{shown}: (file): study file not found: check the path "
-                          f"(relative to {Path.cwd()})")
-    if not p.is_file():
-        raise ConfigError(f"{shown}: (file): not a file: give the path of a study .yaml file")
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{shown}: (file): cannot read ({exc.strerror}): check its permissions") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{shown}: (file): not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
-                          f"{line}): save the file as UTF-8") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        what = getattr(exc, "problem", None) or exc.__class__.__name__
-        fix = ("keep only one of them" if "duplicate key" in what
-               else "fix the syntax there (indentation, colons, quotes)")
-        raise ConfigError(" ".join(f"{shown}: {where}: not valid YAML ({what}): {fix}".split())) from None
-    return parse_study(data, source=shown, base_dir=p.parent)
