@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from crowdpref.aggregation import _pair_codes, aggregate, summarise_pairs  # noqa: E402
+from crowdpref.aggregation import aggregate, summarise_pairs  # noqa: E402
+from crowdpref.aggregation.pairs import _pair_codes  # noqa: E402
 
 K, PER_PAIR, PER_QUESTION = 8, 3, 6
 

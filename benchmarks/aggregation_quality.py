@@ -13,7 +13,8 @@ rating, ``--seeds`` studies per cell. Each study is aggregated with
 
 - mean:     :func:`crowdpref.aggregation.aggregate`, ``aggregation.method: mean``;
 - weighted: the same with ``aggregation.method: reliability_weighted`` (the rater model of
-            :mod:`crowdpref.reliability`, fitted on the study's own ratings, no truth);
+            :mod:`crowdpref.aggregation.reliability`, fitted on the study's own ratings, no
+            truth);
 - oracle:   each un-swapped rating weighted by 1 / its rater's TRUE variance (noise sd squared;
             a random clicker: (K^2 - 1) / 12, the variance of a uniform rating).
 

@@ -95,7 +95,7 @@ study's ``too_fast_seconds``."""
 RATERS = ["rater_key", "n_ratings", "reliability"]
 """raters.parquet (written by aggregation) - one row per study-2 rater: rater_key as in
 ratings.parquet; n_ratings counted ratings; reliability in [0, 1], the fitted rater reliability
-(see :mod:`crowdpref.reliability`)."""
+(see :mod:`crowdpref.aggregation.reliability`)."""
 
 ANSWER_FLAGS = [
     "response_id", "question_id", "participant_key", "content_words", "empty_of_content",

@@ -442,10 +442,10 @@ def check_preregistered(store: MetaStore, study_name: str, rules: FiltersConfig,
 
 # --- for the aggregation stage ----------------------------------------------------------------
 def rater_reliabilities(ratings: pd.DataFrame, scale_points: int) -> pd.DataFrame | None:
-    """raters.parquet rows (:mod:`crowdpref.reliability`) fitted over EVERY rating, before any
-    filter, so the ``min_reliability`` rule judges a rater on all their work; None when the
-    ratings carry no usable rater keys (no reliability can be fitted)."""
-    from crowdpref.reliability import fit_raters
+    """raters.parquet rows (:mod:`crowdpref.aggregation.reliability`) fitted over EVERY rating,
+    before any filter, so the ``min_reliability`` rule judges a rater on all their work; None when
+    the ratings carry no usable rater keys (no reliability can be fitted)."""
+    from crowdpref.aggregation.reliability import fit_raters
 
     if "rater_key" not in ratings.columns or ratings.empty:
         return None

@@ -1,6 +1,6 @@
-"""Rater reliability (crowdpref.reliability), reliability-weighted aggregation, the per-row
-bootstrap (p_chosen, mean_rating interval) and the Bradley-Terry intervals, on simulated raters
-with known noise (tests/fakes/rater_simulation.py)."""
+"""Rater reliability (crowdpref.aggregation.reliability), reliability-weighted aggregation, the
+per-row bootstrap (p_chosen, mean_rating interval) and the Bradley-Terry intervals, on simulated
+raters with known noise (tests/fakes/rater_simulation.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from crowdpref.aggregation import aggregate, check_truth
 from crowdpref.config import AggregationConfig
 from crowdpref.contracts import PREFERENCES, RATERS
 from crowdpref.errors import CrowdprefError
-from crowdpref.reliability import RATER_COLUMNS, fit_raters
+from crowdpref.aggregation.reliability import RATER_COLUMNS, fit_raters
 from crowdpref.uncertainty import bootstrap_pairs, ilsr_batched
 from tests.fakes.rater_simulation import SimulatedRatings, simulate
 from tests.fakes.study_fixtures import make_study

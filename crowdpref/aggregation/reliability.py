@@ -2,7 +2,7 @@
 
 The model
 ---------
-Every rating is first un-swapped (:func:`crowdpref.aggregation.unswap`) and centred on the
+Every rating is first un-swapped (:func:`crowdpref.aggregation.pairs.unswap`) and centred on the
 midpoint ``M = (K + 1) / 2``: ``x = u - M``. With ``s = +1`` when the rater saw the pair in its
 fixed order and ``s = -1`` when it was shown swapped, rating ``i`` by rater ``j`` on pair ``p`` is
 modelled as
@@ -43,7 +43,7 @@ with a consistent position bias is not penalised (the bias is modelled, not coun
 Slopes are kept at or above ``SLOPE_MIN`` (an anti-correlated rater is treated as uninformative,
 never as a flipped signal).
 
-Reliability-weighted aggregation (:func:`crowdpref.aggregation.aggregate` with
+Reliability-weighted aggregation (:func:`crowdpref.aggregation.stage.aggregate` with
 ``aggregation.method: reliability_weighted``) weights each bias-corrected rating ``u_i - s_i b_j``
 by ``a_j / v_j``: the sign of that weighted mean relative to ``M`` is the sign of the posterior
 mean of ``t_p``, i.e. the decision of the model.
@@ -57,8 +57,9 @@ rater's confusion matrix would need 64 cells from ~60 ratings); its pairwise mod
 (``BradleyTerry``, ``NoisyBT``) take binary winner/loser outcomes and drop the strength, and
 NoisyBT has no position bias; crowd-kit also requires ``transformers`` and ``nltk`` at install
 time. choix fits Bradley-Terry/Luce strengths of ITEMS and has no notion of a rater at all (it is
-used for the per-question answer strengths, :func:`crowdpref.aggregation.bradley_terry`). The
-one-factor model above keeps the strength of every rating, models the A/B position bias per rater
+used for the per-question answer strengths,
+:func:`crowdpref.aggregation.bradley_terry.bradley_terry`). The one-factor model above keeps the
+strength of every rating, models the A/B position bias per rater
 and separates "no signal" (slope 0: random clickers) from "noisy signal" (large ``v_j``), which a
 variance-only model cannot: a uniform clicker's rating variance (5.25 on 8 points) is close to
 that of an honest rater with noise sd 2. Its known approximations: the 8 points are treated as
@@ -72,6 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from crowdpref.aggregation.pairs import unswap
 from crowdpref.contracts import RATERS
 from crowdpref.errors import CrowdprefError
 
@@ -221,8 +223,6 @@ def fit_raters(ratings: pd.DataFrame, scale_points: int, file: str = "ratings.pa
     Returns the fit and each rating's rater code. Raises a one-line :class:`CrowdprefError` when
     a column is missing, a rater_key is empty or a rating is outside 1..K.
     """
-    from crowdpref.aggregation import unswap
-
     missing = [c for c in ("pair_id", "rater_key", "rating", "swapped") if c not in ratings.columns]
     if missing:
         raise CrowdprefError(f"{file} lacks columns {missing}: rater reliability needs them "
