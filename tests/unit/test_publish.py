@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from crowdpref import contracts
-from crowdpref.reliability import RATER_COLUMNS
+from crowdpref.aggregation.reliability import RATER_COLUMNS
 from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
