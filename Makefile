@@ -4,7 +4,7 @@ VENV := .venv
 CROWDPREF := $(VENV)/bin/crowdpref
 # tests use their own state folders (test-output/state-<pid>, free ports), never the user's stack
 
-.PHONY: setup up down status demo test test-unit bench clean
+.PHONY: setup up down status demo test test-unit docs docs-serve docs-check bench clean
 
 setup:
 	./services/bootstrap.sh
@@ -26,9 +26,10 @@ demo: setup
 	$(CROWDPREF) deploy
 	$(CROWDPREF) demo studies/demo.yaml
 
-# Runs the whole suite. Services the tests need are started by session fixtures and stopped at
-# the end; the trap also stops anything left by an interrupted run.
-test: setup
+# Runs the whole suite, after building the docs strictly (a broken link or a reference to a
+# missing object fails it). Services the tests need are started by session fixtures and stopped
+# at the end; the trap also stops anything left by an interrupted run.
+test: setup docs-check
 	@mkdir -p test-output
 	@trap 'for home in test-output/state-*; do [ -d "$$home" ] && CROWDPREF_HOME=$$home $(CROWDPREF) down >/dev/null 2>&1; done; true' EXIT; \
 	  $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
@@ -36,8 +37,22 @@ test: setup
 test-unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# The docs site (mkdocs.yml, docs/): reference pages are generated from the code at build time.
+# --strict: any warning (a broken link or anchor, a reference to a missing object) fails it.
+# The two variables silence the banners that mkdocs-material and properdocs print on every build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs
+docs: setup
+	$(MKDOCS) build --strict --site-dir site
+
+docs-serve: setup
+	$(MKDOCS) serve
+
+docs-check: setup
+	@mkdir -p test-output
+	$(MKDOCS) build --strict --site-dir test-output/site
+
 bench: setup
 	$(VENV)/bin/python benchmarks/argilla_search.py
 
 clean: down
-	rm -rf test-output build *.egg-info
+	rm -rf test-output build site *.egg-info

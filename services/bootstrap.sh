@@ -19,7 +19,7 @@ stamp_ok() { [ -f "$1" ] && [ "$1" -nt "$2" ] && { [ -z "${3:-}" ] || [ "$1" -nt
 if ! stamp_ok .venv/.crowdpref-installed pyproject.toml constraints.txt; then
   say "pipeline venv (.venv): crowdpref, Prefect, argilla SDK"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,docs]"
   touch .venv/.crowdpref-installed
 fi
 
