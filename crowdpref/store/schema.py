@@ -1,6 +1,7 @@
 """The study store's tables (SQLAlchemy Core). The Alembic migrations in
-``crowdpref/migrations`` create exactly these; a test compares the two, so a change here
-without a migration fails.
+``crowdpref/store/migrations`` create exactly these; a test compares the two, so a change here
+without a migration fails. The values of the state and status columns are the members of
+:mod:`crowdpref.store.statuses`.
 
 - ``collections``  one per (study, key): study 1 or study 2 of a study config; R, Q, seed.
 - ``items``        the work items of a collection (questions, answer pairs).

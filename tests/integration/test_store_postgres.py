@@ -123,7 +123,7 @@ def test_the_migrated_schema_equals_the_metadata(pg_store: Store) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from crowdpref.store_schema import metadata
+    from crowdpref.store.schema import metadata
 
     with pg_store.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})

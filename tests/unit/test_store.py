@@ -608,7 +608,7 @@ def test_the_migrated_schema_equals_the_metadata(tmp_path: Path) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from crowdpref.store_schema import metadata
+    from crowdpref.store.schema import metadata
 
     store = Store(_url(tmp_path))
     with store.engine.connect() as conn:

@@ -1,12 +1,12 @@
 """Alembic environment for the study store. crowdpref runs migrations itself
-(:func:`crowdpref.store.upgrade`), handing over an open connection in a transaction that
+(:func:`crowdpref.store.engine.upgrade`), handing over an open connection in a transaction that
 holds the store's write lock, so two processes never migrate at once."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from crowdpref.store_schema import metadata
+from crowdpref.store.schema import metadata
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -1,0 +1,196 @@
+"""Collections and the claim: who gets which work.
+
+A collection is one study's (study 1 or study 2) items with R (copies of each item) and Q (items
+per participant). A claim hands a participant their Q items in one short transaction: the
+items with the most copies still missing first, never more than R copies of an item in flight
+or done, never an item twice to one person.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, get_args
+
+from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from crowdpref.contracts import SOURCES
+from crowdpref.store import schema as t
+from crowdpref.store.engine import StoreBase, StoreError
+from crowdpref.store.results import Claimed, ClaimResult, CollectionInfo, Full, Refused
+from crowdpref.store.statuses import IN_FLIGHT_OR_DONE, AccountState, AssignmentStatus, ParticipantStatus
+
+Source = Literal["simulated", "prolific", "invite"]
+"""A participant's source, as a type: :data:`crowdpref.contracts.SOURCES` (the one definition)."""
+assert get_args(Source) == SOURCES, "Source must list crowdpref.contracts.SOURCES, in order"
+CheckPlanner = Callable[[Sequence[str], Mapping[str, bool], str], Sequence[tuple[str, "bool | None"]]]
+"""(items chosen, their display orders, the participant's key hash) -> the check items to add
+to the batch, with the display order of each (None when it has none)."""
+
+
+class ClaimsStore(StoreBase):
+    """Collections, their items, and claims."""
+
+    def collection(self, study: str, key: str, items: Sequence[str], *, copies: int, per_participant: int,
+                   seed: int, username_prefix: str, counterbalance: bool = False) -> CollectionInfo:
+        """The collection for (study, key), created with its items on first use. Later calls
+        add items that are new and keep R/Q/prefix in step with the config; items are never
+        removed (work on them may exist)."""
+        c = t.collections.c
+        values = dict(copies=copies, per_participant=per_participant, seed=seed, counterbalance=counterbalance,
+                      username_prefix=username_prefix)
+        for attempt in range(2):
+            try:
+                with self._write() as conn:
+                    row = conn.execute(select(t.collections).where(c.study == study, c.key == key)).first()
+                    if row is None:
+                        cid = conn.execute(insert(t.collections).values(study=study, key=key, created_at=self.clock(),
+                                                                        **values)).inserted_primary_key[0]
+                        self._event(conn, cid, "collection_created", items=len(items), copies=copies,
+                                    per_participant=per_participant)
+                    else:
+                        cid = row.id
+                        changed = {k: v for k, v in values.items() if getattr(row, k) != v}
+                        if changed:
+                            conn.execute(update(t.collections).where(c.id == cid).values(**changed))
+                            self._event(conn, cid, "settings_changed", **{k: str(v) for k, v in changed.items()})
+                    known = set(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+                    new = [i for i in dict.fromkeys(items) if i not in known]
+                    if new:
+                        start = len(known)
+                        conn.execute(insert(t.items), [
+                            {"collection_id": cid, "item_id": item, "ordinal": start + n} for n, item in enumerate(new)
+                        ])
+                    return CollectionInfo(cid, study, key, username_prefix=username_prefix, **{
+                        k: v for k, v in values.items() if k != "username_prefix"})
+            except IntegrityError:
+                if attempt:  # a concurrent first use created it: the second pass finds it
+                    raise
+        raise AssertionError("unreachable")
+
+    def find_collection(self, study: str, key: str) -> CollectionInfo | None:
+        c = t.collections.c
+        with self._read() as conn:
+            row = conn.execute(select(t.collections).where(c.study == study, c.key == key)).first()
+        if row is None:
+            return None
+        return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
+                              bool(row.counterbalance), row.username_prefix)
+
+    def items(self, cid: int) -> list[str]:
+        with self._read() as conn:
+            return list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)
+                                     .order_by(t.items.c.ordinal)).scalars())
+
+    def claim(self, info: CollectionInfo, key: str, source: str, *,
+              exclude_collection: CollectionInfo | None = None,
+              checks: CheckPlanner | None = None) -> ClaimResult:
+        """Give the participant known by ``key`` their Q items, in one transaction.
+
+        The items with the most copies still missing come first (ties broken by a seeded hash
+        of the participant and the item, so simultaneous arrivals spread out); never more than
+        R copies of an item in flight or done; never an item twice to one person. A second
+        claim by the same key returns the same work. Binds a ready pool account when there is
+        one, else creates an account row the caller provisions now (a cold claim).
+        ``exclude_collection``: people who took part there are refused (study 1 -> study 2).
+        ``checks``: the quality checks to add to the batch, given the items chosen, their
+        display orders and the participant's key hash (held like items, so the participant
+        finishes only when they are answered too, and a release deletes them; they are not
+        items of the collection and never count towards R)."""
+        if source not in SOURCES:
+            raise StoreError(f"unknown participant source '{source}': use one of {', '.join(SOURCES)}")
+        key_hash = self.key_hash(key)
+        now = self.clock()
+        p, a, s = t.participants.c, t.accounts.c, t.assignments.c
+        with self._write(info.id) as conn:
+            info = self._info(info.id, conn)  # R, Q... as the store holds them now (the config may have changed)
+            existing = conn.execute(select(p.id, p.status, p.withdrawn_at).where(
+                p.collection_id == info.id, p.key_hash == key_hash)).first()
+            if existing is not None:
+                if (existing.status in (ParticipantStatus.RELEASING, ParticipantStatus.RELEASED)
+                        or existing.withdrawn_at is not None):
+                    return Refused("released")
+                state = self._participant(conn, existing.id)
+                return Claimed(state, new=False, password=self._password(conn, state.account_id))
+            if exclude_collection is not None and conn.execute(select(p.id).where(
+                    p.collection_id == exclude_collection.id, p.key_hash == key_hash)).first() is not None:
+                self._event(conn, info.id, "refused", reason="excluded")
+                return Refused("excluded")
+            counts = self.item_counts(info.id, conn)
+            all_items = conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == info.id)).scalars()
+            missing = {}
+            for item in all_items:
+                gap = info.copies - counts.submitted[item] - counts.held[item]
+                if gap > 0:
+                    missing[item] = gap
+            if not missing:
+                self._event(conn, info.id, "full")
+                return Full()
+            chosen = sorted(missing, key=lambda item: (-missing[item], _tiebreak(info.seed, key_hash, item)))
+            chosen = chosen[: info.per_participant]
+            account_row = conn.execute(select(a.id, a.username).where(
+                a.collection_id == info.id, a.state == AccountState.READY,
+                ~a.id.in_(select(p.account_id))).order_by(a.id).limit(1)).first()
+            if account_row is not None:
+                conn.execute(update(t.accounts).where(a.id == account_row.id).values(state=AccountState.BOUND))
+                account_id = account_row.id
+            else:
+                account_id = self._new_account(conn, info, AccountState.CREATING).id
+            pid = conn.execute(insert(t.participants).values(
+                collection_id=info.id, key_hash=key_hash, source=source, account_id=account_id,
+                status=ParticipantStatus.ACTIVE, claimed_at=now, last_activity_at=now, records_logged=False,
+                drop_requested=False,
+            )).inserted_primary_key[0]
+            orders = self._display_orders(conn, info, chosen, key_hash) if info.counterbalance else {}
+            extra = list(checks(chosen, orders, key_hash)) if checks is not None else []
+            conn.execute(insert(t.assignments), [
+                {"collection_id": info.id, "participant_id": pid, "item_id": item, "position": n,
+                 "status": AssignmentStatus.HELD, "swapped": swapped, "assigned_at": now}
+                for n, (item, swapped) in enumerate([(item, orders.get(item)) for item in chosen] + extra)
+            ])
+            self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
+                        warm=account_row is not None)
+            for item in chosen:
+                if counts.released[item] or counts.excluded[item] or counts.reopened[item] or counts.withdrawn[item]:
+                    self._event(conn, info.id, "reallocated", pid, item, at=now)
+            state = self._participant(conn, pid)
+            return Claimed(state, new=True, password=self._password(conn, account_id))
+
+    def _display_orders(self, conn: Connection, info: CollectionInfo, items: Sequence[str],
+                        key_hash: str) -> dict[str, bool]:
+        """Counterbalanced A/B order per rating: each item gets the order fewer of its current
+        (held or submitted) raters saw; a tie is a seeded coin. So the R raters of a pair see
+        it ceil(R/2) one way and floor(R/2) the other - as balanced as R allows."""
+        s = t.assignments.c
+        rows = conn.execute(select(s.item_id, s.swapped, func.count()).where(
+            s.collection_id == info.id, s.item_id.in_(list(items)), s.status.in_(IN_FLIGHT_OR_DONE),
+        ).group_by(s.item_id, s.swapped)).all()
+        seen: dict[str, Counter[bool]] = {}
+        for item, swapped, n in rows:
+            seen.setdefault(item, Counter())[bool(swapped)] += n
+        orders = {}
+        for item in items:
+            c = seen.get(item, Counter())
+            if c[True] != c[False]:
+                orders[item] = c[True] < c[False]
+            else:
+                orders[item] = int(_tiebreak(info.seed, "order", item, key_hash)[:8], 16) % 2 == 1
+        return orders
+
+    def check(self, cid: int) -> list[str]:
+        """Invariant violations (empty when consistent): no item over R copies in flight or
+        done, no participant holding an item twice (the schema forbids it too)."""
+        info = self._info(cid)
+        counts = self.item_counts(cid)
+        problems = []
+        for item in self.items(cid):
+            n = counts.submitted[item] + counts.held[item]
+            if n > info.copies:
+                problems.append(f"item {item} has {n} copies in flight or done (R = {info.copies})")
+        return problems
+
+
+def _tiebreak(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()

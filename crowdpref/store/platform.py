@@ -1,0 +1,136 @@
+"""The platform side: participants' platform sessions, the recruitment platform's study of each
+collection (Prolific), webhook deliveries already handled, and store-wide secrets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from crowdpref.store import schema as t
+from crowdpref.store.engine import StoreBase, StoreError
+from crowdpref.store.results import CollectionInfo, ParticipantState, PlatformStudy
+
+
+class PlatformStore(StoreBase):
+    """Platform sessions and studies, webhook deliveries, the event log's writers, secrets."""
+
+    def record_session(self, cid: int, pid: int, session_id: str) -> None:
+        """Remember (as a salted hash) the platform session a participant entered with: the
+        Prolific submission id that webhooks name."""
+        with self._write(cid) as conn:
+            conn.execute(update(t.participants).where(t.participants.c.id == pid)
+                         .values(session_hash=self.key_hash(session_id)))
+
+    def find_by_session(self, session_id: str) -> tuple[CollectionInfo, ParticipantState] | None:
+        """The participant who entered with this platform session, in any collection."""
+        with self._read() as conn:
+            row = conn.execute(select(t.participants.c.id, t.participants.c.collection_id).where(
+                t.participants.c.session_hash == self.key_hash(session_id))).first()
+            if row is None:
+                return None
+            return self._info(row.collection_id, conn), self._participant(conn, row.id)
+
+    def find_by_key(self, key: str) -> list[tuple[CollectionInfo, ParticipantState]]:
+        """Every participation of the person known by ``key`` (a Prolific id), any collection."""
+        with self._read() as conn:
+            rows = conn.execute(select(t.participants.c.id, t.participants.c.collection_id).where(
+                t.participants.c.key_hash == self.key_hash(key))).all()
+            return [(self._info(r.collection_id, conn), self._participant(conn, r.id)) for r in rows]
+
+    def platform_study(self, cid: int) -> PlatformStudy | None:
+        with self._read() as conn:
+            row = conn.execute(select(t.platform_studies).where(t.platform_studies.c.collection_id == cid)).first()
+        if row is None:
+            return None
+        return PlatformStudy(row.collection_id, row.platform, row.external_id, row.state, row.group_id, row.places)
+
+    def save_platform_study(self, cid: int, platform: str, external_id: str, state: str,
+                            group_id: str | None = None, places: int | None = None) -> PlatformStudy:
+        """Record (or update) the platform study of a collection. A different external id for a
+        collection that already has one is refused: one platform study per collection."""
+        ps = t.platform_studies.c
+        now = self.clock()
+        with self._write(cid) as conn:
+            row = conn.execute(select(t.platform_studies).where(ps.collection_id == cid)).first()
+            if row is None:
+                conn.execute(insert(t.platform_studies).values(
+                    collection_id=cid, platform=platform, external_id=external_id, state=state, group_id=group_id,
+                    places=places, created_at=now, updated_at=now))
+                self._event(conn, cid, "platform_study", platform=platform, state=state)
+            else:
+                if row.external_id != external_id:
+                    raise StoreError(f"collection {cid} is already published as {row.platform} study "
+                                     f"{row.external_id}: refusing to record a second one ({external_id})")
+                values: dict[str, Any] = dict(state=state, updated_at=now)
+                if group_id is not None:
+                    values["group_id"] = group_id
+                if places is not None:
+                    values["places"] = places
+                conn.execute(update(t.platform_studies).where(ps.collection_id == cid).values(**values))
+                if state != row.state or (places is not None and places != row.places):
+                    self._event(conn, cid, "platform_study", platform=platform, state=state, places=places)
+        return self.platform_study(cid)  # type: ignore[return-value]
+
+    def delivery_seen(self, event_id: str) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(t.webhook_deliveries.c.event_id).where(
+                t.webhook_deliveries.c.event_id == event_id)).first() is not None
+
+    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str) -> bool:
+        """Remember a handled webhook event; False when it was already recorded (a duplicate
+        delivery handled meanwhile)."""
+        try:
+            with self._write() as conn:
+                conn.execute(insert(t.webhook_deliveries).values(
+                    event_id=event_id[:100], source=source, kind=kind[:60], received_at=self.clock(),
+                    outcome=outcome[:200]))
+            return True
+        except IntegrityError:
+            return False
+
+    def deliveries(self, source: str | None = None) -> list[dict[str, Any]]:
+        w = t.webhook_deliveries.c
+        query = select(t.webhook_deliveries).order_by(w.received_at)
+        if source is not None:
+            query = query.where(w.source == source)
+        with self._read() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    def log_event(self, cid: int, kind: str, pid: int | None = None, **detail: Any) -> None:
+        """Append one event to the collection's log (portal entries, platform decisions...)."""
+        with self._write() as conn:
+            self._event(conn, cid, kind, pid, **detail)
+
+    def secret(self, name: str) -> str:
+        """A store-wide random secret (created on first use, kept in the owner-only store): the
+        portal's signing key, invite-link key..."""
+        value = self.get_meta(name)
+        if value is not None:
+            return value
+        try:
+            with self._write() as conn:
+                conn.execute(insert(t.meta).values(name=name, value=secrets.token_urlsafe(32)))
+        except IntegrityError:  # a concurrent first use stored it: read theirs
+            pass
+        return self.get_meta(name)  # type: ignore[return-value]
+
+    def get_meta(self, name: str) -> str | None:
+        with self._read() as conn:
+            return conn.execute(select(t.meta.c.value).where(t.meta.c.name == name)).scalar()
+
+    def set_meta(self, name: str, value: str) -> None:
+        with self._write() as conn:
+            if conn.execute(update(t.meta).where(t.meta.c.name == name).values(value=value)).rowcount == 0:
+                conn.execute(insert(t.meta).values(name=name, value=value))
+
+    def completion_code(self, cid: int) -> str:
+        """The collection's completion code: derived from the store's salt, so it is stable,
+        differs per study and collection, and cannot be guessed from the study's name."""
+        info = self._info(cid)
+        digest = hashlib.sha256(f"{self._salt}\x1fcompletion\x1f{info.study}\x1f{info.key}".encode()).hexdigest()
+        return "C" + digest[:7].upper()
