@@ -1,5 +1,6 @@
 """The simulation's truth check: how often the chosen answer is the one the simulated crowd
-gave the higher hidden quality (:mod:`crowdpref.crowd`). Only a simulated study has a truth."""
+gave the higher hidden quality (:mod:`crowdpref.simulation.crowd`). Only a simulated study has
+a truth."""
 
 from __future__ import annotations
 
