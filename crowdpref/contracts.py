@@ -21,7 +21,8 @@ SOURCES = ("simulated", "prolific", "invite")
 """Where a participant came from (the ``source`` column of responses and ratings):
 "simulated" - crowdpref's simulated crowd, a program, not a person; "prolific" - recruited on
 Prolific; "invite" - a person who joined through the study team's invite link (a pilot, an own
-panel). Nothing else is allowed (the study store's ``crowdpref.store.SOURCES``)."""
+panel). Nothing else is allowed: the study store refuses any other at a claim
+(:meth:`crowdpref.store.Store.claim`; its type is :data:`crowdpref.store.Source`)."""
 
 QUESTIONS = ["question_id", "question", "category", "source", "metadata"]
 """questions.parquet - question_id "q_<16 hex>" (hash of the normalised text), source
