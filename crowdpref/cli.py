@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crowdpref.errors import ConfigError, CrowdprefError, ServiceError, StateFileError
+from crowdpref.project import use_project
 from crowdpref.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -151,6 +152,7 @@ def up(
              "was lost or damaged); the stack must be down."),
 ) -> None:
     """Start the embedded services that are not running yet and print the UI URLs."""
+    use_project()
     from services import stack
     from services.argilla.service import ensure_owner_credentials, masked
 
@@ -188,6 +190,7 @@ def up(
 def _reset_owner(settings: Any) -> None:
     """``up --reset-owner``: only for the embedded Argilla, only while no service runs (each
     holds the old key)."""
+    use_project()
     from services import stack
     from services.argilla.service import reset_owner
 
@@ -212,6 +215,7 @@ def deploy(
 
     Afterwards flows can be started from the Prefect UI; schedules are registered inactive -
     resume them in the UI. `crowdpref down` stops the worker."""
+    use_project()
     from deployments.deploy import deploy_all, start_worker
 
     settings = _settings()
@@ -230,6 +234,7 @@ def deploy(
 @friendly_errors
 def down() -> None:
     """Stop every embedded service crowdpref started (by recorded PID, whole process groups)."""
+    use_project()
     from services import stack
 
     stopped = stack.down(_settings())
@@ -240,6 +245,7 @@ def down() -> None:
 @friendly_errors
 def status() -> None:
     """What runs, where, and whether it is healthy. Exit 1 if something is down."""
+    use_project()
     from services import stack
 
     rows = stack.status(_settings())
@@ -284,6 +290,7 @@ def smoke() -> None:
     settings = _settings()
     _use_prefect(settings)
     _require_argilla(settings)
+    use_project()
     from flows.smoke import smoke_check
 
     _call_flow(smoke_check, settings, "smoke")
@@ -323,6 +330,7 @@ def run_flow(
     if _needs_argilla(flow_name, config, settings):
         _require_argilla(settings)
     module, attribute = FLOWS[flow_name]
+    use_project()
     result, _ = _call_flow(getattr(importlib.import_module(module), attribute), settings, flow_name, study=str(study))
     console.print(f"{flow_name}: {result}")
 
@@ -402,6 +410,7 @@ def demo(
     settings = _settings()
     _use_prefect(settings)
     _require_argilla(settings)
+    use_project()
     from flows.study import study as study_flow
 
     started = time.perf_counter()
@@ -661,6 +670,8 @@ def _start_fake_prolific(config: Any, settings: Settings) -> None:
     from crowdpref.errors import ServiceError
     from crowdpref.recruitment import prolific_client, setup_webhooks
     from crowdpref.store import open_store
+
+    use_project()
     from services import portal, stack
 
     if not portal.healthy(settings):
