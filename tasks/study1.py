@@ -7,10 +7,10 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
-from crowdpref.simulation.arrivals import open_door
 from crowdpref.runfolder import RunFolder, write_parquet
 from crowdpref.settings import load_settings
+from crowdpref.simulation.arrivals import open_door
+from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play, open_answer_writer
 from crowdpref.studies import open_collection
 from crowdpref.study1 import export_responses as export_responses_to
 from crowdpref.work_quality import answer_flags, describe_flags, flag_counts, flagged_rows

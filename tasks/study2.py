@@ -7,13 +7,13 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from crowdpref.config import load_study
-from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play
-from crowdpref.simulation.arrivals import open_door
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.runfolder import RunFolder, read_parquet, write_parquet
 from crowdpref.screening import excluded_response_ids
 from crowdpref.settings import load_settings
+from crowdpref.simulation.arrivals import open_door
+from crowdpref.simulation.crowd import CrowdReport, SimulatedCrowd, check_may_play
 from crowdpref.studies import open_collection
 from crowdpref.study2 import export_ratings as export_ratings_to
 from crowdpref.study2 import study1_complete

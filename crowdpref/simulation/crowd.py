@@ -43,11 +43,11 @@ import pandas as pd
 from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.checks import is_check
 from crowdpref.collection import Collection
-from crowdpref.simulation.arrivals import DirectDoor, Door
 from crowdpref.config import CrowdConfig, StudyConfig
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
+from crowdpref.simulation.arrivals import DirectDoor, Door
 from crowdpref.store import ParticipantState
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]

@@ -47,13 +47,13 @@ from crowdpref.portal.service import Portal
 from crowdpref.prolific import ProlificClient
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.recruitment import ensure_prolific_study
+from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import ACTIVE, COMPLETE, Store
 from crowdpref.study1 import export_responses, study1_collection
 from crowdpref.study2 import export_ratings, study2_collection
 from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.conftest import free_port, isolated_settings
-from crowdpref.simulation.prolific_server import FakeProlific
 from tests.integration.test_study1_collection import _questions
 from tests.integration.test_study2_collection import _study1_export
 from tests.portal_server import PortalThread

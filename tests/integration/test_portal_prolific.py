@@ -15,15 +15,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from crowdpref.simulation.arrivals import ProlificDoor, simulated_prolific_id
 from crowdpref.portal.app import create_app
 from crowdpref.portal.service import Portal
 from crowdpref.prolific import ProlificClient
 from crowdpref.recruitment import ensure_prolific_study, internal_name, setup_webhooks, sync_prolific
 from crowdpref.settings import load_settings
+from crowdpref.simulation.arrivals import ProlificDoor, simulated_prolific_id
+from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import open_store
 from tests.conftest import free_port
-from crowdpref.simulation.prolific_server import FakeProlific
 from tests.portal_server import PortalThread
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from prefect import flow
 
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import load_settings
-from crowdpref.store import Claimed, open_store
 from crowdpref.simulation.prolific_server import FakeProlific
+from crowdpref.store import Claimed, open_store
 from tests.integration.test_study1_collection import _questions
 from tasks.collection import monitor_collection
 

@@ -12,8 +12,8 @@ import pytest
 from crowdpref import checks
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.config import parse_study
-from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.pairing import make_pairs
+from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.store import COMPLETE, EXCLUDED, Claimed, Store
 from crowdpref.study1 import export_responses, study1_collection
 from crowdpref.study2 import export_ratings, study2_collection

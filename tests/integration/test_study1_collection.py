@@ -15,9 +15,9 @@ import pytest
 
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import parse_study
-from crowdpref.simulation.crowd import SimulatedCrowd, check_may_play
 from crowdpref.errors import CrowdprefError
 from crowdpref.ids import stable_id
+from crowdpref.simulation.crowd import SimulatedCrowd, check_may_play
 from crowdpref.store import Claimed, Full, Store
 from crowdpref.study1 import export_responses, study1_collection
 

@@ -12,12 +12,12 @@ import pytest
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner, SubmittedAnswer
 from crowdpref.config import parse_study
-from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.reopen import ItemsReopened
 from crowdpref.runfolder import RunFolder
+from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.store import Assignment, Claimed, ParticipantState, Refused, Store
 from crowdpref.study1 import study1_collection
 from crowdpref.study2 import Study2Spec, export_ratings, ratings_frame, study1_complete, study2_collection

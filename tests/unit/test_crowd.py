@@ -10,9 +10,9 @@ import openai
 import pytest
 
 from crowdpref.config import CrowdConfig
-from crowdpref.simulation.crowd import SimulatedCrowd, llm_answer_writer, open_answer_writer, template_answer
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.settings import load_settings
+from crowdpref.simulation.crowd import SimulatedCrowd, llm_answer_writer, open_answer_writer, template_answer
 from tests.fakes.openai_server import FakeOpenAIServer
 
 

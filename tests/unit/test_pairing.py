@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from crowdpref.config import CrowdConfig
-from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
+from crowdpref.simulation.crowd import SimulatedCrowd
 
 
 def _responses(per_question: dict[str, int]) -> pd.DataFrame:

@@ -49,8 +49,8 @@ from crowdpref.prolific import (
     sign_webhook,
     verify_webhook,
 )
-from tasks.retries import is_transient
 from crowdpref.simulation.prolific_server import ApiError, FakeProlific
+from tasks.retries import is_transient
 
 REPO = Path(__file__).resolve().parents[2]
 URL = ("http://portal.test/s/x/study1?PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}"

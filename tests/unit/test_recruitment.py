@@ -46,10 +46,10 @@ from crowdpref.recruitment import (
     sync_prolific,
 )
 from crowdpref.runfolder import RunFolder
+from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import Claimed, Store, default_url
 from crowdpref.study1 import study1_collection
 from tests.conftest import isolated_settings
-from crowdpref.simulation.prolific_server import FakeProlific
 
 PORTAL = "https://portal.example.org"
 QUESTIONS = [

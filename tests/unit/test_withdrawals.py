@@ -255,9 +255,9 @@ def test_cli_refusals_are_one_line_and_never_echo_the_id(cli_study) -> None:
 def test_the_sync_withdraws_a_participant_whose_completed_submission_was_rejected(tmp_path: Path, store: Store) -> None:
     from crowdpref.prolific import ProlificClient
     from crowdpref.recruitment import ensure_prolific_study, sync_prolific
+    from crowdpref.simulation.prolific_server import FakeProlific
     from crowdpref.study1 import study1_collection
     from tests.conftest import isolated_settings
-    from tests.fakes.prolific_server import FakeProlific
     from tests.unit.test_recruitment import NoArgilla, _config, _questions, _submit
 
     config = _config()
