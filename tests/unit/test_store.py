@@ -1,4 +1,4 @@
-"""The study store (crowdpref/store.py) on SQLite: the allocation invariants as hypothesis
+"""The study store (crowdpref/store/) on SQLite: the allocation invariants as hypothesis
 properties over random sequences of claims, repeat claims, submissions, releases and drop
 requests; counterbalanced display order and what it does to position bias; exclusion; keys kept
 only as salted hashes; an owner-only file; no lost update between two processes; the Alembic
