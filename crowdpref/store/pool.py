@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import Account, CollectionInfo, ParticipantState
-from crowdpref.store.statuses import FINISHED, AccountState, ParticipantStatus
+from crowdpref.store.statuses import FINISHED, AccountState
 
 
 class PoolStore(StoreBase):
