@@ -1,4 +1,4 @@
-"""Prefect tasks over :mod:`crowdpref.publish`: build the release folder, scan it again right
+"""Prefect tasks over :mod:`crowdpref.release`: build the release folder, scan it again right
 before it leaves the machine, push it to the Hugging Face Hub, and show the result as artifacts.
 
 Secrets never travel as task parameters: tasks receive the :class:`Settings` (``SecretStr``

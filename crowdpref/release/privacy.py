@@ -1,9 +1,10 @@
-"""Personal details and credentials that must not be published, recognised by their form.
+"""Personal details and credentials that must not be published, recognised by their form, and
+what the release does with them.
 
-The release's secret scan (:func:`crowdpref.publish.scan_for_secrets`) finds the exact strings it
-is given (our usernames, passwords, keys). This module adds the values nobody listed but whose
-form gives them away: a Prolific participant id typed into an answer, an e-mail address, a token
-or key of a service crowdpref talks to. Every pattern is written here, once:
+The release's secret scan (:func:`crowdpref.release.scan.scan_for_secrets`) finds the exact
+strings it is given (our usernames, passwords, keys). This module adds the values nobody listed
+but whose form gives them away: a Prolific participant id typed into an answer, an e-mail
+address, a token or key of a service crowdpref talks to. Every pattern is written here, once:
 
 =================  ==========================================================================
 ``prolific-id``    24 hex digits standing alone (Prolific ids are MongoDB ObjectIds:
@@ -30,24 +31,52 @@ cannot be told apart from ordinary text (ids, hashes, URLs) without false positi
 :func:`find` returns the hits in a text (pattern name and span: callers report the pattern and
 where, never the value); :func:`mask` replaces each hit by its placeholder, e.g.
 ``[email removed]``.
+
+In the release (:func:`apply_privacy`, called by :func:`crowdpref.release.build.build_release`):
+personal details are masked in the columns people wrote (``Column.free_text``: answers and
+questions) and counted in the card's "Privacy" section (:func:`privacy_markdown`) and
+``<run>/privacy.json`` (:class:`PrivacyReport`); one in any other column (crowdpref's own ids,
+labels, metadata) stops the build with a :class:`PrivacyError`, as does a token, key or
+Prolific-style id in the card's own text (:func:`check_card_text`: the config's description or
+citation; an e-mail address there is allowed).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from crowdpref.errors import CrowdprefError
+from crowdpref.release.markdown import cell
+from crowdpref.release.scan import Needle, as_text, describe, scan_values
+from crowdpref.release.schema import TIMESTAMP_PRECISIONS, Subset
+from crowdpref.release.stats import read_stats
+from crowdpref.runfolder import RunFolder
 
 __all__ = [
+    "BY_NAME",
+    "CARD_ALLOWED_PATTERNS",
     "PATTERNS",
-    "TIMESTAMP_PRECISIONS",
+    "PRIVACY_FILE",
     "Hit",
     "Pattern",
+    "PrivacyError",
+    "PrivacyReport",
+    "apply_privacy",
+    "check_card_text",
     "find",
     "first_hit",
     "mask",
     "mask_all",
+    "privacy_markdown",
+    "read_privacy_report",
 ]
 
 
@@ -111,10 +140,7 @@ PATTERNS: tuple[Pattern, ...] = (
 """Checked in this order: a token is reported as a token, not as the hex run inside it."""
 
 BY_NAME = {p.name: p for p in PATTERNS}
-
-TIMESTAMP_PRECISIONS = ("day", "hour", "minute", "second", "microsecond")
-"""How precisely published timestamps are kept (``publish.timestamp_precision``): truncated
-(floored, in UTC) to the start of the day, hour, minute or second, or as recorded."""
+"""Pattern name -> :class:`Pattern`."""
 
 
 @dataclass(frozen=True)
@@ -190,3 +216,155 @@ def first_hit(values: Iterable[object]) -> tuple[int, str] | None:
         if hits[0].start < end:
             return row, hits[0].pattern
     return len(texts) - 1, hits[0].pattern
+
+
+# --- in the release ------------------------------------------------------------------------
+PRIVACY_FILE = "privacy.json"
+"""What the privacy pass of the last build masked (counts only, never a value), in the run folder."""
+
+
+class PrivacyError(CrowdprefError):
+    """A personal detail or credential in one of crowdpref's own columns, or a credential or
+    Prolific-style id in the card's own text: the build stops."""
+
+
+CARD_ALLOWED_PATTERNS = frozenset({"email"})
+"""Pattern kinds the card's own text may hold: the study team's contact address is theirs to
+publish (participants' text is masked before any of it reaches the card)."""
+
+
+def check_card_text(card: str, source: str | None) -> None:
+    """The card's text comes from the study config (title, description, citation, category
+    descriptions) and from crowdpref: a token, key or Prolific-style id in it stops the build,
+    with the line and the kind, never the value."""
+    hits = find(card, [p for p in PATTERNS if p.name not in CARD_ALLOWED_PATTERNS])
+    if hits:
+        line = card.count("\n", 0, hits[0].start) + 1
+        label = BY_NAME[hits[0].pattern].label
+        raise PrivacyError(
+            f"refusing to publish: the dataset card (README.md line {line}) would contain a "
+            f"{label}, from the study config's text ({source or 'the study config'}: title, description, "
+            "publish.citation or a category description): remove it and build again; "
+            "nothing was written")
+
+
+@dataclass
+class PrivacyReport:
+    """What the build masked in participant text, per pattern and published column (counts
+    only), and how precisely timestamps were published."""
+
+    timestamp_precision: str = "microsecond"
+    masked: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Pattern name -> {"<configuration>.<column>": values replaced}."""
+
+    def add(self, pattern: str, where: str, count: int) -> None:
+        if count:
+            cell = self.masked.setdefault(pattern, {})
+            cell[where] = cell.get(where, 0) + count
+
+    @property
+    def total(self) -> int:
+        return sum(n for cells in self.masked.values() for n in cells.values())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per pattern that hit (in :data:`PATTERNS` order)."""
+        return [{"pattern": p.name, "what": p.label, "placeholder": p.placeholder,
+                 "replaced": sum(self.masked[p.name].values()),
+                 "columns": ", ".join(f"{w} ({n})" for w, n in sorted(self.masked[p.name].items()))}
+                for p in PATTERNS if p.name in self.masked]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"about": "personal details masked in the release (counts only)",
+                "timestamp_precision": self.timestamp_precision, "total": self.total,
+                "masked": self.masked, "patterns": self.rows()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> PrivacyReport:
+        """The report :meth:`to_json` wrote (an empty one for None or a malformed file)."""
+        data = data or {}
+        precision = data.get("timestamp_precision")
+        report = cls(timestamp_precision=precision if precision in TIMESTAMP_PRECISIONS
+                     else "microsecond")
+        masked = data.get("masked")
+        for pattern, cells in (masked.items() if isinstance(masked, Mapping) else ()):
+            for where, count in (cells.items() if isinstance(cells, Mapping) else ()):
+                if isinstance(count, int):
+                    report.add(str(pattern), str(where), count)
+        return report
+
+
+def privacy_markdown(report: PrivacyReport) -> list[str]:
+    """The card's (and the artifact's) lines on what the pattern scan masked and on timestamps."""
+    kinds = ", ".join(p.label for p in PATTERNS)
+    out = [f"Answer and question texts were scanned for personal details and credentials "
+           f"recognised by their form ({kinds}). "]
+    if report.total:
+        out[0] += (f"{report.total} were found and replaced by a placeholder such as "
+                   "`[email removed]` (the values themselves are not kept in the release):")
+        out += ["", "| What | Placeholder | Replaced | In (configuration.column: values) |",
+                "|---|---|---|---|"]
+        out += [f"| {r['what']} | `{r['placeholder']}` | {r['replaced']} | {cell(r['columns'])} |"
+                for r in report.rows()]
+        out += ["", "The same answer appears in several configurations (e.g. `responses.text` "
+                "and `default.chosen`), so one typed value can be counted more than once."]
+    else:
+        out[0] += "None was found."
+    out += ["", "Other personal details (names, places, stories) cannot be recognised this way: "
+            "answer texts are otherwise published as written, not edited."]
+    precision = report.timestamp_precision
+    out += ["", "Timestamps (`submitted_at`) are published "
+            + ("as recorded, to the microsecond." if precision == "microsecond" else
+               f"to the {precision}: truncated in UTC to the start of the {precision}"
+               + (" (the time of day is always 00:00)" if precision == "day" else "")
+               + ", so the moment a participant worked cannot be read from them.")]
+    return out
+
+
+def apply_privacy(frames: dict[str, pd.DataFrame], subsets: Sequence[Subset], run: RunFolder,
+                   target: Path, needles: list[Needle], report: PrivacyReport) -> None:
+    """Mask personal details in every free-text column of ``frames`` (in place, recording what
+    in ``report``); refuse one in any other text column (crowdpref's own). A known secret
+    (``needles``) in a free-text column refuses the build before masking could hide it."""
+    for subset in subsets:
+        frame = frames[subset.name]
+        where_file = subset.data_path
+        for column in subset.columns:
+            if not pa.types.is_string(column.type):
+                continue
+            values = frame[column.source_name].tolist()
+            where = f"{where_file}: column '{column.name}'"
+            if column.free_text:
+                texts = [as_text(v) for v in values]
+                found = scan_values(sorted(set(texts)), needles, where, rows=lambda t=texts: t)
+                if found:
+                    needle, at = found[0]
+                    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                    raise CrowdprefError(
+                        f"refusing to publish {target}: {at}: {describe(needle)}{more}: remove "
+                        "it from the run folder's data and build again; nothing was written")
+                masked, counts = mask_all(values)
+                for pattern, count in counts.items():
+                    report.add(pattern, f"{subset.name}.{column.name}", count)
+                if counts:
+                    frames[subset.name] = frame = frame.assign(
+                        **{column.source_name: pd.Series(masked, index=frame.index, dtype=object)})
+                continue
+            hit = first_hit(values)
+            if hit is not None:
+                row, pattern = hit
+                raise PrivacyError(
+                    f"refusing to publish {target}: {where} row {row} holds what looks like "
+                    f"{_pattern_label(pattern)} ({pattern}); this column is written by crowdpref "
+                    f"(from {run.file(subset.source_file).name}), not typed by participants: fix "
+                    "the data or the stage that wrote it and build again; nothing was written")
+
+
+def _pattern_label(name: str) -> str:
+    label = next(p.label for p in PATTERNS if p.name == name)
+    return ("an " if label[0].lower() in "aeiou" else "a ") + label
+
+
+def read_privacy_report(run_folder: RunFolder | Path) -> dict[str, Any] | None:
+    """The last build's :data:`PRIVACY_FILE` (counts only), or None."""
+    run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
+    return read_stats(run.file(PRIVACY_FILE))

@@ -1,4 +1,4 @@
-"""Personal details found by their form (crowdpref.privacy) and what the release does with them:
+"""Personal details found by their form (crowdpref.release.privacy) and what the release does with them:
 masked in participant text and reported (card, privacy.json) without the value; a stop, naming
 column and pattern, when one is in a column crowdpref writes itself; published timestamps
 coarsened (``publish.timestamp_precision``, default the day)."""

@@ -1,4 +1,4 @@
-"""The dataset release (crowdpref.publish): Hub layout that ``datasets.load_dataset`` reads back,
+"""The dataset release (crowdpref.release): Hub layout that ``datasets.load_dataset`` reads back,
 a card documenting every column and telling the truth about where the data came from
 (``source``) and how the A/B order was balanced, anonymous stable ids, the secrets scan, and the
 push through the REAL ``huggingface_hub.HfApi`` to a local fake Hub.
@@ -29,7 +29,7 @@ from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.ids import stable_id
-from crowdpref.release.build import ID_ALPHABET
+from crowdpref.release.ids import ID_ALPHABET
 from crowdpref.release import (
     ID_LENGTH,
     PUBLISHED_IDS_FILE,
@@ -750,7 +750,7 @@ def test_offline_mode_raised_by_huggingface_hub_itself(planted: PlantedRun, hub:
     """HF_HUB_OFFLINE read at import time: the library's own OfflineModeIsEnabled is mapped too."""
     from huggingface_hub import constants
 
-    import crowdpref.release.build as publish
+    import crowdpref.release.hub as publish
 
     folder = build_release(planted.run, planted.config)
     monkeypatch.setattr(publish, "_offline_now", lambda: False)

@@ -1,0 +1,641 @@
+"""The dataset card: the release's README.md, a YAML header (``DatasetCardData``: configurations,
+features, tags) and the text, written for this project in its own words.
+
+The card states only what the data shows: where answers and ratings came from (their
+``source``, :func:`provenance_text`; SIMULATED data is called so), whether the A/B display order
+was counterbalanced inside each pair (:func:`display_order_text`, from the aggregation's
+``order_balance`` or, when that is missing, measured on the published ratings), the quality
+checks (:func:`quality_section`), the preregistered filters (:func:`filters_section`), the
+screening, every configuration's columns (from :mod:`crowdpref.release.schema`) and what the
+privacy pass masked (:func:`crowdpref.release.privacy.privacy_markdown`). A figure that is
+missing is said to be "not available", never invented."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from crowdpref.config import StudyConfig
+from crowdpref.contracts import SOURCES
+from crowdpref.filters import EXCLUDED, RULE_TEXT
+from crowdpref.release.ids import ID_LENGTH
+from crowdpref.release.markdown import NA, cell, fmt, lower_first
+from crowdpref.release.privacy import PrivacyReport, privacy_markdown
+from crowdpref.release.schema import SPLIT, Built
+from crowdpref.release.stats import Facts
+
+__all__ = [
+    "SOURCE_WHO",
+    "UNVERIFIED_NOTE",
+    "dataset_card",
+    "display_order_text",
+    "filters_section",
+    "provenance_text",
+    "quality_section",
+    "unverified_participants",
+]
+
+REQUIRED_TAGS = ("human-feedback", "rlhf")
+FALLBACK_LIMITATION = (
+    "The fallback classifier (alt-profanity-check, a TF-IDF + linear SVM model) recognises "
+    "profanity but misses hateful or demeaning text written without swear words, so answers it "
+    "did not flag may still be offensive."
+)
+SOURCE_WHO = {
+    "simulated": "crowdpref's simulated crowd: a program, not a person",
+    "prolific": "people recruited on Prolific",
+    "invite": ("people who joined through the study team's invite link, e.g. a pilot or an own "
+               "panel"),
+}
+"""What each participant source (:data:`crowdpref.contracts.SOURCES`) means, for the card."""
+SIMULATED_TAG = "synthetic"
+"""Hub tag added when any answer or rating is simulated."""
+
+
+def _get(stats: Mapping[str, Any] | None, *names: str) -> Any:
+    if not stats:
+        return None
+    for name in names:
+        if name in stats and stats[name] is not None:
+            return stats[name]
+    return None
+
+
+def _count(value: Any) -> Any:
+    if isinstance(value, (list, tuple, set, dict)):
+        return len(value)
+    return value
+
+
+def _balance_cell(balance: Mapping[str, Any] | None) -> str | None:
+    balanced, rated = _get(balance, "balanced_pairs"), _get(balance, "rated_pairs")
+    if not isinstance(balanced, int) or not isinstance(rated, int):
+        return None
+    return f"{balanced} of {rated}" + (f" ({balanced / rated:.0%})" if rated else "")
+
+
+def _span_text(span: tuple[int, int]) -> str:
+    lo, hi = span
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _size_category(n: int) -> str:
+    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return label
+    return "n>1M"
+
+
+UNVERIFIED_NOTE = (
+    "> **Unverified participants.** This study ran as an unverified pilot (`prolific.verify: "
+    "false`): the people who took part were not checked with Prolific's API when they arrived, "
+    "so anyone holding the study's link with a made-up Prolific-style id could have taken part. "
+    "Treat who the participants were as unknown.")
+
+
+def unverified_participants(config: StudyConfig) -> bool:
+    """Whether the study took Prolific-style arrivals without checking them with Prolific."""
+    return config.participants == "prolific" and not config.prolific.verify
+
+
+def provenance_text(answer_sources: Mapping[str, int], rating_sources: Mapping[str, int]) -> str:
+    """Where the answers and ratings came from, from their counts per ``source``: one source ->
+    "All answers and ratings come from `<source>` participants" (SIMULATED data said plainly);
+    more than one -> the release MIXES sources, with the answers and ratings of each."""
+    present = [s for s in SOURCES if answer_sources.get(s) or rating_sources.get(s)]
+    present += sorted(s for s in {*answer_sources, *rating_sources}
+                      if s not in SOURCES and (answer_sources.get(s) or rating_sources.get(s)))
+    if not present:
+        return "The release holds no answers or ratings, so it has no participants to describe."
+    if len(present) == 1:
+        source = present[0]
+        if source == "simulated":
+            return ("All answers and ratings come from `simulated` participants: this data is "
+                    "SIMULATED. Every answer and every rating was produced by crowdpref's simulated "
+                    "crowd (a program), not written or given by people, so it says nothing about "
+                    "what people prefer. Use it to try out the pipeline and the data format, not as "
+                    "human feedback.")
+        who = SOURCE_WHO.get(source, "an unknown source")
+        return f"All answers and ratings come from `{source}` participants ({who})."
+    counts = [f"{answer_sources.get(s, 0)} answers and {rating_sources.get(s, 0)} ratings come "
+              f"from `{s}` participants ({SOURCE_WHO.get(s, 'an unknown source')})" for s in present]
+    text = ("This release MIXES sources: " + "; ".join(counts) + ". The `source` column of the "
+            "`responses` and `ratings` configurations tells them apart; the preference rows of "
+            "the default configuration average the ratings of a pair whatever their source.")
+    if "simulated" in present:
+        text += (" Answers and ratings with source `simulated` are SIMULATED: produced by a "
+                 "program, not by people.")
+    return text
+
+
+def display_order_text(balance: Mapping[str, Any] | None,
+                       swapped_share: float | None = None) -> str:
+    """The card's sentence on the A/B display order, from an order balance
+    (:class:`crowdpref.aggregation.OrderBalance` as a dict: ``rated_pairs``,
+    ``unbalanced_pairs``). Claims that position bias cancels within each pair only when every
+    rated pair was balanced; otherwise says how many were not."""
+    rated = _get(balance, "rated_pairs")
+    unbalanced = _get(balance, "unbalanced_pairs")
+    if not isinstance(rated, int) or not isinstance(unbalanced, int):
+        return "How the A/B display order was balanced is not available for this release."
+    if rated == 0:
+        return "No pair was rated, so there is no A/B display order to describe."
+    if unbalanced == 0:
+        return ("The A/B display order was counterbalanced per rating: the raters of each pair "
+                "saw it in balanced orders (as many one way as the other, or one more for an odd "
+                "number of raters), so position bias cancels within each pair - exactly for an "
+                "even number of ratings; for an odd number R at most 1/R of it is left in the "
+                "pair's mean (a third with 3 raters).")
+    overall = (f", as far as the orders are balanced overall ({swapped_share:.0%} of all ratings "
+               "were shown swapped)"
+               if isinstance(swapped_share, float) and not math.isnan(swapped_share) else "")
+    if unbalanced == rated:
+        return (f"The A/B display order was not balanced for any of the {rated} rated pairs: more "
+                "of each pair's raters saw one order than the other (by more than one rating), so "
+                "position bias does not cancel within a pair and only averages out across pairs"
+                f"{overall}.")
+    return (f"The A/B display order was not balanced for {unbalanced} of the {rated} rated pairs: "
+            "more of their raters saw one order than the other (by more than one rating). For "
+            "those pairs position bias does not cancel within the pair and only averages out "
+            f"across pairs{overall}. The other {rated - unbalanced} pairs were counterbalanced "
+            "per rating, so position bias cancels within each of them.")
+
+
+def _creators(sources: Mapping[str, int], extra: Sequence[str] = ()) -> list[str]:
+    """The card's ``*_creators`` from counts per source: people -> "crowdsourced", the simulated
+    crowd -> "machine-generated" (plus ``extra``)."""
+    people = any(n for s, n in sources.items() if s != "simulated")
+    made = (["crowdsourced"] if people else []) + (
+        ["machine-generated"] if sources.get("simulated") else [])
+    return list(dict.fromkeys([*made, *extra])) or ["no-annotation"]
+
+
+def _yaml_header(config: StudyConfig, built: list[Built], facts: Facts) -> str:
+    from huggingface_hub import DatasetCardData
+
+    pb = config.publish
+    simulated = "simulated" in facts.sources
+    tags = list(dict.fromkeys([*REQUIRED_TAGS, *pb.tags, *([SIMULATED_TAG] if simulated else [])]))
+    configs = []
+    infos = []
+    for item in built:
+        entry: dict[str, Any] = {"config_name": item.subset.name,
+                                 "data_files": [{"split": SPLIT, "path": item.subset.data_glob}]}
+        if item.subset.name == "default":
+            entry["default"] = True
+        configs.append(entry)
+        infos.append({
+            "config_name": item.subset.name,
+            "features": [{"name": c.name, "dtype": c.dtype} for c in item.subset.columns],
+            "splits": [{"name": SPLIT, "num_bytes": int(item.table.nbytes),
+                        "num_examples": item.table.num_rows}],
+            "download_size": item.file_bytes,
+            "dataset_size": int(item.table.nbytes),
+        })
+    questions_by = ["expert-generated"] + (["machine-generated"] if config.questions.llm.enabled
+                                           else [])
+    data = DatasetCardData(
+        language=["en"],
+        license=pb.license,
+        pretty_name=pb.pretty_name or config.title,
+        task_categories=["text-generation", "text-classification"],
+        tags=tags,
+        annotations_creators=_creators(facts.rating_sources),
+        language_creators=_creators(facts.answer_sources, questions_by),
+        multilinguality=["monolingual"],
+        size_categories=[_size_category(facts.preference_rows)],
+        source_datasets=["original"],
+        configs=configs,
+        dataset_info=infos,
+    )
+    return data.to_yaml()
+
+
+def dataset_card(
+    config: StudyConfig,
+    built: list[Built],
+    facts: Facts,
+    *,
+    aggregation: Mapping[str, Any] | None,
+    screening: Mapping[str, Any] | None,
+    collection: Mapping[str, Mapping[str, Any]] | None,
+    repo_id: str | None,
+    filters: Mapping[str, Any] | None = None,
+    privacy: PrivacyReport | None = None,
+    withdrawn: int = 0,
+) -> str:
+    """The README.md: YAML header + the card text (written for this project, in its own words).
+    ``filters``: ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the
+    preregistered filters did not run. ``withdrawn``: participants who withdrew (counted, their
+    rows already left out)."""
+    pb = config.publish
+    s1, s2 = config.study1, config.study2
+    title = pb.pretty_name or config.title
+    where = repo_id or pb.repo_id or "path/to/release"
+    names = [item.subset.name for item in built]
+    out: list[str] = ["---", _yaml_header(config, built, facts).rstrip(), "---", "", f"# {title}", ""]
+
+    if pb.content_warning:
+        out += ["> **Content warning.** Participants wrote these answers freely and some may be "
+                "rude, offensive or upsetting. Answers flagged by the hate-speech screening were "
+                "kept on purpose (see the `*_flagged` columns and the `screening` configuration) "
+                "so that models can learn what not to say.", ""]
+
+    out += ["## Summary", ""]
+    sources = facts.sources
+    if sources == ["simulated"]:
+        opening = ("SIMULATED preference data on social reasoning: no person wrote or rated "
+                   "anything in it. crowdpref's simulated crowd went through the two studies of a "
+                   "human-preference study.")
+    elif "simulated" in sources:
+        opening = ("Preference data on social reasoning, collected in two studies partly with "
+                   "people and partly with a simulated crowd (see \"Where the data comes from\").")
+    else:
+        opening = "Human preference data on social reasoning, collected with people in two studies."
+    summary = (
+        f"{opening} In the first, participants wrote their own answers to {facts.questions} "
+        f"questions on social reasoning ({facts.categories} categories). In the second, other "
+        f"participants compared two answers to the same question and said which one they "
+        f"preferred and how strongly. Averaging those judgements gives {facts.preference_rows} `prompt` / `chosen` / "
+        f"`rejected` rows, ready for reward modelling and preference optimisation (DPO and "
+        f"similar). The raw answers, every single rating and the questions are released too."
+    )
+    out += [summary, ""]
+    if unverified_participants(config):
+        out += [UNVERIFIED_NOTE, ""]
+    if config.description:
+        out += [config.description.strip(), ""]
+    out += ["## Where the data comes from", "", provenance_text(facts.answer_sources,
+                                                                facts.rating_sources), ""]
+
+    # method
+    out += ["## How the data was made", "",
+            "The figures below are those of this release, measured on the published data unless "
+            "said otherwise" + (" - the answers and ratings the preregistered filters kept (see "
+                                "\"Filters (preregistered)\")." if filters else "."), ""]
+    c1 = (collection or {}).get("study1") or {}
+    c2 = (collection or {}).get("study2") or {}
+    out += [
+        "| | Value |", "|---|---|",
+        f"| Questions | {facts.questions} |",
+        f"| Categories | {facts.categories} |",
+        f"| Study 1 participants (wrote at least one answer) | {facts.writers} |",
+        f"| Written answers | {facts.answers} |",
+        f"| Study 1: answers per question, R (planned / observed) | {s1.responses_per_question} / "
+        f"{_span_text(facts.answers_per_question)} |",
+        f"| Study 1: questions per participant, Q (planned / observed) | "
+        f"{s1.questions_per_participant} / {_span_text(facts.answers_per_writer)} |",
+        f"| Study 1 drop-outs (their unanswered work returned to the pool) | {fmt(_get(c1, 'dropped_out'))} |",
+        f"| Study 1 released slots / claimed again by later participants | "
+        f"{fmt(_get(c1, 'released_items'))} / {fmt(_get(c1, 'reclaimed_items'))} |",
+        f"| Study 2 participants (gave at least one rating) | {facts.raters} |",
+        f"| Rated pairs | {facts.rated_pairs} |",
+        f"| Ratings | {facts.ratings} |",
+        f"| Study 2: ratings per pair, R (planned / observed) | {s2.ratings_per_pair} / "
+        f"{_span_text(facts.ratings_per_pair)} |",
+        f"| Study 2: pairs per participant, Q (planned / observed) | {s2.pairs_per_participant} / "
+        f"{_span_text(facts.ratings_per_rater)} |",
+        f"| Study 2 drop-outs (their unanswered work returned to the pool) | {fmt(_get(c2, 'dropped_out'))} |",
+        f"| Study 2 released slots / claimed again by later participants | "
+        f"{fmt(_get(c2, 'released_items'))} / {fmt(_get(c2, 'reclaimed_items'))} |",
+        f"| Preference rows (default configuration) | {facts.preference_rows} |",
+        "",
+    ]
+    if not collection:
+        out += ["Drop-out and release figures are not available for this release.", ""]
+    if withdrawn:
+        out += [f"{withdrawn} participant{'s' if withdrawn != 1 else ''} withdrew; their answers and ratings "
+                "are not in this release (nor the pairs built from their answers, nor those pairs' ratings).", ""]
+    q = s1.quality_scale
+    balance = _get(aggregation, "order_balance")
+    balance_note = ""
+    if not isinstance(balance, Mapping) or _get(balance, "unbalanced_pairs") is None:
+        balance, balance_note = facts.order_balance, " (measured on the `ratings` configuration)"
+    order_text = display_order_text(balance, facts.swapped_share)
+    people = "participants" if "simulated" in sources else "people"
+    pairs_rule = ("every pair of a question's answers" if s2.pairs == "all"
+                  else f"at most {s2.pairs} pairs of answers per question (a seeded sample)")
+    labels = s2.scale_labels
+    out += [
+        "### Questions", "",
+        "Questions were taken from a hand-written bank, question files and, where enabled, a "
+        "language model asked for more; near-duplicates and questions that were too short or too "
+        "long were removed. The `source` column of the `questions` configuration says where each "
+        "came from.", "",
+        "### Study 1: written answers", "",
+        f"Each participant received a batch of up to {s1.questions_per_participant} different "
+        f"questions and, for each, wrote an answer in their own words and rated the question's "
+        f"quality from {q.min} to {q.max}. Every question was given to "
+        f"{s1.responses_per_question} different {people}. Questions were handed out so that those "
+        "with the most copies still unassigned went first, which keeps coverage even. "
+        "Participants were asked to be respectful, honest and authentic, to show empathy and "
+        "stay inclusive, to keep a neutral tone, and to explain their reasoning. When someone "
+        "stopped working, the questions they had not answered went back to a pool and were given "
+        "to a new participant.", "",
+        "### Study 2: pairwise ratings", "",
+        f"Pairs were formed from {pairs_rule}. Each rater saw a question with two answers, shown "
+        f"as A and B, and picked one of {s2.scale_points} points: "
+        + ", ".join(f"{i} {lower_first(label)}" for i, label in enumerate(labels, start=1))
+        + ". There is no neutral point. "
+        + f"Each pair was rated by {s2.ratings_per_pair} different {people}"
+        + (" (none of whom had written answers in study 1)" if s2.exclude_study1_participants else "")
+        + f" and each rater received up to {s2.pairs_per_participant} pairs. "
+        "Raters judged which answer was more respectful, honest, empathetic, inclusive, "
+        "neutral in its language and better reasoned, weighing one weakness against other "
+        "strengths.", "",
+        order_text, "",
+        "### From ratings to preferences", "",
+        f"The ratings of a pair are turned to the same orientation and averaged. A mean below the "
+        f"midpoint ({s2.midpoint:g}) prefers one answer, above it the other; that answer becomes "
+        "`chosen` and the other `rejected`. Pairs whose mean sits exactly on the midpoint (ties) "
+        "are left out of the default configuration; their ratings remain in `ratings`. "
+        + ("Pairs with fewer ratings than planned are kept and counted below." if
+           config.aggregation.incomplete_pairs == "report_and_keep"
+           else "Pairs with fewer ratings than planned were dropped."), "",
+    ]
+
+    out += quality_section(config, next((b.table.to_pandas() for b in built
+                                         if b.subset.name == "participants"), None), aggregation)
+    out += filters_section(filters)
+
+    # agreement
+    out += ["## Agreement", ""]
+    alpha = _get(aggregation, "alpha", "krippendorff_alpha")
+    mean_agreement = _get(aggregation, "mean_agreement")
+    agreement_note = ""
+    if mean_agreement is None and facts.mean_agreement is not None:
+        mean_agreement, agreement_note = facts.mean_agreement, " (computed from the `agreement` column)"
+    bias = _get(aggregation, "position_bias")
+    rows = [
+        ("Krippendorff's alpha (ordinal, over all ratings)", alpha),
+        (f"Mean agreement (share of raters on the majority side){agreement_note}", mean_agreement),
+        ("Mean margin", facts.mean_margin),
+        ("Mean rating spread", _get(aggregation, "mean_spread")),
+        ("Pairs formed", _get(aggregation, "pairs")),
+        ("Pairs with at least one rating", _get(aggregation, "rated_pairs")),
+        ("Pairs without any rating", _count(_get(aggregation, "unrated_pairs"))),
+        ("Ties (mean exactly on the midpoint; left out)", _count(_get(aggregation, "ties"))),
+        ("Incomplete pairs (fewer ratings than planned)",
+         _count(_get(aggregation, "incomplete_pairs"))),
+        ("Incomplete pairs dropped", _get(aggregation, "incomplete_dropped")),
+        ("Pairs left out because screening dropped an answer", _get(aggregation, "excluded_pairs")),
+        ("Pairs with more ratings than planned (kept)", _get(aggregation, "over_rated")),
+        ("Repeated ratings of a pair by the same rater", _get(aggregation, "duplicate_rater_ratings")),
+        ("Position bias: mean shift of the ratings as displayed, in scale points "
+         "(negative favours A)", _get(bias, "raw_shift") if isinstance(bias, Mapping) else None),
+        ("Rated pairs shown in balanced A/B orders (position bias cancels within them)"
+         + balance_note, _balance_cell(balance)),
+    ]
+    out += ["| Measure | Value |", "|---|---|"]
+    out += [f"| {label} | {fmt(value)} |" for label, value in rows]
+    out.append("")
+    if aggregation is None:
+        out += ["The aggregation statistics are not available for this release; the figures that "
+                "come from them say so.", ""]
+    per_category = _get(aggregation, "per_category")
+    if isinstance(per_category, list) and per_category and all(isinstance(r, Mapping)
+                                                                 for r in per_category):
+        cols = [c for c in per_category[0] if all(
+            isinstance(r.get(c), (int, float, str, type(None))) for r in per_category)]
+        out += ["Per category:", "", "| " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+                "|" + "---|" * len(cols)]
+        out += ["| " + " | ".join(cell(fmt(r.get(c))) for c in cols) + " |" for r in per_category]
+        out.append("")
+    truth = _get(aggregation, "truth")
+    if isinstance(truth, Mapping) and truth.get("share") is not None:
+        share = truth.get("share")
+        share_text = f"{share:.1%}" if isinstance(share, (int, float)) else fmt(share)
+        out += [f"The participants of this run were simulated: the aggregated preference matched "
+                f"the simulation's hidden preference in {share_text} of the "
+                f"{fmt(truth.get('compared'))} pairs compared.", ""]
+    out += ["Alpha near 1 means raters agree almost perfectly; near 0, no better than chance. "
+            "Preferences about social behaviour are partly a matter of taste, so moderate values "
+            "are expected; `margin` and `agreement` let users keep only the clearer pairs.", ""]
+
+    # screening
+    out += ["## Screening", ""]
+    enabled = _get(screening, "enabled")
+    if (facts.screened is None and screening is None) or enabled is False:
+        out += [f"Screening results are {NA}: "
+                + ("screening was switched off for this study."
+                   if not config.screening.enabled or enabled is False
+                   else "no screening output was found."), ""]
+    else:
+        models = _get(screening, "model") or ", ".join(facts.screening_models) or None
+        fallback = bool(_get(screening, "fallback_used")) or any(
+            "profanity" in m for m in facts.screening_models) or "profanity" in str(models or "")
+        screened = _get(screening, "n_responses", "screened", "n_screened")
+        screened = screened if screened is not None else facts.screened
+        flagged = _count(_get(screening, "n_flagged", "flagged"))
+        flagged = flagged if flagged is not None else facts.flagged
+        policy = _get(screening, "policy") or config.screening.policy
+        description = _get(screening, "description")
+        out += [
+            "Every written answer was passed through a hate-speech classifier. "
+            + ("Flagged answers were kept and marked, not removed." if policy == "flag"
+               else "Flagged answers were removed before pairing."), "",
+        ]
+        for warning in _get(screening, "warnings") or []:
+            out += [f"> **Warning:** {warning}", ""]
+        out += [
+            "| | Value |", "|---|---|",
+            f"| Classifier | {fmt(models)}{' (fallback)' if fallback else ''} |",
+            f"| Answers screened | {fmt(screened)} |",
+            f"| Answers flagged | {fmt(flagged)} |",
+            f"| Preference rows whose chosen / rejected answer is flagged | "
+            f"{fmt(facts.flagged_chosen)} / {fmt(facts.flagged_rejected)} |",
+            f"| Policy | {policy} |",
+            "",
+        ]
+        if isinstance(description, str) and description.strip():
+            out += [cell(description.strip()), ""]
+        per_label = _get(screening, "flagged_per_label") or facts.flagged_per_label
+        if isinstance(per_label, Mapping) and per_label:
+            out += ["Flags per label: " + ", ".join(f"{k} {fmt(v)}" for k, v in per_label.items())
+                    + ".", ""]
+        thresholds = _get(screening, "thresholds")
+        if not isinstance(thresholds, Mapping):
+            thresholds = None if fallback else config.screening.thresholds
+        if thresholds:
+            out += ["A label flags an answer at or above its threshold: "
+                    + ", ".join(f"{k} {fmt(float(v))}" for k, v in thresholds.items()) + ".", ""]
+        limitation = _get(screening, "limitations")
+        if isinstance(limitation, str) and limitation.strip():
+            out += [f"**Limitations.** {cell(limitation.strip())}", ""]
+        elif fallback:
+            out += ["**Limitations.** The main classifier (detoxify) could not be loaded, so the "
+                    "answers were screened with the fallback. " + FALLBACK_LIMITATION, ""]
+        else:
+            out += ["**Limitations.** Not available (the screening stage left no statistics).", ""]
+        out += ["An automatic classifier makes mistakes both ways: treat the flags as a hint, "
+                "not a verdict.", ""]
+
+    # configurations and columns
+    out += ["## Configurations and columns", "",
+            f"Each configuration has one `{SPLIT}` split stored as one Parquet file.", "",
+            "| Configuration | File | Rows |", "|---|---|---|"]
+    out += [f"| `{item.subset.name}` | `{item.subset.data_path}` | {item.table.num_rows} |"
+            for item in built]
+    out.append("")
+    for item in built:
+        subset = item.subset
+        out += [f"### `{subset.name}`: {subset.title}", "", subset.description, "",
+                "| Column | Type | Allowed values | Meaning |", "|---|---|---|---|"]
+        out += [f"| `{c.name}` | {c.dtype} | {cell(c.allowed)} | {cell(c.meaning)} |"
+                for c in subset.columns]
+        out.append("")
+
+    # privacy
+    out += [
+        "## Privacy", "",
+        f"Participants are identified only by random {ID_LENGTH}-character ids "
+        "(`participant_id`, `rater_id`), drawn at random for this dataset and unrelated to any "
+        "Prolific id, Argilla username or internal key; the table linking them stays with the "
+        "study team. The release contains no usernames, passwords or API keys: every file is "
+        "scanned for them before it is published.", "",
+        *privacy_markdown(privacy or PrivacyReport(
+            timestamp_precision=config.publish.timestamp_precision)), "",
+    ]
+
+    # loading
+    out += [
+        "## How to load it", "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'prefs = load_dataset("{where}", split="{SPLIT}")  # default configuration',
+        *[f'{n} = load_dataset("{where}", "{n}", split="{SPLIT}")' for n in names if n != "default"],
+        "```", "",
+        "With TRL (reward modelling or DPO), keep the standard preference columns; the "
+        "reward trainer also uses `margin`:", "",
+        "```python",
+        "from datasets import load_dataset",
+        "from trl import RewardConfig, RewardTrainer",
+        "",
+        f'train = load_dataset("{where}", split="{SPLIT}")',
+        'train = train.select_columns(["prompt", "chosen", "rejected", "margin"])',
+        "trainer = RewardTrainer(model=model, args=RewardConfig(output_dir=\"rm\"),",
+        "                        train_dataset=train, processing_class=tokenizer)",
+        "```", "",
+        "To keep only clear preferences, filter first, e.g. "
+        "`train.filter(lambda row: row[\"agreement\"] == 1.0)`.", "",
+    ]
+
+    # licence and citation
+    out += ["## Licence", "", f"Released under the `{pb.license}` licence.", ""]
+    out += ["## Citation", ""]
+    if pb.citation:
+        out += ["```", pb.citation.strip(), "```", ""]
+    else:
+        out += ["No citation has been given for this dataset yet.", ""]
+    return "\n".join(out)
+
+
+def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
+                    aggregation: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Quality checks, reliability and uncertainty" section: what each study's
+    checks were and how participants did (from the ``participants`` configuration), how the
+    pairs were decided, and what the uncertainty columns mean."""
+    s1, s2 = config.study1.checks, config.study2.checks
+    out = ["## Quality checks, reliability and uncertainty", ""]
+    for study, checks, what in (
+            ("study1", s1, f"{s1.count} instructed-response item(s) (the text told the "
+                           "participant exactly which word to write and which rating to give)"),
+            ("study2", s2, f"{s2.gold_pairs} gold pair(s) (a clearly good and a clearly bad answer) "
+                           f"and {s2.repeated_pairs} repeated pair(s) (one of the rater's own pairs "
+                           f"again, in the other A/B order; consistent within {s2.repeat_tolerance} "
+                           "points)")):
+        name = "Study 1" if study == "study1" else "Study 2"
+        if checks.count == 0:
+            out += [f"{name} had no quality checks.", ""]
+            continue
+        rule = "all" if checks.min_passed is None else f"at least {checks.min_passed}"
+        action = ("their counted work was excluded and given to other participants, so every item "
+                  "still has its planned number of answers from people who passed" if checks.on_fail == "exclude"
+                  else "they were flagged and their work kept (the filters below decide about it)")
+        line = (f"{name} mixed {what} into every batch, graded automatically; passing needed {rule}. "
+                f"Participants who failed: {action}.")
+        if participants is not None and "checks_verdict" in participants:
+            rows = participants[participants["study"] == study]
+            counts = rows["checks_verdict"].value_counts()
+            line += (f" Of {len(rows)} participants, {int(counts.get('passed', 0))} passed, "
+                     f"{int(counts.get('failed', 0))} failed and {int(counts.get('unanswered', 0))} "
+                     f"left before answering them; {int((rows['status'] == 'excluded').sum())} had "
+                     "their work excluded.")
+        out += [line, ""]
+    method = (aggregation or {}).get("method", "mean")
+    out += [("Each pair was decided by the plain mean of its ratings, as in the published method. "
+             if method == "mean" else
+             "Each pair was decided by the reliability-weighted mean of its ratings, each rating "
+             "corrected for its rater's A/B position bias. ")
+            + "Rater reliability (the `raters` configuration) comes from a one-factor model fitted "
+            "over every counted rating (before the preregistered filters); `p_chosen` is the share of bootstrap resamples of a pair's own "
+            "ratings that land on the chosen side, and `mean_rating_low` / `mean_rating_high` "
+            f"bound its mean rating ({config.aggregation.interval_level:.0%} interval). With only "
+            f"{config.study2.ratings_per_pair} ratings per pair these describe how one-sided the "
+            "ratings were, not a calibrated probability.", ""]
+    return out
+
+
+def filters_section(filters: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Filters (preregistered)" section (markdown lines) from ``filters.json``."""
+    out = ["## Filters (preregistered)", ""]
+    if not filters:
+        return out + ["No preregistered filters were applied to this release (it was aggregated "
+                      "before crowdpref applied them): `responses` and `ratings` hold every "
+                      "answer and rating collected, and the default configuration is built from "
+                      "all of them.", ""]
+    pre = filters.get("preregistered")
+    recorded = pre.get("recorded_at") if isinstance(pre, Mapping) else None
+    out += ["The rules below decide which participants' work the default configuration leaves "
+            "out. They are part of the study's configuration and were applied mechanically: "
+            "`responses` and `ratings` hold what they kept, and the default configuration is "
+            "built from those; `responses_raw` and `ratings_raw` hold every answer and rating "
+            "collected, with `filtered_by` naming the rules that removed each row. Removing a "
+            "study-1 participant removes their answers and every rating of a pair that holds one "
+            "of them; removing a study-2 participant removes their ratings. A participant hit "
+            "by several rules is counted under each rule and once in the last row.", ""]
+    if recorded:
+        out += [f"The rules were recorded in the study's store on "
+                f"{str(recorded).replace('T', ' ').replace('+00:00', ' UTC')}, when collection "
+                "began, and the aggregation checked that they had not changed since.", ""]
+    else:
+        out += ["**These rules were not recorded before collection began** (the study store "
+                "holds no record of them), so this release cannot show that they were fixed in "
+                "advance.", ""]
+    out += ["| Rule | What it leaves out | Setting | Participants removed (study 1 / study 2) | "
+            "Answers removed | Ratings removed |", "|---|---|---|---|---|---|"]
+    rows = [r for r in filters.get("per_rule") or [] if isinstance(r, Mapping)]
+    total = filters.get("total") if isinstance(filters.get("total"), Mapping) else {}
+    for row in [*rows, {**total, "rule": None}]:
+        name = f"`{row.get('rule')}`" if row.get("rule") else "**Any rule** (each counted once)"
+        what = RULE_TEXT.get(str(row.get("rule")), "") if row.get("rule") else ""
+        setting = row.get("setting") if row.get("rule") else ""
+        out.append(f"| {name} | {cell(what)} | {cell(fmt(setting))} | "
+                   f"{fmt(row.get('participants'))} ({fmt(row.get('participants_study1'))} / "
+                   f"{fmt(row.get('participants_study2'))}) | {fmt(row.get('answers'))} | "
+                   f"{fmt(row.get('ratings'))} |")
+    out += ["", f"Answers: {fmt(filters.get('answers_before'))} collected, "
+            f"{fmt(filters.get('answers_after'))} kept. Ratings: "
+            f"{fmt(filters.get('ratings_before'))} collected, {fmt(filters.get('ratings_after'))} "
+            f"kept ({fmt(total.get('ratings_of_removed_answers'))} of those removed belong to a "
+            f"pair holding a removed answer, {fmt(total.get('ratings_by_removed_raters'))} were "
+            "given by a removed rater; a rating can be both).", ""]
+    excluded = (filters.get("excluded_answers") or 0, filters.get("excluded_ratings") or 0)
+    if any(excluded):
+        out += [f"Before these rules, {excluded[0]} answers and {excluded[1]} ratings were taken out "
+                "of the count during collection because their authors failed the quality checks "
+                f"(see above); other participants answered those items again. They are in "
+                f"`responses_raw` / `ratings_raw` with `filtered_by` `{EXCLUDED}` and not in the "
+                "numbers above.", ""]
+    if filters.get("participants_file") is False:
+        out += ["The participants file was not available, so the rules that read it were off.", ""]
+    unlisted = (filters.get("unlisted_writers") or 0, filters.get("unlisted_raters") or 0)
+    if any(unlisted):
+        out += [f"{unlisted[0]} writers and {unlisted[1]} raters were not listed in the "
+                "participants file, so no participant rule could remove them.", ""]
+    return out
