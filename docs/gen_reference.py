@@ -222,23 +222,20 @@ def settings_page() -> tuple[str, list[str]]:
         names = list(getattr(alias, "choices", None) or ([alias] if alias else []))
         if not field.description:
             missing.append(name)
-        rows.append([code(name), "<br>".join(code(n) for n in names), type_text(field.annotation),
-                     default_text(field), cell(field.description) or "—"])
+        rows.append([code(name) + "<br>" + "<br>".join(code(n) for n in names),
+                     type_text(field.annotation), default_text(field), cell(field.description) or "—"])
     out = [
         "# Settings",
-        "",
-        "Machine-level settings: where state lives, which ports the embedded services use and how "
-        "to reach Argilla, Prefect, Prolific, the Hugging Face Hub and an OpenAI-compatible "
-        "endpoint. Generated from [`crowdpref.settings.Settings`][crowdpref.settings.Settings] when "
-        "the docs are built.",
         "",
         prose(settings_module.__doc__),
         "",
         f"In the YAML settings file (`$CROWDPREF_SETTINGS` or `./{DEFAULT_SETTINGS_FILE}`) a "
-        "setting's key is its name (first column); in the environment it is any of the names in "
-        "the second column, the first taking precedence. Secrets (*secret text*) never print.",
+        "setting's key is its name (the first line of the first column); in the environment it is "
+        "any of the names below it, the first taking precedence. Secrets (*secret text*) never "
+        "print. This table is generated from "
+        "[`crowdpref.settings.Settings`][crowdpref.settings.Settings] when the docs are built.",
         "",
-        *table(["Setting", "Environment", "Type", "Default", "Description"], rows),
+        *table(["Setting / environment", "Type", "Default", "Description"], rows),
     ]
     if missing:
         out += ["## Settings without a description", "",
@@ -299,7 +296,7 @@ def importlib_click(command: Any) -> Any:
 # --- the release's columns ------------------------------------------------------------------
 def release_columns_page() -> str:
     from crowdpref.config import DETOXIFY_LABELS, StudyConfig
-    from crowdpref.release import release_subsets
+    from crowdpref.release.schema import release_subsets
 
     config = StudyConfig(name="example")
     subsets = release_subsets(config, DETOXIFY_LABELS[config.screening.model], filtered=True)
@@ -308,7 +305,7 @@ def release_columns_page() -> str:
         "",
         "Every file of a published release and its columns, generated when the docs are built from "
         "the column declarations the release itself is built with "
-        "(`release_subsets` in [`crowdpref.release`][crowdpref.release]), so this page, the dataset card "
+        "([`crowdpref.release.schema`][crowdpref.release.schema]), so this page, the dataset card "
         "and the Parquet files cannot disagree. Values that depend on the study config (the "
         "categories, the scale midpoint, the too-fast thresholds, the screening labels) are shown "
         "for the default config.",
