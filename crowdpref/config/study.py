@@ -50,8 +50,8 @@ __all__ = ["Participants", "StudyConfig"]
 #: in the order the config's error messages list them.
 Participants = Literal["prolific", "invite", "simulated"]
 if set(get_args(Participants)) != set(SOURCES):  # checked at import: the two cannot drift apart
-    raise ImportError(f"crowdpref.config.study.Participants {get_args(Participants)} differs from "
-                      f"crowdpref.contracts.SOURCES {SOURCES}")
+    raise RuntimeError(f"crowdpref.config.study.Participants {get_args(Participants)} differs from "
+                       f"crowdpref.contracts.SOURCES {SOURCES}")
 
 
 _SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "filters", "publish", "crowd",
