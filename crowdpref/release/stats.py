@@ -89,6 +89,8 @@ def _span(counts: pd.Series) -> tuple[int, int]:
 
 
 def measure(frames: dict[str, pd.DataFrame]) -> Facts:
+    """The :class:`Facts` of the configurations about to be published (``frames``: name ->
+    rows, participant keys not yet replaced by published ids)."""
     f = Facts(rows={name: len(df) for name, df in frames.items()})
     questions, responses = frames["questions"], frames["responses"]
     ratings, prefs = frames["ratings"], frames["default"]
