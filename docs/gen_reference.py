@@ -349,7 +349,8 @@ def api_modules() -> Iterator[tuple[str, Path]]:
 def api_pages() -> None:
     nav = mkdocs_gen_files.Nav()
     for dotted, doc in api_modules():
-        nav[tuple(dotted.split("."))] = doc.as_posix()
+        parts = tuple(dotted.split("."))
+        nav[parts[1:] or parts] = doc.as_posix()  # "crowdpref" first, then its modules flat
         with mkdocs_gen_files.open(f"reference/api/{doc.as_posix()}", "w") as f:
             f.write(f"::: {dotted}\n")
     with mkdocs_gen_files.open("reference/api/SUMMARY.md", "w") as f:
