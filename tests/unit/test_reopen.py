@@ -1,4 +1,4 @@
-"""Reopening an item (crowdpref/store.py ``Store.reopen``, crowdpref/reopen.py): a counted
+"""Reopening an item (crowdpref/store/lifecycle.py ``Store.reopen``, crowdpref/reopen.py): a counted
 answer stops counting in one transaction, an event says why, the slot returns to the pool and
 the next arrival's claim takes it - never someone who held the item; refusals change nothing.
 And the exports' test of what cannot be used: an answer gone from Argilla, a whitespace-only

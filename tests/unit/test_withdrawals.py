@@ -1,4 +1,4 @@
-"""Withdrawals without Argilla (crowdpref/store.py ``Store.withdraw``, crowdpref/withdrawals.py,
+"""Withdrawals without Argilla (crowdpref/store/lifecycle.py ``Store.withdraw``, crowdpref/withdrawals.py,
 ``crowdpref withdraw``): one transaction takes a finished participant's work out of the count,
 its slots return to the pool, an event records the reason (no ids), a second withdrawal changes
 nothing; the aggregation and the release build of a planted run leave the withdrawn writer's
