@@ -12,7 +12,9 @@
   package tree (a new module gets its page without editing anything), plus the ``SUMMARY.md``
   that mkdocs-literate-nav turns into the API section of the navigation.
 
-Run by ``mkdocs build`` (see ``mkdocs.yml``); nothing here is written to the source tree.
+Run by ``mkdocs build`` (see ``mkdocs.yml``); nothing here is written to the source tree. Each
+page's text comes from a plain function (``settings_page()``, ``cli_page()``, ...) that the tests
+import to check the generated tables against the code; importing the module writes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import mkdocs_gen_files
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -347,6 +348,8 @@ def api_modules() -> Iterator[tuple[str, Path]]:
 
 
 def api_pages() -> None:
+    import mkdocs_gen_files
+
     nav = mkdocs_gen_files.Nav()
     for dotted, doc in api_modules():
         parts = tuple(dotted.split("."))
@@ -359,6 +362,8 @@ def api_pages() -> None:
 
 def main() -> None:
     import logging
+
+    import mkdocs_gen_files
 
     log = logging.getLogger("mkdocs.plugins.gen_reference")
     for name, make in (("study-config", study_config_page), ("settings", settings_page)):
@@ -375,4 +380,7 @@ def main() -> None:
     api_pages()
 
 
-main()
+# mkdocs-gen-files runs this file with runpy.run_path (``__name__`` is "<run_path>"); an import
+# (the tests) only defines the functions above.
+if __name__ in ("<run_path>", "__main__"):
+    main()

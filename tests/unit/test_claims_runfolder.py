@@ -1,7 +1,8 @@
-"""The run folder's writes are atomic and private files are owner-only (README "Where outputs
-go": "writes its own atomically", ``secrets/`` and ``private/`` 0700 / 0600; the module
-docstring of crowdpref/runfolder.py: "a crash never leaves a half-written output that a rerun
-would mistake for a finished stage"). And every stage writes through it."""
+"""The run folder's writes are atomic and private files are owner-only (docs/tutorial/demo.md,
+the run folder: every stage "writes its own atomically", ``private/`` is never published;
+docs/explanation/privacy.md: ``private/`` files 0600; the module docstring of
+crowdpref/runfolder.py: "a crash never leaves a half-written output that a rerun would mistake
+for a finished stage"). And every stage writes through it."""
 
 from __future__ import annotations
 

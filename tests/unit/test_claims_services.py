@@ -1,12 +1,13 @@
-"""Claims of the embedded services' docstrings and the README that no other test checked.
+"""Claims of the embedded services' docstrings and the docs that no other test checked.
 
 - services/process.py: a pid record holds the process's kernel start time, "so a recycled pid
   is never mistaken for ours": a record whose pid now belongs to another process is not ours -
   ``status`` does not call it running and ``down`` does not signal it.
-- README ("What gets installed and started", "Where outputs go"): the owner account's
-  credentials are generated once (random, not Argilla's default key) in
-  ``secrets/argilla-owner.json`` with mode 0600, in a 0700 ``secrets/`` folder, like the
-  token-signing key; ``masked`` never shows a secret in full.
+- docs/explanation/privacy.md ("The study store is owner-only") and docs/tutorial/demo.md (the
+  state folder): the owner account's credentials are generated once (random, not Argilla's
+  default key) in ``secrets/argilla-owner.json`` with mode 0600, in a 0700 ``secrets/`` folder,
+  like the token-signing key, and are "printed only masked": ``masked`` never shows a secret in
+  full.
 """
 
 from __future__ import annotations

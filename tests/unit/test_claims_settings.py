@@ -1,12 +1,16 @@
-"""The README's settings table and the order of the settings sources, checked against
-:class:`crowdpref.settings.Settings` (README "Configuration"; the module docstring of
-crowdpref/settings.py): every environment name the table lists sets its field, the defaults are
-the ones it states, and keyword arguments beat the environment, which beats the YAML file, which
-beats the defaults. Secrets are secret strings and never show in a repr."""
+"""The settings reference and the order of the settings sources, checked against
+:class:`crowdpref.settings.Settings` (the module docstring of crowdpref/settings.py; the settings
+table of the docs, ``reference/settings.md``, which ``docs/gen_reference.py`` generates from
+``Settings`` when the docs are built). The table is read exactly as the generator renders it, and
+checked against what ``load_settings`` does at runtime: every setting is listed once, every
+environment name the table lists sets its field, the defaults are the ones it states, and the
+settings it calls secret are secret. Keyword arguments beat the environment, which beats the YAML
+file, which beats the defaults. Secrets are secret strings and never show in a repr."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,20 +18,37 @@ from pydantic import SecretStr
 
 from crowdpref.settings import Settings, load_settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def _settings_table() -> list[tuple[list[str], list[str], str]]:
-    """Rows of the README's ``| setting (file key) | environment | default |`` table: the field
-    names, the environment names (``...`` left out) and the default cell."""
-    lines = README.read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| setting (file key) | environment |"))
+def _settings_page() -> str:
+    """``reference/settings.md`` exactly as ``make docs`` generates it."""
+    sys.path.insert(0, str(DOCS))
+    try:
+        import gen_reference
+    finally:
+        sys.path.remove(str(DOCS))
+    text, _missing = gen_reference.settings_page()
+    return text
+
+
+def _settings_table() -> list[tuple[list[str], list[str], str, str]]:
+    """Rows of the generated ``| Setting / environment | Type | Default | Description |`` table:
+    the field name (the first line of the first cell, in a list), the environment names (the
+    lines below it), the default cell and the type cell."""
+    lines = _settings_page().splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("| Setting / environment | Type | Default |"))
     rows = []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
-        fields, env, default = (cell.strip() for cell in line.strip().strip("|").split("|"))
-        rows.append((re.findall(r"`([a-z_]+)`", fields), re.findall(r"`([A-Z_]+)`", env), default))
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        names = cells[0].split("<br>")
+        fields = re.findall(r"^`([a-z_]+)`$", names[0])
+        env = [found for n in names[1:] for found in re.findall(r"^`([A-Z_]+)`$", n)]
+        assert len(env) == len(names) - 1, f"not an environment name in {cells[0]}"
+        rows.append((fields, env, cells[2], cells[1]))
     return rows
 
 
@@ -36,7 +57,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No settings file and none of the table's environment names from the developer's shell."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CROWDPREF_SETTINGS", raising=False)
-    for _, names, _ in _settings_table():
+    for _, names, _, _ in _settings_table():
         for name in names:
             monkeypatch.delenv(name, raising=False)
     for field in Settings.model_fields.values():
@@ -44,20 +65,35 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(str(name), raising=False)
 
 
-def _value_for(field: str) -> tuple[str, object]:
-    """An environment value for ``field`` and what the settings should hold for it."""
+def _value_for(field: str, other: bool = False) -> tuple[str, object]:
+    """An environment value for ``field`` and what the settings should hold for it (``other``:
+    a second, different one)."""
     annotation = str(Settings.model_fields[field].annotation)
+    tail = "y" if other else "x"
     if "int" in annotation:
-        return "7345", 7345
+        return ("7346", 7346) if other else ("7345", 7345)
     if "Path" in annotation:
-        return "/tmp/claims-x", Path("/tmp/claims-x")
-    return "http://claims.example:1/x", "http://claims.example:1/x"
+        return f"/tmp/claims-{tail}", Path(f"/tmp/claims-{tail}")
+    return f"http://claims.example:1/{tail}", f"http://claims.example:1/{tail}"
+
+
+def _runtime(value: object) -> object:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+def _stated_default(cell: str) -> object:
+    """The value a default cell states: ``unset`` is None, a code span its text (quotes off)."""
+    if cell == "unset":
+        return None
+    found = re.fullmatch(r'`"?(.*?)"?`', cell)
+    assert found, f"settings table: not a default: {cell}"
+    return found.group(1)
 
 
 def test_the_table_lists_every_setting_once():
-    listed = [f for fields, _, _ in _settings_table() for f in fields]
+    listed = [f for fields, _, _, _ in _settings_table() for f in fields]
     assert len(listed) == len(set(listed))
-    assert set(listed) == set(Settings.model_fields), "README settings table and Settings differ"
+    assert set(listed) == set(Settings.model_fields), "the generated settings table and Settings differ"
 
 
 def _field_of(env_name: str) -> str | None:
@@ -69,17 +105,27 @@ def _field_of(env_name: str) -> str | None:
 
 def test_every_environment_name_in_the_table_sets_its_field(clean_env, monkeypatch):
     checked = 0
-    for fields, names, _ in _settings_table():
+    for fields, names, _, _ in _settings_table():
         for name in names:
             field = _field_of(name)
-            assert field in fields, f"README: {name} is not an environment name of {fields}"
+            assert field in fields, f"settings table: {name} is not an environment name of {fields}"
             raw, expected = _value_for(field)
             monkeypatch.setenv(name, raw)
-            value = getattr(load_settings(), field)
-            value = value.get_secret_value() if isinstance(value, SecretStr) else value
+            value = _runtime(getattr(load_settings(), field))
             assert value == expected, f"{name} does not set {field}"
             monkeypatch.delenv(name)
             checked += 1
+        # the table lists all of a setting's environment names, and "the first taking precedence"
+        (field,) = fields
+        assert names == list(Settings.model_fields[field].validation_alias.choices), field  # type: ignore[union-attr]
+        if len(names) > 1:
+            (first_raw, first), (later_raw, _) = _value_for(field), _value_for(field, other=True)
+            monkeypatch.setenv(names[0], first_raw)
+            for later in names[1:]:
+                monkeypatch.setenv(later, later_raw)
+            assert _runtime(getattr(load_settings(), field)) == first, f"{names[0]} does not win for {field}"
+            for name in names:
+                monkeypatch.delenv(name)
     assert checked >= 25
 
 
@@ -98,8 +144,22 @@ def test_the_defaults_are_the_ones_the_table_states(clean_env):
     assert {name: getattr(s, name) for name in unset} == dict.fromkeys(unset)
     # "the embedded server": the URLs point at the embedded services on their ports
     assert s.argilla_api_url == "http://127.0.0.1:6900"
-    table = {f: default for fields, _, default in _settings_table() for f in fields}
-    assert "6479" in table["redis_port"] and "`.crowdpref`" in table["home"]
+    # every default the generated table states is the one load_settings gives with nothing set
+    rows = _settings_table()
+    assert len(rows) == len(Settings.model_fields)
+    for (field,), _, cell, kind in rows:
+        stated, value = _stated_default(cell), _runtime(getattr(s, field))
+        if value is None or stated is None:
+            assert value is stated is None, f"settings table: {field} default {cell}, but it is {value!r}"
+        else:
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            assert (Path(stated) == value) if isinstance(value, Path) else stated == shown, \
+                f"settings table: {field} default {cell}, but it is {value!r}"
+        # the type column: a setting is "secret text" exactly when it is a secret string at runtime
+        annotation = str(Settings.model_fields[field].annotation)
+        assert ("secret text" in kind) == ("SecretStr" in annotation), f"{field}: {kind}"
+    table = {f: default for fields, _, default, _ in rows for f in fields}
+    assert table["redis_port"] == "`6479`" and table["home"] == "`.crowdpref`"
 
 
 def test_keyword_arguments_beat_the_environment_which_beats_the_file_which_beats_defaults(clean_env, monkeypatch,
@@ -130,7 +190,11 @@ def test_secrets_are_secret_strings_and_never_show_in_a_repr(clean_env, monkeypa
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     s = load_settings()
-    for field in ("argilla_api_key", "prolific_token", "hf_token", "openai_api_key", "database_url"):
+    secret_fields = ("argilla_api_key", "prolific_token", "hf_token", "openai_api_key", "database_url")
+    for field in secret_fields:
         assert isinstance(getattr(s, field), SecretStr), field
+    # the settings the generated table calls secret are exactly these
+    assert sorted(f for fields, _, _, kind in _settings_table() for f in fields if "secret text" in kind) \
+        == sorted(secret_fields)
     shown = repr(s) + str(s) + repr(s.model_dump())
     assert not [v for v in secrets.values() if v in shown]
