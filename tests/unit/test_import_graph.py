@@ -19,8 +19,11 @@ there is one, else of ``package``. Importing ``a.b.c`` also runs the ``__init__`
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Collection, Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOP_LEVEL = ("crowdpref", "tasks", "flows", "deployments", "services")
@@ -168,3 +171,21 @@ def test_library_imports_no_orchestration_at_module_level() -> None:
             if name.split(".")[0] in LIBRARY_MUST_NOT_IMPORT:
                 offenders.append(f"{module} imports {name}")
     assert not offenders, "; ".join(offenders)
+
+
+def test_the_public_api_resolves_from_its_home_and_import_crowdpref_stays_cheap():
+    import subprocess
+    import sys
+
+    import crowdpref
+
+    for name in crowdpref.__all__:
+        value = getattr(crowdpref, name)
+        if name != "__version__":
+            home = crowdpref._HOMES[name]
+            assert getattr(importlib.import_module(home), name) is value, name
+    with pytest.raises(AttributeError):
+        crowdpref.no_such_name  # noqa: B018
+    loaded = subprocess.run([sys.executable, "-c", "import crowdpref, sys; print(sorted(sys.modules))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "'pandas'" not in loaded and "'sqlalchemy'" not in loaded
