@@ -40,30 +40,6 @@ from crowdpref.config.base import (
 )
 from crowdpref.config.plan import Batches
 
-__all__ = [
-    "DEFAULT_CATEGORIES",
-    "DETOXIFY_LABELS",
-    "MAX_PER_ITEM",
-    "REPO_PART_RE",
-    "AggregationConfig",
-    "Category",
-    "CrowdConfig",
-    "FiltersConfig",
-    "InstructedChecks",
-    "InviteConfig",
-    "LLMExpansion",
-    "ProlificConfig",
-    "ProlificFilters",
-    "ProlificStudy",
-    "PublishConfig",
-    "QualityScale",
-    "QuestionsConfig",
-    "RatingChecks",
-    "ScreeningConfig",
-    "Study1Config",
-    "Study2Config",
-]
-
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 LICENSE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 #: The most answers per question (R) and ratings per pair a study may ask for. The method uses 4
