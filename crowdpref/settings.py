@@ -44,10 +44,14 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_HOME"),
         description="State folder: databases, secrets, logs, pids, Prefect home, study run folders.",
     )
-    host: str = Field(default="127.0.0.1", validation_alias=_env("CROWDPREF_HOST"))
-    argilla_port: int = Field(default=6900, validation_alias=_env("CROWDPREF_ARGILLA_PORT"))
-    prefect_port: int = Field(default=4200, validation_alias=_env("CROWDPREF_PREFECT_PORT"))
-    redis_port: int = Field(default=6479, validation_alias=_env("CROWDPREF_REDIS_PORT"))
+    host: str = Field(default="127.0.0.1", validation_alias=_env("CROWDPREF_HOST"),
+                      description="Address the embedded services listen on and are reached at.")
+    argilla_port: int = Field(default=6900, validation_alias=_env("CROWDPREF_ARGILLA_PORT"),
+                              description="Port of the embedded Argilla server.")
+    prefect_port: int = Field(default=4200, validation_alias=_env("CROWDPREF_PREFECT_PORT"),
+                              description="Port of the embedded Prefect server and its UI.")
+    redis_port: int = Field(default=6479, validation_alias=_env("CROWDPREF_REDIS_PORT"),
+                            description="Port of the embedded Redis that Argilla's job worker uses.")
     portal_port: int = Field(
         default=6910,
         validation_alias=_env("CROWDPREF_PORTAL_PORT"),
@@ -76,7 +80,9 @@ class Settings(BaseSettings):
         description="A real Argilla (HF Space or self-hosted). Unset: the embedded server.",
     )
     argilla_api_key: SecretStr | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_ARGILLA_API_KEY", "ARGILLA_API_KEY")
+        default=None, validation_alias=_env("CROWDPREF_ARGILLA_API_KEY", "ARGILLA_API_KEY"),
+        description="The owner API key of a real Argilla. Unset: the embedded server's owner key, "
+        "kept in the state folder.",
     )
     prefect_api_url: str | None = Field(
         default=None,
@@ -90,11 +96,14 @@ class Settings(BaseSettings):
         "folder. PostgreSQL: postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB (install crowdpref[postgres]).",
     )
     prolific_token: SecretStr | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN")
+        default=None, validation_alias=_env("CROWDPREF_PROLIFIC_TOKEN", "PROLIFIC_TOKEN"),
+        description="Prolific API token (Workspace settings -> API tokens). Needed when the study "
+        "recruits on Prolific with prolific.enabled.",
     )
     prolific_api_url: str = Field(
         default="https://api.prolific.com/api/v1/",
         validation_alias=_env("CROWDPREF_PROLIFIC_API_URL"),
+        description="Prolific's API base URL (the demo points it at its fake Prolific).",
     )
     prolific_app_url: str = Field(
         default="https://app.prolific.com",
@@ -131,20 +140,29 @@ class Settings(BaseSettings):
         description="Argilla as participants' browsers reach it. Unset: the Argilla URL.",
     )
     hf_token: SecretStr | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_HF_TOKEN", "HF_TOKEN")
+        default=None, validation_alias=_env("CROWDPREF_HF_TOKEN", "HF_TOKEN"),
+        description="Hugging Face token with write access, for pushing the release to the Hub.",
     )
-    hf_repo_id: str | None = Field(default=None, validation_alias=_env("CROWDPREF_HF_REPO_ID"))
+    hf_repo_id: str | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_HF_REPO_ID"),
+        description="Dataset repo owner/name to push to; beats the study's publish.repo_id.",
+    )
     hf_endpoint: str | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT")
+        default=None, validation_alias=_env("CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT"),
+        description="Another Hub endpoint (a mirror or a test server). Unset: huggingface.co.",
     )
     openai_base_url: str | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL")
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
+        description="An OpenAI-compatible API for question expansion and, with crowd.llm, the "
+        "simulated crowd's answers. Unset: OpenAI's own API for questions (crowd.llm needs it set).",
     )
     openai_api_key: SecretStr | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_OPENAI_API_KEY", "OPENAI_API_KEY")
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_API_KEY", "OPENAI_API_KEY"),
+        description="API key of that endpoint.",
     )
     openai_model: str | None = Field(
-        default=None, validation_alias=_env("CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL")
+        default=None, validation_alias=_env("CROWDPREF_OPENAI_MODEL", "OPENAI_MODEL"),
+        description="Model name; the study's questions.llm.model beats it.",
     )
 
     @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "fake_prolific_port")
