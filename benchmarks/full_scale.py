@@ -437,7 +437,9 @@ def start_stack(home: Path, llm_url: str, llm_key: str, config_dir: Path) -> Any
         hf_repo_id=None, openai_base_url=llm_url, openai_api_key=llm_key, openai_model="fake-model",
     )
     os.environ.update(settings_environment(settings))
-    stack.up(settings, stack.COMPONENTS, on_step=lambda step: print(f"  starting {step}...", flush=True))
+    # no Prefect worker: the flow runs in this process, and an idle worker would add its CPU
+    stack.up(settings, [c for c in stack.COMPONENTS if c != "worker"],
+             on_step=lambda step: print(f"  starting {step}...", flush=True))
     stack.start_fake_prolific(settings)
     return settings
 

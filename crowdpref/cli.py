@@ -144,14 +144,19 @@ def _require_argilla(settings: Settings) -> None:
 @friendly_errors
 def up(
     only: list[str] = typer.Option(
-        None, "--only", help="Start only these components: argilla, prefect, portal (default: all)."
+        None, "--only",
+        help="Start only these components: argilla, prefect, worker (the Prefect worker on pool 'crowdpref'), "
+             "portal (default: all)."
     ),
     reset_owner: bool = typer.Option(
         False, "--reset-owner",
         help="Give the embedded Argilla's owner a new password and API key (when its credentials file "
              "was lost or damaged); the stack must be down."),
 ) -> None:
-    """Start the embedded services that are not running yet and print the UI URLs."""
+    """Start the embedded services that are not running yet and print the UI URLs.
+
+    The services include the Prefect worker on the 'crowdpref' pool (not while a
+    deployments/serve.py process runs the flows), so deployed flows run when started."""
     use_project()
     from services import stack
     from services.argilla.service import ensure_owner_credentials, masked
@@ -209,14 +214,17 @@ def _reset_owner(settings: Any) -> None:
 @app.command()
 @friendly_errors
 def deploy(
-    worker: bool = typer.Option(True, help="Also start a process worker on the 'crowdpref' pool."),
+    worker: bool = typer.Option(
+        True, help="Also start a process worker on the 'crowdpref' pool (unless one runs: `crowdpref up` starts it)."),
 ) -> None:
     """Register every deployment of prefect.yaml with the Prefect server (and start a worker).
 
     Afterwards flows can be started from the Prefect UI; schedules are registered inactive -
-    resume them in the UI. `crowdpref down` stops the worker."""
+    resume them in the UI. A worker that runs already (`crowdpref up` starts one) is kept,
+    never a second one; `crowdpref down` stops it."""
     use_project()
-    from deployments.deploy import deploy_all, start_worker
+    from deployments.deploy import WORKER_NAME, deploy_all, start_worker
+    from services.process import ProcessManager
 
     settings = _settings()
     _use_prefect(settings)
@@ -224,10 +232,11 @@ def deploy(
         names = deploy_all(settings)
     console.print(f"registered {len(names)} deployments: {', '.join(sorted(names))}", highlight=False)
     if worker:
+        already = ProcessManager(settings.state_dir).running(WORKER_NAME) is not None
         with console.status("starting a worker on pool 'crowdpref'..."):
-            running = start_worker(settings)
-        console.print(f"worker running (pid {running.pid}); deployments: {settings.prefect_ui_url}/deployments",
-                      highlight=False, soft_wrap=True)
+            running = start_worker(settings)  # one that already runs is kept: never a second worker
+        console.print(f"worker {'already ' if already else ''}running (pid {running.pid}); "
+                      f"deployments: {settings.prefect_ui_url}/deployments", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -8,6 +8,8 @@ what executes them in the background: a ``serve`` process (one machine) or a wor
   service ``prefect-serve`` (pid record, log in ``<state>/logs/prefect-serve.log``).
 - :func:`start_worker` / :func:`stop_worker`: ``prefect worker start --pool crowdpref`` as
   ``prefect-worker`` (a worker needs a second SIGTERM to exit; :func:`stop_worker` sends it).
+  ``crowdpref up`` starts it as a service of the stack (services/stack.py); ``crowdpref
+  deploy`` starts it too unless it runs.
 
 Prefect is only run as a subprocess or talked to over HTTP here, so the calling process's own
 Prefect settings never matter.
@@ -300,7 +302,9 @@ def worker_spec(settings: Settings) -> ServiceSpec:
 
 def start_worker(settings: Settings) -> RunningService:
     """Start a process worker on the ``crowdpref`` pool as the background service
-    ``prefect-worker`` (the pool is created if missing); wait for its first heartbeat."""
+    ``prefect-worker`` (the pool is created if missing); wait for its first heartbeat. One that
+    already runs (``crowdpref up`` starts it as a service of the stack) is returned as it is:
+    never a second worker."""
     ensure_work_pool(settings)
     return ProcessManager(settings.state_dir).start(worker_spec(settings), settings.host)
 

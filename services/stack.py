@@ -1,5 +1,20 @@
 """The embedded stack as a whole: start what is not running, stop everything we started,
-report what runs. Used by ``crowdpref up|down|status`` and by the test fixtures."""
+report what runs. Used by ``crowdpref up|down|status`` and by the test fixtures.
+
+What runs the deployments' flows is part of the stack too: the component ``worker`` is a
+process worker on the ``crowdpref`` work pool (``prefect-worker``, started by
+:func:`deployments.deploy.start_worker`, which creates the pool if missing), so every
+deployment that ``crowdpref deploy`` registers is Ready without another command. ``up`` starts
+it after the embedded Prefect server is healthy, and again if it died, like every service.
+Two exceptions, both kept simple:
+
+- a Prefect server elsewhere (``PREFECT_API_URL``): ``up`` starts neither the server nor a
+  worker for it; ``crowdpref deploy`` starts the worker there (or run one on each machine);
+- a serve process (``prefect-serve``, ``deployments/serve.py``) is the other runner: it
+  registers the deployments with no work pool, so a worker beside it would only poll an empty
+  pool. While one runs, ``up`` starts no worker (it says so) and ``status`` does not list the
+  worker as missing. Stop the serve process and run ``crowdpref deploy`` to go back.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +27,16 @@ from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager
 
-COMPONENTS = ("argilla", "prefect", "portal")
-# what runs flows: a worker on the `crowdpref` pool (crowdpref deploy) or a serve process
-# (deployments/serve.py); started by deployments/deploy.py, stopped and reported here
+COMPONENTS = ("argilla", "prefect", "worker", "portal")
+# what runs flows: a worker on the `crowdpref` pool (crowdpref up, or crowdpref deploy) or a
+# serve process (deployments/serve.py); started through deployments/deploy.py
 WORKER, SERVE = "prefect-worker", "prefect-serve"
-# stop order is the reverse of this start order
+# stop order is the reverse of this order (the flow runners last: stopped first)
 SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
                  SERVE, WORKER)
-# reported only once started (the fake Prolific: by the demo, for simulated studies)
-ON_DEMAND = (SERVE, WORKER, portal.FAKE_PROLIFIC)
+# reported only once started (the fake Prolific: by the demo, for simulated studies); the
+# worker also when it does not run while a serve process does, or the Prefect server is elsewhere
+ON_DEMAND = (SERVE, portal.FAKE_PROLIFIC)
 
 
 @dataclass
@@ -57,6 +73,11 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
     }
 
 
+def _worker_expected(settings: Settings, manager: ProcessManager) -> bool:
+    """``up`` starts a worker: the Prefect server is ours and no serve process runs the flows."""
+    return settings.embedded_prefect and manager.running(SERVE) is None
+
+
 def _deploy():  # deployments/ imports Prefect-side helpers; load it only when asked
     from deployments import deploy
 
@@ -70,7 +91,9 @@ def up(
     on_note: Callable[[str], None] = lambda message: None,
 ) -> list[ServiceStatus]:
     """Start the embedded services of ``components`` that are not running yet; wait for health.
-    A running portal whose settings changed is restarted; ``on_note`` hears it in one line."""
+    A running portal whose settings changed is restarted; ``on_note`` hears it in one line.
+    ``worker``: the Prefect worker on the ``crowdpref`` pool, for the embedded Prefect server
+    only, and not while a serve process runs the deployments (``on_note`` says so)."""
     wanted = set(components)
     unknown = wanted - set(COMPONENTS)
     if unknown:
@@ -88,6 +111,12 @@ def up(
     if "prefect" in wanted and settings.embedded_prefect:
         on_step("prefect server")
         manager.start(prefect.spec(settings), settings.host)
+    if "worker" in wanted and settings.embedded_prefect:
+        if manager.running(SERVE) is not None:
+            on_note(f"no Prefect worker started: {SERVE} runs the deployments (deployments/serve.py)")
+        else:
+            on_step("prefect worker")
+            _deploy().start_worker(settings)  # the pool first (created if missing); needs the server
     if "portal" in wanted:
         on_step("participant portal")
         if manager.start(portal.spec(settings), settings.host).restarted:
@@ -113,7 +142,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     rows = []
     for name in SERVICE_NAMES:
         running = manager.running(name)
-        if name in ON_DEMAND and running is None:
+        if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)):
             continue
         rows.append(
             ServiceStatus(

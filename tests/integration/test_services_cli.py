@@ -1,13 +1,18 @@
 """`crowdpref up` / `status` / `down` as a user runs them: a full embedded stack in its own
-state folder, healthy, with a private owner credentials file, and nothing left behind."""
+state folder, healthy, with a private owner credentials file, and nothing left behind. The
+stack includes the Prefect worker on pool 'crowdpref': `up` starts it (again, if it died),
+`crowdpref deploy` keeps it, every deployment is then Ready, and `down` stops it."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -55,10 +60,24 @@ def test_up_status_down_round_trip(cli_env):
 
         status = run_cli(cli_env, "status")
         assert status.returncode == 0, status.stdout
-        assert status.stdout.count("healthy") == 5 and "unhealthy" not in status.stdout
+        assert status.stdout.count("healthy") == 6 and "unhealthy" not in status.stdout
+        assert _health(status.stdout, "prefect-worker") == "healthy"  # the worker is a service
 
         records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
-        assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server", "portal"}
+        assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server", "portal",
+                                "prefect-worker"}
+        worker = records["prefect-worker"]
+        assert worker["term_signals"] == 2 and _cmdline(worker["pid"])[-6:-2] == ["--pool", "crowdpref", "--type", "process"]
+
+        # a worker that died is started again by `up`, like any service
+        os.killpg(worker["pid"], signal.SIGKILL)
+        assert _wait(lambda: group_members(worker["pid"]) == [], 10)
+        assert _health(run_cli(cli_env, "status").stdout, "prefect-worker") == "stopped"
+        revived = run_cli(cli_env, "up")
+        assert revived.returncode == 0, revived.stderr + revived.stdout
+        worker = json.loads((state / "run" / "prefect-worker.json").read_text())
+        assert worker["pid"] != records["prefect-worker"]["pid"]
+        records["prefect-worker"] = worker
 
         # a flow run against both services, recorded by the embedded Prefect server
         smoke = run_cli(cli_env, "smoke")
@@ -70,24 +89,86 @@ def test_up_status_down_round_trip(cli_env):
         for secret in (creds["password"], creds["api_key"]):
             assert secret not in smoke.stdout + smoke.stderr
 
-        # deployments registered, and a worker that down must stop too (it needs two SIGTERMs)
+        # deployments registered; deploy keeps the worker `up` started (no second one), which
+        # polls the pool, so every deployment is Ready; down must stop it (it needs two SIGTERMs)
         deployed = run_cli(cli_env, "deploy")
         assert deployed.returncode == 0, deployed.stderr + deployed.stdout
         assert "study/study" in deployed.stdout
+        assert f"worker already running (pid {worker['pid']})" in deployed.stdout, deployed.stdout
         status = run_cli(cli_env, "status")
-        assert status.returncode == 0 and "prefect-worker" in status.stdout, status.stdout
-        records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
-        assert "prefect-worker" in records
+        assert status.returncode == 0 and _health(status.stdout, "prefect-worker") == "healthy", status.stdout
+        assert json.loads((state / "run" / "prefect-worker.json").read_text())["pid"] == worker["pid"]
+        assert len(_worker_processes(state)) == 1
+
+        def not_ready() -> dict[str, str]:
+            deployments = httpx.post(f"{api}/deployments/filter", json={}, timeout=15).json()
+            assert len(deployments) == 11
+            return {d["name"]: d["status"] for d in deployments if d["status"] != "READY"}
+
+        assert _wait(lambda: not not_ready(), 90), f"deployments not Ready: {not_ready()}"
+        pool = httpx.get(f"{api}/work_pools/crowdpref", timeout=15).json()
+        assert pool["status"] == "READY", pool
     finally:
         stopped = run_cli(cli_env, "down")
     assert stopped.returncode == 0, stopped.stderr
+    assert "prefect-worker" in stopped.stdout
     for name, record in records.items():
         assert group_members(record["pid"]) == [], f"{name} left processes behind"
+    assert _worker_processes(state) == [], "down left a Prefect worker running"
     for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT", "CROWDPREF_PORTAL_PORT"):
         assert not port_in_use("127.0.0.1", int(cli_env[port])), port
     assert list((state / "run").glob("*.json")) == []
     after = run_cli(cli_env, "status")
     assert after.returncode == 1 and "healthy" not in after.stdout.replace("unhealthy", "")
+
+
+def _health(table: str, name: str) -> str:
+    """The health cell of service ``name`` in the ``status`` table (first line of its row)."""
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip("│┃ ").split("│")]
+        if cells and cells[0] == name:
+            return cells[-1]
+    raise AssertionError(f"no {name} row in:\n{table}")
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _worker_processes(state: Path) -> list[int]:
+    """Live `prefect worker start` processes whose CROWDPREF_HOME is this test's state folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        argv = _cmdline(int(entry.name)) if entry.name.isdigit() else []
+        if not any(argv[i:i + 3] == ["worker", "start", "--pool"] for i in range(len(argv))):
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"CROWDPREF_HOME={state}".encode() in environ and _proc_live(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _proc_live(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def _wait(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(1.0)
+    return condition()
 
 
 def test_up_refuses_a_port_taken_by_someone_else(cli_env):
