@@ -145,8 +145,8 @@ def _require_argilla(settings: Settings) -> None:
 def up(
     only: list[str] = typer.Option(
         None, "--only",
-        help="Start only these components: argilla, prefect, worker (the Prefect worker on pool 'crowdpref'), "
-             "portal (default: all)."
+        help="Start only these components: argilla, prefect, portal, worker (the Prefect worker on pool "
+             "'crowdpref') (default: all)."
     ),
     reset_owner: bool = typer.Option(
         False, "--reset-owner",

@@ -27,7 +27,7 @@ from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager
 
-COMPONENTS = ("argilla", "prefect", "worker", "portal")
+COMPONENTS = ("argilla", "prefect", "portal", "worker")
 # what runs flows: a worker on the `crowdpref` pool (crowdpref up, or crowdpref deploy) or a
 # serve process (deployments/serve.py); started through deployments/deploy.py
 WORKER, SERVE = "prefect-worker", "prefect-serve"
@@ -111,16 +111,17 @@ def up(
     if "prefect" in wanted and settings.embedded_prefect:
         on_step("prefect server")
         manager.start(prefect.spec(settings), settings.host)
+    if "portal" in wanted:
+        on_step("participant portal")
+        if manager.start(portal.spec(settings), settings.host).restarted:
+            on_note("participant portal restarted: its settings (environment or command) changed since it started")
+    # last: it needs the Prefect server, and a worker that fails to start keeps nothing else down
     if "worker" in wanted and settings.embedded_prefect:
         if manager.running(SERVE) is not None:
             on_note(f"no Prefect worker started: {SERVE} runs the deployments (deployments/serve.py)")
         else:
             on_step("prefect worker")
             _deploy().start_worker(settings)  # the pool first (created if missing); needs the server
-    if "portal" in wanted:
-        on_step("participant portal")
-        if manager.start(portal.spec(settings), settings.host).restarted:
-            on_note("participant portal restarted: its settings (environment or command) changed since it started")
     return status(settings)
 
 
