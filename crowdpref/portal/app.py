@@ -12,8 +12,10 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   one hop that carries them; no-store, no referrer), which logs them in.
 - ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then the
   completion code and the way back to Prolific, else how many are left.
-- ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated); a RETURNED, TIMED-OUT or
-  REJECTED submission gives its unfinished work back to the pool at once.
+- ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated), answered at once; a
+  RETURNED, TIMED-OUT or REJECTED submission is recorded as pending and its unfinished work goes
+  back to the pool right after the reply (what a portal that died left pending runs again when
+  it starts).
 - ``POST /hooks/argilla``: Argilla's response events (Standard Webhooks signatures, 401 when
   bad): the participant's activity - and their submitted answer - reach the store at once, and
   monitoring reads from Argilla only whom activity names (the portal registers the webhook when
@@ -131,13 +133,20 @@ def cookie_name(study: str, key: str) -> str:
 def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     """The portal's web app. ``argilla_webhook``: register Argilla's response webhook when the
     app starts (in the background: Argilla may start later) and disable it when it stops (on
-    SIGTERM, before the process ends), so monitoring polls while nobody receives deliveries."""
+    SIGTERM, before the process ends), so monitoring polls while nobody receives deliveries.
+    When it starts, the work of Prolific webhooks replied to but not finished (the portal died
+    or stopped first) runs again; when it stops, work not begun stays pending in the store."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if argilla_webhook:
             portal.register_argilla_webhook_in_background()
+        try:
+            await asyncio.to_thread(portal.resume_deliveries)
+        except Exception as exc:  # noqa: BLE001 - serve anyway: the Prolific sync is the backstop
+            log.warning("pending webhook work not resumed (%s)", exc.__class__.__name__)
         yield
+        portal.after_reply.stop()
         if argilla_webhook:
             await asyncio.to_thread(portal.stand_down_argilla_webhook)
 

@@ -18,6 +18,8 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +33,7 @@ from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_hooks, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
-from crowdpref.store import ACTIVE, COMPLETE, Claimed, Full, ParticipantState, Refused, Store
+from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
 
 Key = Literal["study1", "study2"]
 KEYS: tuple[Key, ...] = ("study1", "study2")
@@ -54,6 +56,7 @@ GLOBAL_FAILURES = 20  # per GLOBAL_WINDOW_S
 LIMITER_MAX_KEYS = 10_000  # ids / addresses each limiter remembers at most (oldest forgotten first)
 COOKIE_MAX_AGE_S = 24 * 3600  # the portal's signed cookie: then "please start from your study link"
 RESCAN_INTERVAL_S = 2.0  # an unknown study name re-reads the studies folder at most this often
+AFTER_REPLY_WORKERS = 4  # threads that release work after a webhook's reply (the request threads stay free)
 log = logging.getLogger("crowdpref.portal")
 _HEX_ID = re.compile(r"[0-9a-fA-F]{24}")
 
@@ -205,11 +208,71 @@ class StudyRegistry:
                 self._paths.setdefault(data["name"], file)
 
 
+class AfterReply:
+    """The work a webhook delivery left pending in the store, run after its reply on a few
+    threads of its own (so a burst of deliveries never takes the threads that serve requests).
+    A delivery is run at most once at a time here; whether it still has work to do is the
+    store's to say (:meth:`Portal.run_delivery`), so running it again is harmless.
+    ``workers=0`` records and runs nothing: what a portal that died right after replying left."""
+
+    def __init__(self, run: Callable[[str], Any], workers: int = AFTER_REPLY_WORKERS):
+        self._run, self.workers = run, workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: set[str] = set()
+        self._futures: set[Future[None]] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, event_id: str) -> bool:
+        """Run the delivery's work soon; False when it runs already (or ``workers=0``)."""
+        if self.workers <= 0:
+            return False
+        with self._lock:
+            if event_id in self._running:
+                return False
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="after-reply")
+            self._running.add(event_id)
+            future = self._pool.submit(self._one, event_id)
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return True
+
+    def _one(self, event_id: str) -> None:
+        try:
+            self._run(event_id)
+        except Exception as exc:  # noqa: BLE001 - it stays pending: the next start (or the Prolific sync) repeats it
+            log.warning("webhook work not done (%s): it stays pending; the portal's next start or the Prolific "
+                        "sync repeats it", _one_line(exc))
+        finally:
+            with self._lock:
+                self._running.discard(event_id)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until the work submitted so far is done (tests, benchmarks); False on timeout."""
+        with self._lock:
+            futures = set(self._futures)
+        return not wait_for(futures, timeout=timeout_s).not_done
+
+    def stop(self) -> None:
+        """The portal stops: work not started stays pending in the store (the next start runs it)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
 class Portal:
-    """The portal's logic for one deployment (settings + store)."""
+    """The portal's logic for one deployment (settings + store). ``after_reply_workers``: the
+    threads that release work after a webhook's reply (0: none - the work stays pending in the
+    store until a portal with some starts, :meth:`resume_deliveries`)."""
 
     def __init__(self, settings: Any, store: Store, *, open_collection: Callable[[Path, Key], Collection] | None = None,
-                 prolific_factory: Callable[[ProlificTarget], Any] | None = None, clock: Callable[[], float] = time.time):
+                 prolific_factory: Callable[[ProlificTarget], Any] | None = None,
+                 clock: Callable[[], float] = time.time, after_reply_workers: int = AFTER_REPLY_WORKERS):
         self.settings = settings
         self.store = store
         self.registry = StudyRegistry(Path(settings.portal_studies))
@@ -232,6 +295,7 @@ class Portal:
             "global_failures": RateLimiter(GLOBAL_FAILURES, GLOBAL_WINDOW_S, max_keys=1),
         }
         self._unverified_logged: set[str] = set()
+        self.after_reply = AfterReply(self.run_delivery, after_reply_workers)
         self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
         self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
 
@@ -498,7 +562,12 @@ class Portal:
 
     # Prolific webhooks -------------------------------------------------------------------------------
     def prolific_webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
-        """Verify, de-duplicate and act on one Prolific webhook. Returns (HTTP status, reply)."""
+        """Verify, de-duplicate and record one Prolific webhook; returns (HTTP status, reply) at
+        once. A status that frees the participant's place (RETURNED, TIMED-OUT, REJECTED) is
+        recorded as ``pending`` with the participant, in the same row that de-duplicates the
+        delivery, and their work is released after the reply (:meth:`run_delivery`, on
+        :attr:`after_reply`); a portal that dies first runs it when it starts again
+        (:meth:`resume_deliveries`). Store reads and writes only here, no Argilla call."""
         from crowdpref.prolific import WebhookRejected, verify_webhook
 
         secret = self.store.get_meta(WEBHOOK_SECRET)
@@ -518,13 +587,28 @@ class Portal:
         except ValueError:
             return 400, {"error": "body is not a JSON object"}
         kind = str(payload.get("event_type") or "submission.status.change")
-        outcome = self._act_on(kind, payload)
-        self.store.record_delivery(event_id, "prolific", kind, outcome)
+        found, status = self._named(kind, payload)
+        if found is None:
+            outcome = "ignored" if kind != "submission.status.change" else "unknown participant"
+            if not self.store.record_delivery(event_id, "prolific", kind, outcome):
+                return 200, {"duplicate": True}
+            return 200, {"outcome": outcome}
+        info, participant = found
+        freeing = status in FREEING
+        outcome = f"{status}: queued" if freeing else f"recorded {status}"
+        if not self.store.record_delivery(event_id, "prolific", kind, outcome,
+                                          pending=(info.id, participant.id, status) if freeing else None):
+            return 200, {"duplicate": True}  # the same delivery, recorded by a concurrent request
+        self.store.log_event(info.id, "platform_status", participant.id, status=status)
+        if freeing:
+            self.after_reply.submit(event_id)
         return 200, {"outcome": outcome}
 
-    def _act_on(self, kind: str, payload: Mapping[str, Any]) -> str:
+    def _named(self, kind: str, payload: Mapping[str, Any]) -> tuple[tuple[Any, ParticipantState] | None, str]:
+        """The participant a status change names (by their session, else their only active
+        participation), and the status."""
         if kind != "submission.status.change":
-            return "ignored"
+            return None, ""
         status = str(payload.get("status", "")).upper()
         found = None
         session = payload.get("resource_id")
@@ -533,17 +617,36 @@ class Portal:
         if found is None and isinstance(payload.get("participant_id"), str):
             active = [(i, p) for i, p in self.store.find_by_key(payload["participant_id"]) if p.status == ACTIVE]
             found = active[0] if len(active) == 1 else None
-        if found is None:
-            return "unknown participant"
-        info, participant = found
-        self.store.log_event(info.id, "platform_status", participant.id, status=status)
-        if status not in FREEING:
-            return f"recorded {status}"
+        return found, status
+
+    def run_delivery(self, event_id: str) -> str | None:
+        """Do the work a pending delivery asks for - release the participant's unsubmitted work
+        (or withdraw them when they had completed) - and mark it done; None when it was done
+        already. A release that began and did not finish (the participant left ``releasing``)
+        is finished."""
+        pending = self.store.pending_delivery(event_id)
+        if pending is None:
+            return None
+        info, participant, status = pending
+        outcome = self._free(info, participant, status)
+        self.store.finish_delivery(event_id, outcome)
+        log.info("Prolific webhook handled after its reply: %s", outcome)
+        return outcome
+
+    def resume_deliveries(self) -> int:
+        """At start-up: run again the work of every delivery a portal replied to and did not
+        finish (it died, or was stopped). Returns how many were submitted."""
+        pending = self.store.pending_deliveries("prolific")
+        if pending:
+            log.info("%d Prolific webhook(s) replied to before the portal stopped: finishing their work", len(pending))
+        return sum(self.after_reply.submit(event_id) for event_id in pending)
+
+    def _free(self, info: Any, participant: ParticipantState, status: str) -> str:
         if participant.status == COMPLETE:  # finished, then returned / rejected / timed out: they withdrew
             from crowdpref.withdrawals import withdraw_on_platform
 
             try:
-                target: Any = self.collection(info.study, info.key)  # type: ignore[arg-type]
+                target: Any = self.collection(info.study, info.key)
             except Refusal:
                 target = self.store  # (their records stay in Argilla: `crowdpref withdraw` deletes them)
             try:
@@ -551,17 +654,23 @@ class Portal:
             except CrowdprefError:
                 return f"{status}: withdrawal failed; `crowdpref withdraw` or the next sync repeats it"
             return f"{status}: {'withdrawn' if done and done.now else 'already withdrawn'}"
+        if participant.status not in (ACTIVE, RELEASING):
+            return f"{status}: nothing held"
         try:
-            collection = self.collection(info.study, info.key)  # type: ignore[arg-type]
+            collection = self.collection(info.study, info.key)
         except Refusal:
+            if participant.status == RELEASING:
+                return f"{status}: release begun, the next monitoring pass finishes it"
             self.store.request_drop(info.id, participant.username)
             return f"{status}: drop requested (study config not found here)"
         try:
+            if participant.status == RELEASING:  # begun by a portal that died mid-release: finish it
+                collection._finish_release(participant)
+                return f"{status}: work released"
             released = collection.release(participant, f"{status} on Prolific")
         except CrowdprefError:
             return f"{status}: release begun, the next monitoring pass finishes it"
         return f"{status}: work released" if released else f"{status}: nothing held"
-
 
     # Argilla webhooks ---------------------------------------------------------------------------------
     def register_argilla_webhook(self, owner: Any | None = None) -> str:

@@ -1,5 +1,6 @@
 """The platform side: participants' platform sessions, the recruitment platform's study of each
-collection (Prolific), webhook deliveries already handled, and store-wide secrets.
+collection (Prolific), webhook deliveries (with the work a delivery leaves pending after its
+reply), and store-wide secrets.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import CollectionInfo, ParticipantState, PlatformStudy
+from crowdpref.store.statuses import DeliveryState
+
+PENDING, DONE = DeliveryState.PENDING, DeliveryState.DONE
 
 
 class PlatformStore(StoreBase):
@@ -81,17 +85,47 @@ class PlatformStore(StoreBase):
             return conn.execute(select(t.webhook_deliveries.c.event_id).where(
                 t.webhook_deliveries.c.event_id == event_id)).first() is not None
 
-    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str) -> bool:
-        """Remember a handled webhook event; False when it was already recorded (a duplicate
-        delivery handled meanwhile)."""
+    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str, *,
+                        pending: tuple[int, int, str] | None = None) -> bool:
+        """Remember a webhook event; False when it was already recorded (a duplicate delivery
+        recorded meanwhile). ``pending``: (collection id, participant id, platform status) - the
+        work the event asks for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`)."""
+        values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
+                                      received_at=self.clock(), outcome=outcome[:200], state=DONE)
+        if pending is not None:
+            cid, pid, status = pending
+            values.update(state=PENDING, collection_id=cid, participant_id=pid, platform_status=status[:30])
         try:
             with self._write() as conn:
-                conn.execute(insert(t.webhook_deliveries).values(
-                    event_id=event_id[:100], source=source, kind=kind[:60], received_at=self.clock(),
-                    outcome=outcome[:200]))
+                conn.execute(insert(t.webhook_deliveries).values(**values))
             return True
         except IntegrityError:
             return False
+
+    def pending_deliveries(self, source: str = "prolific") -> list[str]:
+        """The event ids of deliveries replied to whose work is not done yet (oldest first)."""
+        w = t.webhook_deliveries.c
+        with self._read() as conn:
+            return list(conn.execute(select(w.event_id).where(w.source == source, w.state == PENDING)
+                                     .order_by(w.received_at)).scalars())
+
+    def pending_delivery(self, event_id: str) -> tuple[CollectionInfo, ParticipantState, str] | None:
+        """The work of a pending delivery: the participant (as they are now) and the platform
+        status; None when it is done (or unknown)."""
+        w = t.webhook_deliveries.c
+        with self._read() as conn:
+            row = conn.execute(select(w.state, w.collection_id, w.participant_id, w.platform_status).where(
+                w.event_id == event_id[:100])).first()
+            if row is None or row.state != PENDING:
+                return None
+            return self._info(row.collection_id, conn), self._participant(conn, row.participant_id), row.platform_status
+
+    def finish_delivery(self, event_id: str, outcome: str) -> bool:
+        """A pending delivery's work is done: ``done`` with its outcome. False when it was done already."""
+        w = t.webhook_deliveries.c
+        with self._write() as conn:
+            return bool(conn.execute(update(t.webhook_deliveries).where(
+                w.event_id == event_id[:100], w.state == PENDING).values(state=DONE, outcome=outcome[:200])).rowcount)
 
     def deliveries(self, source: str | None = None) -> list[dict[str, Any]]:
         w = t.webhook_deliveries.c

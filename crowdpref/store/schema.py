@@ -22,7 +22,9 @@ without a migration fails. The values of the state and status columns are the me
                    submitted, completed, drop_requested, release_started, released,
                    reallocated, refused ...
 - ``platform_studies`` the Prolific study each collection was published as (never two).
-- ``webhook_deliveries`` webhook events already handled (de-duplicated on their event id).
+- ``webhook_deliveries`` webhook events received (de-duplicated on their event id): ``done``,
+                   or ``pending`` - replied to, their work (a release) not finished yet, which
+                   the portal runs after the reply and again when it starts.
 - ``meta``         store-wide values and secrets (the key salt, the portal's signing key, the
                    Prolific webhook secret).
 """
@@ -194,4 +196,10 @@ webhook_deliveries = Table(
     Column("kind", String(60), nullable=False),
     Column("received_at", Float, nullable=False),
     Column("outcome", String(200), nullable=False),
+    # pending: replied to, the work below not done yet (the portal runs it after the reply, and
+    # at its next start when it died first); done: handled
+    Column("state", String(20), nullable=False, default="done", server_default="done"),
+    Column("collection_id", Integer),  # the participant a pending delivery acts on
+    Column("participant_id", Integer),
+    Column("platform_status", String(30)),  # RETURNED, TIMED-OUT, REJECTED
 )

@@ -48,6 +48,13 @@ class CheckVerdict(StrEnum):
     UNANSWERED = "unanswered"
 
 
+class DeliveryState(StrEnum):
+    """``webhook_deliveries.state``."""
+
+    PENDING = "pending"  # replied to; its work (a release) runs after the reply, or at the portal's next start
+    DONE = "done"  # handled
+
+
 # account states
 CREATING, READY, BOUND = AccountState.CREATING, AccountState.READY, AccountState.BOUND
 # participant statuses

@@ -2,7 +2,8 @@
 interface (FastAPI's TestClient runs the app in-process): invite links, the welcome page, the
 one-hop sign-in, the finish page and its completion code; every refusal with its status and
 nothing allocated; two tabs at once; a burst from one person; a full study; Prolific webhooks
-(good, forged, stale, replayed, duplicated) releasing a returned participant's work at once.
+(good, forged, stale, replayed, duplicated) releasing a returned participant's work right after
+the reply.
 
 The whole lifecycle through the fake Prolific is in test_portal_prolific.py."""
 
@@ -244,7 +245,9 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     assert collection.store.participant(collection.info.id, held.username).status == "active"
 
     good = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, now, "evt-returned"))
-    assert good.status_code == 200 and good.json()["outcome"] == "RETURNED: work released"
+    assert good.status_code == 200 and good.json()["outcome"] == "RETURNED: queued"  # answered at once,
+    assert portal.after_reply.wait(60)  # the release runs after the reply
+    assert [d["outcome"] for d in collection.store.deliveries("prolific")] == ["RETURNED: work released"]
     after = collection.store.participant(collection.info.id, held.username)
     assert after.status == RELEASED and after.held == []
     assert not collection.owner.record_ids(collection._dataset_of(after))  # records left Argilla at once

@@ -175,7 +175,9 @@ def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argil
     body = json.dumps({"event_type": "submission.status.change", "resource_id": session,
                        "participant_id": PID_A, "status": "RETURNED"}).encode()
     reply = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-1"))
-    assert reply.status_code == 200 and reply.json()["outcome"] == "RETURNED: withdrawn"
+    assert reply.status_code == 200 and reply.json()["outcome"] == "RETURNED: queued"
+    assert portal.after_reply.wait(60)  # the withdrawal runs after the reply
+    assert {d["event_id"]: d["outcome"] for d in store.deliveries("prolific")} == {"evt-1": "RETURNED: withdrawn"}
     gone = store.participant(cid, a.participant.username)
     assert gone.status == COMPLETE and gone.withdrawn_at is not None
     assert {x.status for x in gone.assignments} == {WITHDRAWN}
@@ -186,7 +188,8 @@ def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argil
     assert PID_A not in json.dumps(store.events(cid), default=str)
     # a second delivery of the same status (a new event id) changes nothing
     again = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-2"))
-    assert again.json()["outcome"] == "RETURNED: already withdrawn"
+    assert again.json()["outcome"] == "RETURNED: queued" and portal.after_reply.wait(60)
+    assert {d["event_id"]: d["outcome"] for d in store.deliveries("prolific")}["evt-2"] == "RETURNED: already withdrawn"
     assert len(store.events(cid, kinds=["withdrawn"])) == 1
     # the other participant's work still counts
     assert sorted(store.participant(cid, b.participant.username).submitted) == sorted(b.participant.items)
