@@ -280,7 +280,7 @@ class Collection:
         reads = 0
         for participant in todo:
             if participant.status == RELEASING:  # a release a killed run began: finish it
-                self._finish_release(participant)
+                self.finish_release(participant)
                 released_now.append(participant.username)
                 continue
             if participant.status == COMPLETE:  # completed by a webhook: this read grades their checks
@@ -302,7 +302,7 @@ class Collection:
             else:
                 continue
             if self.store.begin_release(cid, participant.id, reason):
-                self._finish_release(self.store.participant(cid, participant.username))
+                self.finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
         self.expire_finished_credentials()  # completed (maybe by a webhook), released, withdrawn
         ready_now = self.refill_pool()
@@ -375,7 +375,7 @@ class Collection:
             pass  # their records, and those slots are collected again (nothing counts twice)
         if not self.store.begin_release(self.info.id, participant.id, reason):
             return False
-        self._finish_release(self.store.participant(self.info.id, participant.username))
+        self.finish_release(self.store.participant(self.info.id, participant.username))
         return True
 
     def _read_progress(self, participant: ParticipantState) -> None:
@@ -426,9 +426,10 @@ class Collection:
                                [item for item in participant.submitted if not is_check(item)],
                                "failed the quality checks")
 
-    def _finish_release(self, participant: ParticipantState) -> None:
-        """Remove the participant's unsubmitted records from their dataset, then return the slots
-        to the pool. An answer arriving between the last read and the delete goes with its
+    def finish_release(self, participant: ParticipantState) -> None:
+        """Finish a release that began (the participant is ``releasing``: :meth:`release`, or a
+        process that died mid-release): remove their unsubmitted records from their dataset,
+        then return the slots to the pool. An answer arriving between the last read and the delete goes with its
         record and its slot is collected again, so nothing counts twice."""
         to_delete = list(participant.held)  # their unanswered checks too
         dataset = self.owner.find_dataset(self.dataset_name, workspace=participant.username)

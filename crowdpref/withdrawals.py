@@ -98,7 +98,7 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
             released = collection.release(participant, reason)
         participant = store.participant(info.id, participant.username)
         if participant.status == RELEASING:  # a release begun earlier (or by another process): finish it
-            collection._finish_release(participant)
+            collection.finish_release(participant)
             participant = store.participant(info.id, participant.username)
     items = store.withdraw(info.id, participant.id, reason)
     problem = None

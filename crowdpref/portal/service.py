@@ -665,7 +665,7 @@ class Portal:
             return f"{status}: drop requested (study config not found here)"
         try:
             if participant.status == RELEASING:  # begun by a portal that died mid-release: finish it
-                collection._finish_release(participant)
+                collection.finish_release(participant)
                 return f"{status}: work released"
             released = collection.release(participant, f"{status} on Prolific")
         except CrowdprefError:

@@ -466,7 +466,7 @@ def test_finished_participants_get_a_new_password_once(rig):
     assert all(rig.owner.passwords[u] == pw for u, pw in old.items())
     rig.store.record_progress(cid, done.id, {i: time.time() for i in done.held}, None)
     rig.store.begin_release(cid, released.id, "test")
-    collection._finish_release(rig.store.participant(cid, released.username))  # expires at once
+    collection.finish_release(rig.store.participant(cid, released.username))  # expires at once
     assert rig.owner.passwords[released.username] != old[released.username]
     assert [p.username for p in rig.store.credentials_to_expire(cid)] == [done.username]
     assert collection.expire_finished_credentials() == 1 and collection.expire_finished_credentials() == 0
