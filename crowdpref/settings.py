@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
@@ -139,6 +139,43 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_ARGILLA_PUBLIC_URL"),
         description="Argilla as participants' browsers reach it. Unset: the Argilla URL.",
     )
+    # --- the public profile (a real study's HTTPS home) ---------------------------------
+    public_url: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_PUBLIC_URL"),
+        description="The study's public HTTPS home, e.g. https://study.example.org. Set, this is the "
+        "public profile: Caddy terminates TLS on this host name for the portal (/s/, /hooks/, /healthz) "
+        "and Argilla (everything else); PostgreSQL holds Argilla's database and the study store; Argilla "
+        "runs argilla_workers processes; crowdpref up restarts a service that dies. Unset: the embedded "
+        "laptop stack (SQLite, plain HTTP on HOST).",
+    )
+    public_tls: Literal["acme", "internal"] = Field(
+        default="acme",
+        validation_alias=_env("CROWDPREF_PUBLIC_TLS"),
+        description="Where the public profile's certificate comes from: acme (a public CA through ACME; the "
+        "host name must resolve to this machine and ports 80 and 443 be reachable) or internal (Caddy's own "
+        "CA: tests, private networks).",
+    )
+    acme_email: str | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_ACME_EMAIL"),
+        description="Contact address given to the ACME CA (expiry warnings) in the public profile.",
+    )
+    https_port: int = Field(default=443, validation_alias=_env("CROWDPREF_HTTPS_PORT"),
+                            description="Port Caddy serves HTTPS on in the public profile.")
+    http_port: int = Field(default=80, validation_alias=_env("CROWDPREF_HTTP_PORT"),
+                           description="Port Caddy serves HTTP on in the public profile (ACME challenges, "
+                           "redirects to HTTPS).")
+    postgres_port: int = Field(default=6932, validation_alias=_env("CROWDPREF_POSTGRES_PORT"),
+                               description="Port of the stack's PostgreSQL server in the public profile "
+                               "(on HOST only).")
+    argilla_workers: int | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_ARGILLA_WORKERS"),
+        description="uvicorn worker processes of the embedded Argilla server; they share one "
+        "ARGILLA_AUTH_SECRET_KEY, generated once into the secrets folder. Unset: 1 on SQLite (the "
+        "laptop stack), 2 in the public profile (PostgreSQL).",
+    )
     hf_token: SecretStr | None = Field(
         default=None, validation_alias=_env("CROWDPREF_HF_TOKEN", "HF_TOKEN"),
         description="Hugging Face token with write access, for pushing the release to the Hub.",
@@ -165,12 +202,32 @@ class Settings(BaseSettings):
         description="Model name; the study's questions.llm.model beats it.",
     )
 
-    @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "fake_prolific_port")
+    @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "fake_prolific_port",
+                     "https_port", "http_port", "postgres_port")
     @classmethod
     def _port_in_range(cls, value: int) -> int:
         if not 1 <= value <= 65535:
             raise ValueError("must be a TCP port between 1 and 65535")
         return value
+
+    @field_validator("argilla_workers")
+    @classmethod
+    def _workers_in_range(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 32:
+            raise ValueError("must be between 1 and 32 worker processes")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_https(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value.strip())
+        if parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+            raise ValueError("must be an https:// URL with a host name and no path, e.g. https://study.example.org")
+        return f"https://{parts.netloc}"
 
     @classmethod
     def settings_customise_sources(
@@ -238,14 +295,26 @@ class Settings(BaseSettings):
         return (self.argilla_url or f"http://{self.host}:{self.argilla_port}").rstrip("/")
 
     @property
+    def public(self) -> bool:
+        """The public profile (:attr:`public_url` set): Caddy, PostgreSQL, supervised services."""
+        return self.public_url is not None
+
+    @property
+    def argilla_worker_count(self) -> int:
+        """:attr:`argilla_workers`, or its default: 2 in the public profile, else 1."""
+        return self.argilla_workers or (2 if self.public else 1)
+
+    @property
     def portal_public_url(self) -> str:
-        """The portal as participants and Prolific reach it (no trailing slash)."""
-        return (self.portal_url or f"http://{self.host}:{self.portal_port}").rstrip("/")
+        """The portal as participants and Prolific reach it (no trailing slash): the portal URL,
+        else the public URL (the public profile serves the portal there), else HOST:PORTAL_PORT."""
+        return (self.portal_url or self.public_url or f"http://{self.host}:{self.portal_port}").rstrip("/")
 
     @property
     def argilla_participant_url(self) -> str:
-        """Argilla as participants' browsers reach it (no trailing slash)."""
-        return (self.argilla_public_url or self.argilla_api_url).rstrip("/")
+        """Argilla as participants' browsers reach it (no trailing slash): the Argilla public URL,
+        else the public URL (one host name for both in the public profile), else Argilla's URL."""
+        return (self.argilla_public_url or self.public_url or self.argilla_api_url).rstrip("/")
 
     @property
     def prefect_url(self) -> str:

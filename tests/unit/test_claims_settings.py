@@ -70,8 +70,15 @@ def _value_for(field: str, other: bool = False) -> tuple[str, object]:
     a second, different one)."""
     annotation = str(Settings.model_fields[field].annotation)
     tail = "y" if other else "x"
+    if field == "argilla_workers":  # 1-32 processes
+        return ("3", 3) if other else ("2", 2)
+    if "Literal" in annotation:  # each field's second choice, then its first
+        choices = Settings.model_fields[field].annotation.__args__  # type: ignore[union-attr]
+        return (choices[0], choices[0]) if other else (choices[1], choices[1])
     if "int" in annotation:
         return ("7346", 7346) if other else ("7345", 7345)
+    if field == "public_url":  # https, a host name, no path
+        return f"https://{tail}.claims.example", f"https://{tail}.claims.example"
     if "Path" in annotation:
         return f"/tmp/claims-{tail}", Path(f"/tmp/claims-{tail}")
     return f"http://claims.example:1/{tail}", f"http://claims.example:1/{tail}"
