@@ -45,15 +45,17 @@ def env(settings: Settings) -> dict[str, str]:
         "ARGILLA_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/0",
         "ARGILLA_SEARCH_ENGINE": ENGINE_NAME,
         "ARGILLA_ENABLE_TELEMETRY": "0",
-        "ARGILLA_AUTH_SECRET_KEY": _auth_secret(settings),
+        "ARGILLA_AUTH_SECRET_KEY": auth_secret(settings),
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "DO_NOT_TRACK": "1",
     }
 
 
-def _auth_secret(settings: Settings) -> str:
-    """Token-signing key kept across restarts, so browser sessions survive `down`/`up`."""
+def auth_secret(settings: Settings) -> str:
+    """Argilla's token-signing key (``ARGILLA_AUTH_SECRET_KEY``), generated once into the secrets
+    folder and kept across restarts, so browser sessions survive `down`/`up`; every Argilla worker
+    process shares it, and the portal signs Argilla sessions with it."""
     path = settings.secrets_dir / "argilla-auth-secret"
     if not path.exists():
         write_text(secrets.token_hex(32), path, private=True)

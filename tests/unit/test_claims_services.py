@@ -72,9 +72,9 @@ def test_owner_credentials_are_random_private_and_made_once(tmp_path, monkeypatc
     other = load_settings(home=tmp_path / "other-state")
     assert argilla_service.ensure_owner_credentials(other)["api_key"] != creds["api_key"]  # random
 
-    key = argilla_service._auth_secret(settings)
+    key = argilla_service.auth_secret(settings)
     key_file = settings.secrets_dir / "argilla-auth-secret"
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and argilla_service._auth_secret(settings) == key
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and argilla_service.auth_secret(settings) == key
 
     for secret in (creds["password"], creds["api_key"], key):
         shown = argilla_service.masked(secret)
