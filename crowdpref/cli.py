@@ -153,6 +153,10 @@ def up(
         False, "--reset-owner",
         help="Give the embedded Argilla's owner a new password and API key (when its credentials file "
              "was lost or damaged); the stack must be down."),
+    supervise: bool = typer.Option(
+        None, "--supervise/--no-supervise", show_default=False,
+        help="Also start the supervisor, which starts again any of these services that dies (checks every "
+             "2 s); default: on in the public profile (CROWDPREF_PUBLIC_URL), off otherwise."),
 ) -> None:
     """Start the embedded services that are not running yet and print the UI URLs.
 
@@ -174,7 +178,7 @@ def up(
     notes: list[str] = []
     with console.status("starting services...") as spinner:
         rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."),
-                        on_note=notes.append)
+                        on_note=notes.append, supervise=supervise)
     _print_status(rows)
     for note in notes:
         console.print(note, highlight=False)
@@ -249,6 +253,62 @@ def down() -> None:
 
     stopped = stack.down(_settings())
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@app.command()
+@friendly_errors
+def supervise(
+    only: list[str] = typer.Option(
+        None, "--only", help="Watch only these components: argilla, prefect, portal, worker (default: all)."),
+    interval: float = typer.Option(2.0, min=0.5, help="Seconds between checks."),
+) -> None:
+    """Run the supervisor in the foreground: every INTERVAL seconds, start again (and wait until
+    healthy) any service of the stack whose process died. `crowdpref up --supervise` (the
+    default in the public profile) runs it in the background instead. Ctrl-C stops it."""
+    use_project()
+    from services import stack
+    from services.supervisor import supervise as loop
+
+    settings = _settings()
+    components = only or list(stack.COMPONENTS)
+    unknown = sorted(set(components) - set(stack.COMPONENTS))
+    if unknown:
+        raise ConfigError(f"--only {', '.join(unknown)}: unknown component; choose from {', '.join(stack.COMPONENTS)}")
+    try:
+        loop(settings, components, interval, log=lambda line: console.print(line, highlight=False))
+    except KeyboardInterrupt:
+        console.print("supervisor stopped")
+
+
+service_app = typer.Typer(help="Run the stack under systemd instead of `crowdpref up`.", no_args_is_help=True)
+app.add_typer(service_app, name="service")
+
+
+@service_app.command("install")
+@friendly_errors
+def service_install(
+    folder: Path = typer.Option(None, "--dir", help="Where to write the units (default: /etc/systemd/system, as root)."),
+    user: str = typer.Option(None, "--user", help="The account the services run as (User=; default: root's default)."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Check the units with `systemd-analyze verify`."),
+) -> None:
+    """Write a systemd unit for every service of this profile (restart on failure, start at
+    boot, ordered dependencies; the environment in 0600 files in the secrets folder) and check
+    them with `systemd-analyze verify` where it exists. Exit 1 if the check finds a problem."""
+    use_project()
+    from services import systemd
+
+    settings = _settings()
+    target = folder if folder is not None else systemd.default_dir()
+    paths = systemd.install(settings, target, user)
+    console.print(f"wrote {len(paths)} units in {target}: {', '.join(p.name for p in paths)}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"environment files (0600): {systemd.env_folder(settings)}", highlight=False)
+    if check:
+        checked = systemd.verify(paths)
+        console.print("systemd-analyze verify: no problem found" if checked
+                      else "systemd-analyze not found: the units were not checked", highlight=False)
+    names = " ".join(p.name for p in paths)
+    console.print(f"then: systemctl daemon-reload && systemctl enable --now {names}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -540,6 +600,101 @@ def _unusable_answerers(study: Path, config: Any, settings: Settings, item: str)
         raise CrowdprefError(f"every counted answer to {item} can be used (by {', '.join(p.username for p in holders) or 'nobody'}): "
                              "name the one to reopen with --participant USERNAME")
     return found
+
+
+@app.command()
+@friendly_errors
+def progress(
+    study: Path = typer.Option(..., "--study", help="The study config, e.g. studies/demo.yaml."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (for scripts) instead of a table."),
+    ask_prolific: bool = typer.Option(True, "--prolific/--no-prolific",
+                                      help="Ask Prolific for the status, places and submissions of the study's "
+                                           "Prolific studies (one try, 5 s timeout; needs PROLIFIC_TOKEN)."),
+) -> None:
+    """A study's progress: answers (study 1) and ratings (study 2) submitted of those needed,
+    participants by status, quality checks, places on Prolific and the spend so far.
+
+    It only reads the study store (never creating it, taking no write lock), so it is safe
+    while the study runs; a study that has not started says so."""
+    from crowdpref.config import load_study
+    from crowdpref.progress import study_progress
+
+    config = load_study(study)
+    result = study_progress(config, _settings(), ask_prolific=ask_prolific)
+    if as_json:
+        import json
+
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    _print_progress(result)
+
+
+def _print_progress(result: Any) -> None:
+    """The table of ``crowdpref progress``: one column per study, one row per number."""
+    from crowdpref.progress import describe_percent
+
+    s1, s2 = result.parts
+    if not result.started:
+        console.print(f"study '{result.study}' has not started: nothing is in the study store yet "
+                      "(the numbers below are the plan)", highlight=False)
+    table = Table(title=f"{result.study}: {result.title}")
+    table.add_column("")
+    for part in result.parts:
+        table.add_column(f"study {part.key[-1]} ({part.unit})", justify="right")
+
+    def row(label: str, value: Callable[[Any], object]) -> None:
+        table.add_row(label, *(str(value(p)) for p in (s1, s2)))
+
+    row("submitted / needed", describe_percent)
+    row("items with all R", lambda p: f"{p.items_done}/{'?' if p.items is None else p.items} {p.item}s "
+                                      f"(R = {p.copies})")
+    row("held by participants", lambda p: p.held)
+    row("not claimed yet", lambda p: p.unclaimed)
+    row("out of the count", lambda p: f"{p.excluded} excluded, {p.reopened} reopened, {p.withdrawn} withdrawn")
+    table.add_section()
+    for status in s1.participants:
+        row(f"participants {status}", lambda p, status=status: p.participants.get(status, 0))
+    row("  of them withdrawn", lambda p: p.withdrawn_participants)
+    table.add_section()
+    row("checks per batch", lambda p: p.checks.per_batch or "none")
+    row("checks passed / failed / open", lambda p: f"{p.checks.passed} / {p.checks.failed} / {p.checks.unanswered}")
+    row("excluded (people / answers)", lambda p: f"{p.checks.excluded_participants} / {p.checks.excluded_answers}")
+    row("too fast", lambda p: "flag off" if p.checks.too_fast is None
+        else f"{p.checks.too_fast} (< {p.checks.too_fast_seconds:g} s per item)")
+    if any(p.spend is not None for p in result.parts):
+        table.add_section()
+        row("Prolific study (store)", lambda p: "not created" if p.platform is None
+            else f"{p.platform.state}, {p.platform.places if p.platform.places is not None else '?'} places")
+        if any(p.live is not None for p in result.parts):
+            row("Prolific now", _live_text)
+        row("approved / awaiting / rejected", lambda p: "-" if p.spend is None
+            else f"{p.spend.approved} / {p.spend.awaiting} / {p.spend.rejected}")
+        row("paid so far (+ fee)", lambda p: "-" if p.spend is None else f"{p.spend.paid:,.2f}")
+        row("at most, if awaiting approved", lambda p: "-" if p.spend is None else f"{p.spend.at_most:,.2f}")
+        row("planned (first places)", lambda p: "-" if p.spend is None or p.spend.planned is None
+            else f"{p.spend.planned:,.2f} ({p.spend.planned_places} places)")
+    console.print(table)
+    if any(p.spend is not None and p.spend.simulated for p in result.parts):
+        console.print("money: a simulation on the fake Prolific, not real money (workspace currency, major units)",
+                      highlight=False)
+    if result.prolific_note:
+        console.print(result.prolific_note, highlight=False)
+    for part in result.parts:
+        if part.live is not None and part.live.error:
+            console.print(f"study {part.key[-1]}: {part.live.error}; the store's numbers above still hold",
+                          highlight=False)
+
+
+def _live_text(part: Any) -> str:
+    live = part.live
+    if live is None:
+        return "-"
+    if live.error:
+        return "not reachable"
+    taken = "?" if live.places_taken is None else live.places_taken
+    submissions = ", ".join(f"{n} {status.lower()}" for status, n in sorted(live.submissions.items()))
+    return f"{live.status.lower() if live.status else '?'}, {taken}/{live.places} places taken" + (
+        f"; {submissions}" if submissions else "")
 
 
 @app.command("prolific-webhooks")

@@ -22,18 +22,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import portal, redis
+from services import portal, postgres, redis, supervisor
 from services.argilla import service as argilla
 from services.prefect import service as prefect
-from services.process import ProcessManager
+from services.process import ProcessManager, ServiceSpec
 
 COMPONENTS = ("argilla", "prefect", "portal", "worker")
 # what runs flows: a worker on the `crowdpref` pool (crowdpref up, or crowdpref deploy) or a
 # serve process (deployments/serve.py); started through deployments/deploy.py
 WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this order (the flow runners last: stopped first)
-SERVICE_NAMES = (redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
-                 SERVE, WORKER)
+SERVICE_NAMES = (postgres.NAME, redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
+                 SERVE, WORKER, supervisor.NAME)  # the supervisor last: `down` stops it first
 # reported only once started (the fake Prolific: by the demo, for simulated studies); the
 # worker also when it does not run while a serve process does, or the Prefect server is elsewhere
 ON_DEMAND = (SERVE, portal.FAKE_PROLIFIC)
@@ -49,6 +49,7 @@ class ServiceStatus:
 
 def _urls(settings: Settings) -> dict[str, str]:
     return {
+        postgres.NAME: f"postgresql://{settings.host}:{settings.postgres_port} (the public profile's databases)",
         redis.NAME: f"redis://{settings.host}:{settings.redis_port}",
         argilla.SERVER: settings.argilla_api_url,
         argilla.WORKER: f"rq worker on redis://{settings.host}:{settings.redis_port}",
@@ -57,11 +58,13 @@ def _urls(settings: Settings) -> dict[str, str]:
         portal.FAKE_PROLIFIC: f"http://{settings.host}:{settings.fake_prolific_port} (simulated studies only)",
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
+        supervisor.NAME: f"restarts what dies, every {supervisor.INTERVAL_S:g} s",
     }
 
 
 def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
     return {
+        postgres.NAME: lambda: postgres.healthy(settings),
         redis.NAME: lambda: redis.healthy(settings),
         argilla.SERVER: lambda: argilla.server_healthy(settings),
         argilla.WORKER: lambda: argilla.worker_healthy(settings),
@@ -70,12 +73,51 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         portal.FAKE_PROLIFIC: lambda: portal.fake_prolific_healthy(settings),
         SERVE: lambda: _deploy().serve_healthy(settings),
         WORKER: lambda: _deploy().worker_healthy(settings),
+        supervisor.NAME: lambda: supervisor.healthy(settings),
     }
 
 
 def _worker_expected(settings: Settings, manager: ProcessManager) -> bool:
     """``up`` starts a worker: the Prefect server is ours and no serve process runs the flows."""
     return settings.embedded_prefect and manager.running(SERVE) is None
+
+
+worker_expected = _worker_expected  # public: the supervisor asks it too
+
+
+def services_of(settings: Settings, component: str) -> list[str]:
+    """The long-running services ``up`` starts for ``component`` in this profile (what the
+    supervisor watches)."""
+    if component == "argilla":
+        return [redis.NAME, argilla.SERVER, argilla.WORKER] if settings.embedded_argilla else []
+    if component == "prefect":
+        return [prefect.NAME] if settings.embedded_prefect else []
+    if component == "worker":
+        return [WORKER] if settings.embedded_prefect else []
+    if component == "portal":
+        return [portal.NAME]
+    raise ValueError(f"unknown component {component!r}; choose from {COMPONENTS}")
+
+
+def unit_specs(settings: Settings) -> list[tuple[ServiceSpec, tuple[str, ...]]]:
+    """Every long-running service of this profile as the :class:`ServiceSpec` ``up`` starts it
+    with, in start order, each with the services it needs running first: what
+    ``crowdpref service install`` writes systemd units for (services/systemd.py). A service
+    added to ``up`` is added here too. The supervisor is not one (systemd restarts the units)."""
+    from services.argilla.service import ensure_owner_credentials
+
+    units: list[tuple[ServiceSpec, tuple[str, ...]]] = []
+    if settings.embedded_argilla:
+        ensure_owner_credentials(settings)  # the server's start-up step creates the owner from it
+        units += [(redis.spec(settings), ()),
+                  (argilla.server_spec(settings), (redis.NAME,)),
+                  (argilla.worker_spec(settings), (redis.NAME, argilla.SERVER))]
+    if settings.embedded_prefect:
+        units.append((prefect.spec(settings), ()))
+    units.append((portal.spec(settings), (argilla.SERVER,) if settings.embedded_argilla else ()))
+    if settings.embedded_prefect:
+        units.append((_deploy().worker_spec(settings), (prefect.NAME,)))
+    return units
 
 
 def _deploy():  # deployments/ imports Prefect-side helpers; load it only when asked
@@ -89,16 +131,23 @@ def up(
     components: Iterable[str] = COMPONENTS,
     on_step: Callable[[str], None] = lambda message: None,
     on_note: Callable[[str], None] = lambda message: None,
+    supervise: bool | None = None,
 ) -> list[ServiceStatus]:
     """Start the embedded services of ``components`` that are not running yet; wait for health.
     A running portal whose settings changed is restarted; ``on_note`` hears it in one line.
     ``worker``: the Prefect worker on the ``crowdpref`` pool, for the embedded Prefect server
-    only, and not while a serve process runs the deployments (``on_note`` says so)."""
+    only, and not while a serve process runs the deployments (``on_note`` says so).
+    ``supervise`` (default: in the public profile, ``settings.public``): last, the supervisor
+    (services/supervisor.py) in the background, which starts again whatever of ``components``
+    dies."""
     wanted = set(components)
     unknown = wanted - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
     manager = ProcessManager(settings.state_dir)
+    if settings.public:  # Argilla's database and the study store: first (and stopped last)
+        on_step("postgres")
+        postgres.start_service(settings, manager)
     if "argilla" in wanted and settings.embedded_argilla:
         on_step("redis")
         manager.start(redis.spec(settings), settings.host)
@@ -122,6 +171,9 @@ def up(
         else:
             on_step("prefect worker")
             _deploy().start_worker(settings)  # the pool first (created if missing); needs the server
+    if settings.public if supervise is None else supervise:
+        on_step("supervisor")
+        manager.start(supervisor.spec(settings, [c for c in COMPONENTS if c in wanted]), settings.host)
     return status(settings)
 
 
@@ -133,7 +185,10 @@ def start_fake_prolific(settings: Settings) -> None:
 def down(settings: Settings) -> list[str]:
     """Stop every embedded service that has a pid record; returns the names stopped."""
     manager = ProcessManager(settings.state_dir)
-    return [name for name in reversed(SERVICE_NAMES) if manager.stop(name)]
+    stopped = [name for name in reversed(SERVICE_NAMES) if name != postgres.NAME and manager.stop(name)]
+    if postgres.stop_service(settings, manager):  # last, with a fast shutdown (open sessions ended)
+        stopped.append(postgres.NAME)
+    return stopped
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
@@ -143,7 +198,8 @@ def status(settings: Settings) -> list[ServiceStatus]:
     rows = []
     for name in SERVICE_NAMES:
         running = manager.running(name)
-        if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)):
+        if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)
+                                or name in (supervisor.NAME, postgres.NAME) and not settings.public):
             continue
         rows.append(
             ServiceStatus(
