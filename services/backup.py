@@ -546,3 +546,18 @@ def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -
     kinds = {part: (held.get(part) or {}).get("kind", "absent") for part in parts}
     return RestoreResult(archive, str(manifest.get("created_at")), len(manifest["files"]), kinds,
                          time.monotonic() - started)
+
+
+def prune(settings: Settings, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` archives of ``<state>/backups/`` (those named
+    ``crowdpref-YYYYmmddTHHMMSSZ.tar.gz``, so an archive put there by hand stays); returns those
+    deleted. ``keep`` < 1 is refused: a scheduled backup never deletes the one it just wrote."""
+    if keep < 1:
+        raise BackupError(f"keep={keep}: keep at least 1 archive (the newest)")
+    folder = settings.state_dir / BACKUPS_DIR
+    ours = sorted(p for p in folder.glob(f"{NAME_PREFIX}*{SUFFIX}")
+                  if len(p.name) == len(f"{NAME_PREFIX}YYYYmmddTHHMMSSZ{SUFFIX}") and p.is_file())
+    deleted = ours[:-keep]
+    for path in deleted:
+        path.unlink(missing_ok=True)
+    return deleted

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 EXPECTED = {
     "study", "generate-questions", "collect-responses", "collect-ratings", "screen-responses",
     "aggregate-ratings", "publish-dataset", "simulate-crowd", "smoke-check", "recruit", "sync-prolific",
+    "backup",
 }
 SCHEDULER_WAIT_S = 150  # the embedded server's scheduler loop runs every 60 s
 
@@ -66,6 +67,11 @@ def test_prefect_yaml_matches_the_flows():
     assert every_15.interval == 900 and not every_15.active and every_15.timezone
     assert every_15.parameters["study"] == "studies/demo.yaml"
     assert all(not s.active for d in definitions for s in d.schedules)
+    backup = next(d for d in definitions if d.name == "backup")
+    (every_6h,) = backup.schedules
+    assert every_6h.interval == 6 * 3600 and not every_6h.active and every_6h.timezone
+    assert backup.parameters == every_6h.parameters == {"keep": 28}
+    assert backup.concurrency_limit == 1 and backup.collision_strategy == "CANCEL_NEW"
 
 
 def test_problems_names_what_is_wrong(tmp_path):
@@ -107,7 +113,7 @@ def test_deploy_all_registers_every_deployment(prefect_env, deployed):
             assert got["description"] == definition.description
             assert set(definition.tags) <= set(got["tags"])
             assert got["parameters"] == definition.parameters
-            if name != "smoke-check":
+            if name not in ("smoke-check", "backup"):  # the two that take no study
                 assert got["parameters"]["study"] == "studies/demo.yaml"
             assert got["pull_steps"] == [
                 {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
