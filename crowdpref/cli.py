@@ -147,7 +147,7 @@ def up(
     only: list[str] = typer.Option(
         None, "--only",
         help="Start only these components: argilla, prefect, portal, worker (the Prefect worker on pool "
-             "'crowdpref') (default: all)."
+             "'crowdpref'), caddy (HTTPS, public profile only) (default: all)."
     ),
     reset_owner: bool = typer.Option(
         False, "--reset-owner",
@@ -259,7 +259,7 @@ def down() -> None:
 @friendly_errors
 def supervise(
     only: list[str] = typer.Option(
-        None, "--only", help="Watch only these components: argilla, prefect, portal, worker (default: all)."),
+        None, "--only", help="Watch only these components: argilla, prefect, portal, worker, caddy (default: all)."),
     interval: float = typer.Option(2.0, min=0.5, help="Seconds between checks."),
 ) -> None:
     """Run the supervisor in the foreground: every INTERVAL seconds, start again (and wait until
@@ -318,10 +318,24 @@ def status() -> None:
     use_project()
     from services import stack
 
-    rows = stack.status(_settings())
+    settings = _settings()
+    rows = stack.status(settings)
     _print_status(rows)
+    if settings.public:
+        _print_public(settings)
     if not all(row.healthy for row in rows):
         raise typer.Exit(1)
+
+
+def _print_public(settings: Any) -> None:
+    """The public profile's addresses and the served certificate's expiry (read over TLS)."""
+    from services import caddy
+
+    url = settings.public_url
+    console.print(f"Public URL:  {url}  (Argilla; the portal under /s/, /hooks/, /healthz)", highlight=False)
+    console.print(f"Study links: {url}/s/<study>/study1 and /study2   Prolific webhooks: {url}/hooks/prolific",
+                  highlight=False)
+    console.print(f"TLS ({settings.public_tls}): {caddy.certificate(settings).describe()}", highlight=False)
 
 
 def _print_status(rows: list[Any]) -> None:

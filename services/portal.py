@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
+from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok
 
@@ -13,12 +15,47 @@ NAME = "portal"
 FAKE_PROLIFIC = "fake-prolific"
 
 
+# The settings the portal uses (it faces the internet: it gets nothing else). Each setting is in
+# exactly one of these two lists (a test checks it), so a new one is a decision, not an accident.
+PORTAL_SETTINGS = (
+    "home",  # its state folder: the SQLite store, the Argilla owner's credentials, Argilla's signing key
+    "host", "portal_port", "argilla_port",  # where it listens; the embedded Argilla's address
+    "argilla_url", "argilla_api_key",  # Argilla: accounts, datasets, webhooks, releases
+    "argilla_public_url", "portal_url", "public_url",  # the addresses participants and Prolific use
+    "database_url", "postgres_port",  # the study store
+    "portal_studies", "portal_trusted_proxies",
+    "prolific_token", "prolific_api_url", "prolific_app_url", "prolific_workspace_id",
+    "fake_prolific_port",  # simulated studies recruit on the fake Prolific, never the real one
+)
+NOT_FOR_PORTAL = (
+    "hf_token", "hf_repo_id", "hf_endpoint",  # publishing to the Hub: the release flow only
+    "openai_base_url", "openai_api_key", "openai_model",  # question expansion, the simulated crowd
+    "prefect_port", "prefect_api_url",  # flows: the portal runs none
+    "redis_port", "redis_bin", "argilla_venv", "argilla_workers",  # how the stack runs Argilla
+    "public_tls", "acme_email", "https_port", "http_port",  # Caddy's
+)
+
+
+def settings_file(settings: Settings) -> Path:
+    """An empty settings file the portal reads instead of ``./crowdpref.settings.yaml`` (or
+    ``$CROWDPREF_SETTINGS``), which may hold the Hub token or the LLM key: everything of that
+    file the portal uses reaches it in its environment already."""
+    return settings.state_dir / "run" / "portal.settings.yaml"
+
+
 def _env(settings: Settings) -> dict[str, str]:
-    """The portal process gets exactly these settings (each under its CROWDPREF_* name), so it
-    serves the same state folder, store, Argilla and studies as the command that started it."""
+    """The portal process gets the settings it uses (:data:`PORTAL_SETTINGS`, each under its
+    CROWDPREF_* name), so it serves the same state folder, store, Argilla and studies as the
+    command that started it, and no other: no Hub token, no LLM key (:data:`NOT_FOR_PORTAL`),
+    not even from a settings file (:func:`settings_file`)."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
     env.update({"PYTHONUNBUFFERED": "1", "HOME": str(settings.state_dir)})
-    env.update(settings.as_environment())
+    names = {type(settings).model_fields[name].validation_alias.choices[0] for name in PORTAL_SETTINGS}  # type: ignore[union-attr]
+    env.update({k: v for k, v in settings.as_environment().items() if k in names})
+    path = settings_file(settings)
+    if not path.exists():
+        write_text("# The portal's settings come from its environment only (services/portal.py).\n{}\n", path)
+    env["CROWDPREF_SETTINGS"] = str(path)
     return env
 
 

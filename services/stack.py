@@ -22,18 +22,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import portal, postgres, redis, supervisor
+from services import caddy, portal, postgres, redis, supervisor
 from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager, ServiceSpec
 
-COMPONENTS = ("argilla", "prefect", "portal", "worker")
+COMPONENTS = ("argilla", "prefect", "portal", "worker", "caddy")  # caddy: the public profile only
 # what runs flows: a worker on the `crowdpref` pool (crowdpref up, or crowdpref deploy) or a
 # serve process (deployments/serve.py); started through deployments/deploy.py
 WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this order (the flow runners last: stopped first)
 SERVICE_NAMES = (postgres.NAME, redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
-                 SERVE, WORKER, supervisor.NAME)  # the supervisor last: `down` stops it first
+                 caddy.NAME, SERVE, WORKER, supervisor.NAME)  # the supervisor last: `down` stops it first
 # reported only once started (the fake Prolific: by the demo, for simulated studies); the
 # worker also when it does not run while a serve process does, or the Prefect server is elsewhere
 ON_DEMAND = (SERVE, portal.FAKE_PROLIFIC)
@@ -58,6 +58,7 @@ def _urls(settings: Settings) -> dict[str, str]:
         portal.FAKE_PROLIFIC: f"http://{settings.host}:{settings.fake_prolific_port} (simulated studies only)",
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
+        caddy.NAME: f"{settings.public_url} (HTTPS on port {settings.https_port}, HTTP {settings.http_port} redirects)",
         supervisor.NAME: f"restarts what dies, every {supervisor.INTERVAL_S:g} s",
     }
 
@@ -73,6 +74,7 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         portal.FAKE_PROLIFIC: lambda: portal.fake_prolific_healthy(settings),
         SERVE: lambda: _deploy().serve_healthy(settings),
         WORKER: lambda: _deploy().worker_healthy(settings),
+        caddy.NAME: lambda: caddy.healthy(settings),
         supervisor.NAME: lambda: supervisor.healthy(settings),
     }
 
@@ -96,6 +98,8 @@ def services_of(settings: Settings, component: str) -> list[str]:
         return [WORKER] if settings.embedded_prefect else []
     if component == "portal":
         return [portal.NAME]
+    if component == "caddy":
+        return [caddy.NAME] if settings.public else []
     raise ValueError(f"unknown component {component!r}; choose from {COMPONENTS}")
 
 
@@ -117,6 +121,8 @@ def unit_specs(settings: Settings) -> list[tuple[ServiceSpec, tuple[str, ...]]]:
     units.append((portal.spec(settings), (argilla.SERVER,) if settings.embedded_argilla else ()))
     if settings.embedded_prefect:
         units.append((_deploy().worker_spec(settings), (prefect.NAME,)))
+    if settings.public:
+        units.append((caddy.spec(settings), (portal.NAME, argilla.SERVER) if settings.embedded_argilla else (portal.NAME,)))
     return units
 
 
@@ -171,6 +177,11 @@ def up(
         else:
             on_step("prefect worker")
             _deploy().start_worker(settings)  # the pool first (created if missing); needs the server
+    # the public profile's front door, once what it forwards to is healthy
+    if "caddy" in wanted and settings.public:
+        on_step("caddy (HTTPS)")
+        if caddy.start(settings, manager).restarted:
+            on_note("caddy restarted: its Caddyfile changed since it started")
     if settings.public if supervise is None else supervise:
         on_step("supervisor")
         manager.start(supervisor.spec(settings, [c for c in COMPONENTS if c in wanted]), settings.host)
@@ -199,7 +210,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for name in SERVICE_NAMES:
         running = manager.running(name)
         if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)
-                                or name in (supervisor.NAME, postgres.NAME) and not settings.public):
+                                or name in (supervisor.NAME, postgres.NAME, caddy.NAME) and not settings.public):
             continue
         rows.append(
             ServiceStatus(

@@ -1,0 +1,324 @@
+"""Caddy in front of the public profile: one host name (``settings.public_url``) over HTTPS.
+
+Debian's ``caddy`` binary runs in the foreground as a service of the stack (``caddy run --config
+<state>/caddy/Caddyfile --adapter caddyfile``), never the packaged ``caddy.service``: its
+Caddyfile is written from the settings at every start, and its certificates, ACME account and
+internal CA live in ``<state>/caddy/data`` (``XDG_DATA_HOME``/``XDG_CONFIG_HOME``/``HOME`` point
+inside ``<state>/caddy``). Its admin API is off, so it opens no port but the two below and never
+meets the packaged service's admin port (2019).
+
+Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HTTP challenge):
+
+- ``/s/*``, ``/hooks/*``, ``/healthz`` -> the portal on ``host:portal_port``; request bodies up
+  to ``PORTAL_MAX_BODY`` (64 KiB, the portal's own limit), ``/hooks/argilla`` up to
+  ``ARGILLA_HOOK_MAX_BODY`` (1 MiB, its events carry the record);
+- everything else -> Argilla (``settings.argilla_api_url``); bodies up to ``ARGILLA_MAX_BODY``
+  (16 MiB: a bulk upload of 500 records or 100 responses with long texts stays far below).
+
+Every answer carries ``Strict-Transport-Security`` (one year) and no ``Server`` header. The
+certificate is ACME's (``public_tls: acme``, contact ``acme_email``) or Caddy's own CA
+(``public_tls: internal``: tests, private networks).
+
+The access log (``<state>/logs/caddy-access.log``, JSON, rolled at 50 MiB) keeps method, path,
+status and timings, and drops what identifies or signs in a person: the query string of every
+URI (``auth=``, ``PROLIFIC_PID``, ``STUDY_ID``, ``SESSION_ID``, ``invite=``), the request's
+Cookie, Authorization and Referer headers (Argilla's pages send their own URL, the sign-in query
+included, as Referer) and every response header (``Location`` carries the sign-in URL,
+``Set-Cookie`` the portal's cookie). The client address stays (who to block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from crowdpref.errors import ConfigError, ServiceError
+from crowdpref.settings import Settings
+from services.process import ProcessManager, RunningService, ServiceSpec, port_in_use
+
+NAME = "caddy"
+PORTAL_MAX_BODY = "64KiB"
+ARGILLA_HOOK_MAX_BODY = "1MiB"
+ARGILLA_MAX_BODY = "16MiB"
+HSTS = "max-age=31536000"
+PORTAL_PATHS = ("/s/*", "/hooks/*", "/healthz")
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+# what a log line may not keep (both Caddy's logs: the access log and its own, which records
+# the request of every proxy error): queries, credentials, the Referer, every response header
+LOG_FILTERS = (
+    'request>uri regexp \\?.*$ ""',
+    "request>headers>Cookie delete",
+    "request>headers>Authorization delete",
+    "request>headers>Referer delete",
+    "resp_headers delete",
+)
+_EMAIL = re.compile(r"^[^\s@{}\"#]+@[^\s@{}\"#]+$")
+
+
+def folder(settings: Settings) -> Path:
+    """Caddy's home in the state folder (Caddyfile, data = certificates and CA, config)."""
+    return settings.state_dir / "caddy"
+
+
+def data_dir(settings: Settings) -> Path:
+    """Where Caddy keeps certificates, its ACME account and its internal CA."""
+    return folder(settings) / "data"
+
+
+def caddyfile_path(settings: Settings) -> Path:
+    return folder(settings) / "Caddyfile"
+
+
+def access_log_path(settings: Settings) -> Path:
+    return settings.logs_dir / "caddy-access.log"
+
+
+def hostname(settings: Settings) -> str:
+    """The public host name (``public_url`` without scheme and port); a one-line error when the
+    profile is off or the name is not a plain DNS name Caddy can get a certificate for."""
+    if settings.public_url is None:
+        raise ConfigError("public_url (CROWDPREF_PUBLIC_URL) is not set: Caddy runs in the public profile only")
+    host = (urlsplit(settings.public_url).hostname or "").lower()
+    if not _HOST.match(host):
+        raise ConfigError(f"public_url (CROWDPREF_PUBLIC_URL): '{host}' is not a DNS host name: use one such as "
+                          "https://study.example.org")
+    return host
+
+
+def binary() -> str:
+    found = shutil.which("caddy") or ("/usr/bin/caddy" if Path("/usr/bin/caddy").exists() else None)
+    if found is None:
+        raise ServiceError("caddy not found: the public profile needs Debian's caddy package: run `make setup` "
+                           "(as root) or `apt-get install caddy`")
+    return found
+
+
+def _quoted(path: Path) -> str:
+    text = str(path)
+    if any(c in text for c in '"\n\\{}'):
+        raise ConfigError(f"{text}: the state folder's path cannot go into a Caddyfile (it holds a quote, brace, "
+                          "backslash or newline): set CROWDPREF_HOME to a plainer path")
+    return f'"{text}"'
+
+
+def caddyfile(settings: Settings) -> str:
+    """The Caddyfile for ``settings`` (see the module docstring for what it does)."""
+    host = hostname(settings)
+    upstream_portal = f"{settings.host}:{settings.portal_port}"
+    argilla = urlsplit(settings.argilla_api_url)
+    upstream_argilla = settings.argilla_api_url if argilla.scheme == "https" else argilla.netloc
+    if settings.public_tls == "acme":
+        if not settings.acme_email:
+            raise ConfigError("acme_email (CROWDPREF_ACME_EMAIL) is not set: the ACME CA needs a contact address "
+                              "in the public profile (or set public_tls: internal for a private network)")
+        if not _EMAIL.match(settings.acme_email):
+            raise ConfigError(f"acme_email (CROWDPREF_ACME_EMAIL): '{settings.acme_email}' is not an e-mail address")
+        email, tls = f"\temail {settings.acme_email}\n", ""
+    else:
+        email, tls = "", "\ttls internal\n"
+    portal_paths = " ".join(PORTAL_PATHS)
+    filters = "\n".join("\t" * 4 + line for line in LOG_FILTERS)
+    return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.
+{{
+\tadmin off
+\tskip_install_trust
+\thttp_port {settings.http_port}
+\thttps_port {settings.https_port}
+{email}\tlog default {{
+\t\toutput stderr
+\t\tformat filter {{
+\t\t\twrap json
+\t\t\tfields {{
+{filters}
+\t\t\t}}
+\t\t}}
+\t}}
+\tstorage file_system {{
+\t\troot {_quoted(data_dir(settings))}
+\t}}
+}}
+
+{host} {{
+{tls}\theader {{
+\t\tStrict-Transport-Security "{HSTS}"
+\t\t-Server
+\t}}
+\tlog {{
+\t\toutput file {_quoted(access_log_path(settings))} {{
+\t\t\troll_size 50MiB
+\t\t\troll_keep 10
+\t\t}}
+\t\tformat filter {{
+\t\t\twrap json
+\t\t\tfields {{
+{filters}
+\t\t\t}}
+\t\t}}
+\t}}
+\t@portal path {portal_paths}
+\t@argilla_hook path /hooks/argilla
+\t@portal_forms {{
+\t\tpath {portal_paths}
+\t\tnot path /hooks/argilla
+\t}}
+\troute {{
+\t\trequest_body @argilla_hook {{
+\t\t\tmax_size {ARGILLA_HOOK_MAX_BODY}
+\t\t}}
+\t\trequest_body @portal_forms {{
+\t\t\tmax_size {PORTAL_MAX_BODY}
+\t\t}}
+\t\treverse_proxy @portal {upstream_portal}
+\t\trequest_body {{
+\t\t\tmax_size {ARGILLA_MAX_BODY}
+\t\t}}
+\t\treverse_proxy {upstream_argilla}
+\t}}
+\thandle_errors {{
+\t\t@too_big expression `{{err.message}}.contains("request body too large")`
+\t\trespond @too_big "request body too large" 413
+\t}}
+}}
+"""
+
+
+def write_caddyfile(settings: Settings) -> Path:
+    """Write the Caddyfile into ``<state>/caddy`` (and make the folders Caddy writes to)."""
+    path = caddyfile_path(settings)
+    for needed in (folder(settings), data_dir(settings), folder(settings) / "config", settings.logs_dir):
+        needed.mkdir(parents=True, exist_ok=True)
+    text = caddyfile(settings)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def env(settings: Settings, config: str = "") -> dict[str, str]:
+    """Caddy's environment: nothing of crowdpref's settings (no secret), its homes in the state
+    folder, and the Caddyfile's hash (``up`` restarts a running Caddy whose Caddyfile changed)."""
+    home = folder(settings)
+    return {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(home),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "CADDYFILE_SHA256": hashlib.sha256(config.encode()).hexdigest(),
+    }
+
+
+def healthy(settings: Settings) -> bool:
+    """Caddy answers TLS on ``https_port`` with a certificate for the host name: the portal's
+    /healthz through it comes back 200 (an ACME certificate not issued yet: unhealthy)."""
+    try:
+        with _tls_connection(settings, verify=False) as conn:
+            request = (f"GET /healthz HTTP/1.1\r\nHost: {hostname(settings)}\r\nConnection: close\r\n\r\n").encode()
+            conn.sendall(request)
+            status = conn.recv(64).split(b"\r\n", 1)[0]
+        return status.startswith(b"HTTP/1.1 200")
+    except (OSError, ssl.SSLError, ConfigError):
+        return False
+
+
+def started(settings: Settings) -> bool:
+    """Caddy listens on ``https_port`` (its start-up check: the certificate may still be on its way)."""
+    try:
+        with socket.create_connection((_connect_host(settings), settings.https_port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _connect_host(settings: Settings) -> str:
+    return "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+
+
+def _tls_connection(settings: Settings, verify: bool) -> ssl.SSLSocket:
+    context = ssl.create_default_context()
+    if verify:
+        root = internal_root(settings)
+        if settings.public_tls == "internal" and root.exists():
+            context.load_verify_locations(cafile=str(root))
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    raw = socket.create_connection((_connect_host(settings), settings.https_port), timeout=3)
+    try:
+        return context.wrap_socket(raw, server_hostname=hostname(settings))
+    except BaseException:
+        raw.close()
+        raise
+
+
+def internal_root(settings: Settings) -> Path:
+    """The root certificate of Caddy's internal CA (``public_tls: internal``): trust it to
+    verify the served certificate (tests, browsers on a private network)."""
+    return data_dir(settings) / "pki" / "authorities" / "local" / "root.crt"
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """What ``crowdpref status`` says about the served certificate."""
+
+    expires: float | None  # epoch seconds; None when it could not be read
+    problem: str | None = None  # why not (not served yet, not trusted)
+
+    def describe(self, now: float | None = None) -> str:
+        if self.expires is None:
+            return f"certificate: {self.problem}"
+        days = (self.expires - (now or time.time())) / 86400
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.expires))
+        return f"certificate expires {stamp} (in {days:.0f} days)"
+
+
+def certificate(settings: Settings) -> Certificate:
+    """The certificate Caddy serves for the host name, read over TLS and verified (against the
+    system's CAs, plus Caddy's internal root with ``public_tls: internal``)."""
+    try:
+        with _tls_connection(settings, verify=True) as conn:
+            cert = conn.getpeercert()
+    except ssl.SSLCertVerificationError as exc:
+        return Certificate(None, f"not trusted ({exc.verify_message})")
+    except (OSError, ssl.SSLError) as exc:
+        return Certificate(None, f"none served on port {settings.https_port} ({exc.__class__.__name__})")
+    if not cert or "notAfter" not in cert:
+        return Certificate(None, "unreadable")
+    return Certificate(float(ssl.cert_time_to_seconds(str(cert["notAfter"]))))
+
+
+def spec(settings: Settings) -> ServiceSpec:
+    """Caddy as a service of the stack; writes its Caddyfile first."""
+    config = write_caddyfile(settings)
+    return ServiceSpec(
+        name=NAME,
+        argv=[binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
+        env=env(settings, config.read_text(encoding="utf-8")),
+        # Caddy's own CA signs at once: wait until the portal answers through it; an ACME
+        # certificate may take minutes (or fail: `crowdpref status` says so), so only the port
+        health=(lambda: healthy(settings)) if settings.public_tls == "internal" else (lambda: started(settings)),
+        port=settings.https_port,
+        port_setting="CROWDPREF_HTTPS_PORT",
+        cwd=folder(settings),
+        start_timeout_s=30,
+        restart_on_change=("CADDYFILE_", "XDG_"),
+    )
+
+
+def start(settings: Settings, manager: ProcessManager) -> RunningService:
+    """Start Caddy unless it runs (again if its Caddyfile changed: ``restarted``); first, one
+    line when a port it listens on (on every address) is taken by another program."""
+    service = spec(settings)
+    if manager.running(NAME) is None:
+        for port, setting in ((settings.https_port, "CROWDPREF_HTTPS_PORT"), (settings.http_port, "CROWDPREF_HTTP_PORT")):
+            if port_in_use("0.0.0.0", port):
+                raise ServiceError(f"caddy: port {port} is in use by a program crowdpref did not start (Debian's "
+                                   f"caddy.service? `systemctl disable --now caddy`): stop it or set {setting} "
+                                   "to a free port")
+    return manager.start(service, settings.host)
