@@ -30,8 +30,9 @@ Limits: a request body over ``MAX_BODY_BYTES`` (64 KiB; ``/hooks/argilla``:
 settings) gets 413 before it is read - from its Content-Length, or, without one (chunked), as
 soon as the bytes received pass the limit (:class:`BodyLimit`). The portal's cookie lasts
 ``COOKIE_MAX_AGE_S`` (24 h). The client address the entry limits count is the connection's
-peer, or - when that peer is one of the ``portal_trusted_proxies`` (a reverse proxy) - the last
-address in X-Forwarded-For (the one the proxy added).
+peer, or - when that peer is a trusted reverse proxy (``portal_trusted_proxies``; unset, in the
+public profile, the stack's own Caddy on HOST: :func:`trusted_proxies`) - the last address in
+X-Forwarded-For (the one the proxy added).
 """
 
 from __future__ import annotations
@@ -126,6 +127,20 @@ def client_address(request: Request, trusted_proxies: frozenset[str] = frozenset
     return peer
 
 
+def trusted_proxies(settings: Any) -> frozenset[str]:
+    """The reverse proxies whose X-Forwarded-For :func:`client_address` believes: the
+    ``portal_trusted_proxies`` setting; unset, in the public profile (``public_url``), the
+    stack's own Caddy, which reaches the portal from HOST (127.0.0.1 and ::1 when HOST is every
+    address); else none."""
+    configured = getattr(settings, "portal_trusted_proxies", None)
+    if configured:
+        return frozenset(p.strip() for p in configured.split(",") if p.strip())
+    if getattr(settings, "public_url", None):
+        host = settings.host
+        return frozenset({"127.0.0.1", "::1"}) if host in ("0.0.0.0", "::", "") else frozenset({host})
+    return frozenset()
+
+
 def cookie_name(study: str, key: str) -> str:
     return f"crowdpref-{study}-{key}"
 
@@ -153,8 +168,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     app = FastAPI(title="crowdpref portal", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.portal = portal
     secure = portal.settings.portal_public_url.startswith("https://")
-    proxies = frozenset(p.strip() for p in (getattr(portal.settings, "portal_trusted_proxies", None) or "").split(",")
-                        if p.strip())
+    proxies = trusted_proxies(portal.settings)
 
     @app.middleware("http")
     async def _path_only_log(request: Request, call_next: Any) -> Response:

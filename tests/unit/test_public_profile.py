@@ -1,0 +1,146 @@
+"""The public profile's pieces that need no running service: the Caddyfile written from the
+settings (checked by Debian's caddy itself where it is installed), the portal's environment
+(only the settings it uses), the proxy the portal trusts by default, and how ``crowdpref
+status`` words the certificate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from crowdpref.errors import ConfigError
+from crowdpref.portal.app import trusted_proxies
+from crowdpref.settings import Settings, load_settings
+from services import caddy, portal
+from tests.conftest import isolated_settings
+
+SECRETS = {"hf_token": "hf_NEVERINPORTAL0123456789", "openai_api_key": "sk-NEVERINPORTAL0123456789",
+           "prolific_token": "prolific-token-the-portal-needs", "argilla_api_key": "argilla.apikey.portal-needs"}
+
+
+def _public(tmp_path: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = dict(public_url="https://study.example.org", public_tls="internal",
+                                     https_port=18443, http_port=18080)
+    values.update(overrides)
+    return isolated_settings(tmp_path / "home", **values)
+
+
+# --- the Caddyfile --------------------------------------------------------------------------------------
+def test_the_caddyfile_routes_one_host_name_with_hsts_limits_and_query_free_logs(tmp_path):
+    settings = _public(tmp_path, argilla_url="http://127.0.0.1:16900", argilla_api_key="k")
+    text = caddy.caddyfile(settings)
+    assert "\nstudy.example.org {\n" in text  # one site: the public host name
+    assert "\thttps_port 18443\n" in text and "\thttp_port 18080\n" in text
+    assert "\ttls internal\n" in text and "email" not in text
+    assert "admin off" in text  # no admin port beside the packaged caddy.service's 2019
+    assert f'root "{settings.state_dir / "caddy" / "data"}"' in text  # certificates and CA in the state folder
+    assert 'Strict-Transport-Security "max-age=31536000"' in text
+    assert f"reverse_proxy @portal {settings.host}:{settings.portal_port}\n" in text
+    assert "@portal path /s/* /hooks/* /healthz\n" in text
+    assert "\t\treverse_proxy 127.0.0.1:16900\n" in text  # Argilla: everything else
+    assert "max_size 64KiB" in text and "max_size 1MiB" in text and "max_size 16MiB" in text
+    # both logs (the access log and Caddy's own, which records the request of a proxy error)
+    for line in caddy.LOG_FILTERS:
+        assert text.count(line) == 2, line
+    assert 'request>uri regexp \\?.*$ ""' in caddy.LOG_FILTERS
+
+
+def test_acme_needs_a_contact_address_and_gets_no_internal_ca(tmp_path):
+    with pytest.raises(ConfigError, match=r"^acme_email \(CROWDPREF_ACME_EMAIL\) is not set: ") as missing:
+        caddy.caddyfile(_public(tmp_path, public_tls="acme"))
+    assert "\n" not in str(missing.value)
+    with pytest.raises(ConfigError, match=r"'not an address' is not an e-mail address"):
+        caddy.caddyfile(_public(tmp_path, public_tls="acme", acme_email="not an address"))
+    text = caddy.caddyfile(_public(tmp_path, public_tls="acme", acme_email="ops@example.org"))
+    assert "\temail ops@example.org\n" in text and "tls internal" not in text
+
+
+def test_only_a_dns_host_name_goes_into_the_caddyfile(tmp_path):
+    with pytest.raises(ConfigError, match=r"'bad_name.example.org' is not a DNS host name"):
+        caddy.caddyfile(_public(tmp_path, public_url="https://bad_name.example.org"))
+    with pytest.raises(ConfigError, match=r"public_url \(CROWDPREF_PUBLIC_URL\) is not set"):
+        caddy.caddyfile(isolated_settings(tmp_path / "home"))
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="Debian's caddy is not installed (make setup installs it)")
+@pytest.mark.parametrize("tls", ["internal", "acme"])
+def test_caddy_itself_accepts_the_caddyfile(tmp_path, tls):
+    settings = _public(tmp_path, public_tls=tls, acme_email="ops@example.org")
+    path = caddy.write_caddyfile(settings)
+    done = subprocess.run([caddy.binary(), "validate", "--config", str(path), "--adapter", "caddyfile"],
+                          env=caddy.env(settings), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Valid configuration" in done.stdout + done.stderr, done.stdout[-500:]
+
+
+def test_caddy_restarts_when_its_caddyfile_changes(tmp_path):
+    ports = {"portal_port": 16910, "argilla_port": 16900}
+    first = caddy.spec(_public(tmp_path, **ports))
+    again = caddy.spec(_public(tmp_path, **ports))
+    moved = caddy.spec(_public(tmp_path, https_port=18444, **ports))
+    assert first.env["CADDYFILE_SHA256"] == again.env["CADDYFILE_SHA256"] != moved.env["CADDYFILE_SHA256"]
+    assert "CADDYFILE_" in moved.restart_on_change
+    assert not any(key.startswith("CROWDPREF_") for key in first.env)  # no setting, no secret
+
+
+# --- the portal's environment -----------------------------------------------------------------------------
+def test_every_setting_is_either_given_to_the_portal_or_withheld():
+    given, withheld = set(portal.PORTAL_SETTINGS), set(portal.NOT_FOR_PORTAL)
+    assert not given & withheld
+    assert given | withheld == set(Settings.model_fields)
+
+
+def test_the_portal_gets_no_hub_or_llm_secret_not_even_from_a_settings_file(tmp_path, monkeypatch):
+    settings = _public(tmp_path, **SECRETS)
+    env = portal._env(settings)
+    values = "\n".join(env.values())
+    assert SECRETS["hf_token"] not in values and SECRETS["openai_api_key"] not in values
+    assert not any(key.startswith(("CROWDPREF_HF_", "CROWDPREF_OPENAI_", "HF_", "OPENAI_")) for key in env)
+    # what it uses is there
+    assert env["CROWDPREF_PROLIFIC_TOKEN"] == SECRETS["prolific_token"]
+    assert env["CROWDPREF_ARGILLA_API_KEY"] == SECRETS["argilla_api_key"]
+    assert env["CROWDPREF_PUBLIC_URL"] == "https://study.example.org"
+    # the portal, started from a folder whose settings file holds the Hub token and the LLM key,
+    # loads its settings from its environment and that empty file only
+    (tmp_path / "crowdpref.settings.yaml").write_text(yaml.safe_dump(
+        {"hf_token": SECRETS["hf_token"], "openai_api_key": SECRETS["openai_api_key"]}))
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.startswith(("CROWDPREF_", "HF_", "OPENAI_", "ARGILLA_", "PROLIFIC_")):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    loaded = load_settings()
+    assert loaded.hf_token is None and loaded.openai_api_key is None
+    assert loaded.prolific_token is not None and loaded.prolific_token.get_secret_value() == SECRETS["prolific_token"]
+    assert loaded.state_dir == settings.state_dir and loaded.public_url == settings.public_url
+
+
+# --- the proxy the portal trusts --------------------------------------------------------------------------
+def _settings(**values: object) -> SimpleNamespace:
+    return SimpleNamespace(**{"portal_trusted_proxies": None, "public_url": None, "host": "127.0.0.1", **values})
+
+
+def test_in_the_public_profile_the_portal_trusts_the_stacks_caddy_on_host_by_default():
+    assert trusted_proxies(_settings()) == frozenset()  # laptop stack: X-Forwarded-For is never believed
+    assert trusted_proxies(_settings(public_url="https://s.example.org")) == {"127.0.0.1"}
+    assert trusted_proxies(_settings(public_url="https://s.example.org", host="10.1.2.3")) == {"10.1.2.3"}
+    assert trusted_proxies(_settings(public_url="https://s.example.org", host="0.0.0.0")) == {"127.0.0.1", "::1"}
+    assert trusted_proxies(_settings(public_url="https://s.example.org", portal_trusted_proxies="10.9.9.9, 10.8.8.8")) \
+        == {"10.9.9.9", "10.8.8.8"}
+
+
+# --- what status says about the certificate -----------------------------------------------------------------
+def test_the_certificate_line_names_the_expiry_or_why_there_is_none():
+    now = 1_800_000_000.0
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(now + 30 * 86400))
+    assert caddy.Certificate(now + 30 * 86400).describe(now) == f"certificate expires {stamp} (in 30 days)"
+    assert caddy.Certificate(None, "none served on port 443 (ConnectionRefusedError)").describe(now) == \
+        "certificate: none served on port 443 (ConnectionRefusedError)"
