@@ -52,6 +52,16 @@ status is 1 when one is missed.
 
     .venv/bin/python benchmarks/portal.py [--arrivals 200] [--window 10] [--quick]
                                           [--workers N] [--hook-workers 50] [--no-settle] [--home DIR]
+                                          [--compare potato]
+
+``--compare potato``: before the stack starts, potato 2.12.1 is pip-installed into a temporary
+virtualenv and gets the same burst and a burst with more arrivals than places
+(``benchmarks/potato_peer.py``; without the package index: one line, exit status 2). Right after
+crowdpref's burst checks, crowdpref gets that crowded burst too: max(3 x the places left, arrivals
+/ 4) arrivals at the burst's rate, for the places its study has left (8); whoever finds none is
+turned away (409 "Study full"), and what either system hands out twice counts as a double
+allocation. A table then puts potato's p50 / p95, errors and double allocations beside crowdpref's
+p95, errors and double allocations, with the ratio of the p95s, per burst.
 """
 
 from __future__ import annotations
@@ -142,7 +152,13 @@ def private_settings(home: Path) -> Settings:
     )
 
 
-def write_study(settings: Settings, participants: int, pool: int) -> Path:
+def study_size(participants: int) -> int:
+    """Questions of the benchmark's study for ``participants`` people: one batch each plus 8
+    spare (8 x R / Q more places)."""
+    return math.ceil(participants * Q / R) + 8
+
+
+def write_study(settings: Settings, participants: int, pool: int, places: int | None = None) -> Path:
     """The study config (in the portal's studies folder) and its questions (in the run folder):
     one batch per participant plus a few spare; the pool's target K is ``pool`` (the burst's
     size: the portal refills in the background once fewer than K/2 ready accounts are left)."""
@@ -155,9 +171,9 @@ def write_study(settings: Settings, participants: int, pool: int) -> Path:
                    "inactive_after_minutes": 600},
         "study2": {"pairs_per_participant": 4},
         "crowd": {"arrive_via": "prolific"},
-        "prolific": {"study1": {"places": participants}},
+        "prolific": {"study1": {"places": places or participants}},
     }))
-    n_questions = math.ceil(participants * Q / R) + 8
+    n_questions = study_size(participants)
     questions = pd.DataFrame([{"question_id": f"q{i:05d}", "category": "empathy",
                                "question": f"Question {i}: how would you handle situation number {i} with a friend?"}
                               for i in range(n_questions)])
@@ -482,6 +498,56 @@ def cpu_table(phases: dict[str, tuple[dict[str, float], dict[str, float]]]) -> T
     return table
 
 
+# --- more arrivals than places (--compare) ----------------------------------------------------------------
+def over_places_burst(crowded: list[Visit], window: float, argilla_url: str, dataset: str, expected: int,
+                      store: Any, cid: str, places: int) -> tuple[Any, list[str]]:
+    """``crowded`` arrivals, due evenly over ``window`` s, when the study has work for about
+    ``places`` more people: each is either served (their records listed) or turned away at the
+    entry (409, "Study full"). Returns crowdpref's side for the comparison and the double
+    allocations: an item over R copies, an account or item set shared, a person turned away who
+    holds work, or a served person whose store entry is not the account they were handed."""
+    import potato_peer
+
+    t0 = time.perf_counter() + 0.5
+    for v, due in zip(crowded, potato_peer.burst_schedule(len(crowded), window)):
+        v.scheduled = due
+
+    def arrival(v: Visit) -> Callable[[], None]:
+        def run() -> None:
+            STOP.wait(max(0.0, t0 + v.scheduled - time.perf_counter()))
+            if not STOP.is_set():
+                v.started = time.perf_counter() - t0
+                visit(v, argilla_url, dataset, expected)
+        return run
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        run_jobs([arrival(v) for v in crowded], len(crowded), progress,
+                 f"more arrivals than places: {len(crowded)} arrivals in {window:g} s for about {places} places")
+    turned = [v for v in crowded if not v.ok and (v.error or "").startswith("entry answered 409")]
+    turned_ids = {id(v) for v in turned}
+    failed = [v for v in crowded if not v.ok and id(v) not in turned_ids]
+    problems = [f"more arrivals than places: {p}" for p in store.check(cid)]
+    for v in crowded:
+        mine = store.participant_by_key(cid, v.pid)
+        if id(v) in turned_ids and mine is not None:
+            problems.append(f"arrival {v.index} was turned away but holds {mine.username}")
+        if v.ok and (mine is None or {mine.username} != v.usernames):
+            problems.append(f"arrival {v.index}: the store maps their Prolific id to "
+                            f"{mine.username if mine else 'nobody'}, the portal handed {sorted(v.usernames)}")
+    participants = store.participants(cid)
+    problems += [f"account {a} bound to {k} participants"
+                 for a, k in Counter(p.account_id for p in participants).items() if k > 1]
+    served = [v for v in crowded if v.ok]
+    console.print(f"more arrivals than places (crowdpref): {len(served)} served, {len(turned)} turned away "
+                  f"(409 Study full), {len(failed)} failed otherwise; p95 of the served "
+                  f"{fmt(pct([v.total for v in served], 95))}; double allocations {len(problems)}")
+    side = potato_peer.CrowdprefSide(pct([v.total for v in served], 95),
+                                     sum(v.reloads + v.argilla_errors for v in crowded) + len(failed),
+                                     len(problems), len(turned))
+    return side, problems
+
+
 # --- main ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -494,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hook-workers", type=int, default=50, help="webhook sender threads (default 50)")
     parser.add_argument("--no-settle", action="store_true",
                         help="send the webhooks while the portal still refills its pool after the burst")
+    parser.add_argument("--compare", choices=["potato"], default=None,
+                        help="also run potato 2.12.1 (pip-installed into a temporary virtualenv) under the same "
+                             "bursts, and a burst with more arrivals than places on both (benchmarks/potato_peer.py)")
     parser.add_argument("--home", type=Path, default=None,
                         help="state folder (default: a new temporary folder, removed after a clean run)")
     args = parser.parse_args(argv)
@@ -507,6 +576,19 @@ def main(argv: list[str] | None = None) -> int:
     home = (args.home or Path(tempfile.mkdtemp(prefix="crowdpref-portal-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the stack
+    spare = (study_size(total_participants) * R - total_participants * Q) // Q  # places left after the burst
+    over = max(3 * spare, n // 4) if args.compare else 0  # --compare: more arrivals than places, on both
+    peer: list[Any] = []
+    if args.compare:  # potato first, on a machine without our stack
+        import potato_peer  # benchmarks/ (this script's folder) is on sys.path
+
+        try:
+            peer = potato_peer.compare_bursts(console, n, window, over, spare, Q, R)
+        except potato_peer.PotatoUnavailable as exc:
+            console.print(f"[red]--compare potato:[/] {exc}")
+            if args.home is None:
+                shutil.rmtree(home, ignore_errors=True)
+            return 2
     from services import stack
     from services.process import ProcessManager
 
@@ -525,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.start_fake_prolific(settings)
         console.print(f"Argilla at {settings.argilla_api_url}, fake Prolific on port {settings.fake_prolific_port}: "
                       f"up in {time.perf_counter() - started:.0f} s (state folder {home})")
-        path = write_study(settings, total_participants, n)
+        path = write_study(settings, total_participants, n, places=total_participants + over)
         config = load_study(path)
         collection: Collection = open_collection(path, "study1", settings)
         store, cid = collection.store, collection.info.id
@@ -572,14 +654,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{study.total_available_places} places, entry {study.external_study_url.split('?')[0]}")
         argilla_url, dataset = settings.argilla_api_url, collection.dataset_name
         with httpx.Client(base_url=fake_api, timeout=30) as fake:
-            for i in range(1 + BASELINE + n):
+            for i in range(1 + BASELINE + n + over):
                 place = fake.post(f"/_fake/studies/{platform.external_id}/arrive")
                 place.raise_for_status()
                 p = place.json()
                 visits.append(Visit(i, p["participant_id"], p["session_id"], p["url"],
                                     httpx.Client(timeout=GIVE_UP_S, follow_redirects=False),
                                     httpx.Client(timeout=GIVE_UP_S)))
-        warmup, baseline, burst = visits[0], visits[1:1 + BASELINE], visits[1 + BASELINE:]
+        warmup, baseline, burst = visits[0], visits[1:1 + BASELINE], visits[1 + BASELINE:1 + BASELINE + n]
+        crowded = visits[1 + BASELINE + n:]  # --compare: the burst with more arrivals than places
 
         # baseline: one at a time on the idle portal; the bare claim in this process
         visit(warmup, argilla_url, dataset, expected)
@@ -651,6 +734,11 @@ def main(argv: list[str] | None = None) -> int:
                               f"{len(v.record_ids ^ set(by_name[mine.username].items))} differ from the store's")
         handed = Counter(u for v in visits for u in v.usernames)
         double += [f"account {u} handed to {k} arrivals" for u, k in handed.items() if k > 1]
+
+        if crowded:  # more arrivals than places: those without a place are turned away, none handed work twice
+            over_side, over_problems = over_places_burst(crowded, window * over / n, argilla_url, dataset, expected,
+                                                         store, cid, spare)
+            double += over_problems
 
         # let the portal's background refill finish (it started when the pool fell below half)
         # (stops waiting when no account became ready for SETTLE_STALL_S: the refill ended or died)
@@ -884,6 +972,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]webhook not recorded:[/] {event_id}")
         for line in (problems + hook_problems)[:5]:
             console.print(f"portal log: {line[:200]}")
+        if peer:
+            import potato_peer
+
+            burst_errors = sum(v.reloads + v.argilla_errors + (not v.ok) for v in burst)
+            potato_peer.print_comparison(console, [
+                (peer[0], potato_peer.CrowdprefSide(p95, burst_errors, len(double) - len(over_problems))),
+                (peer[1], over_side)],
+                f"compared with potato {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, same run: seconds "
+                "from the Prolific-style entry URL to the first item's page (potato) / to the signed-in workspace "
+                "with records (crowdpref); errors: retried answers and people who never got there")
         clean = all(met) and not problems and not hook_problems
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: stopping the stack[/]")
