@@ -313,8 +313,14 @@ def service_install(
 
 @app.command()
 @friendly_errors
-def status() -> None:
+def status(
+    study: Path = typer.Option(None, "--study", help="Show this study's progress instead: the same as "
+                               "`crowdpref progress --study` (which also has --json).", show_default=False),
+) -> None:
     """What runs, where, and whether it is healthy. Exit 1 if something is down."""
+    if study is not None:
+        _show_progress(study, as_json=False, ask_prolific=True)
+        return
     use_project()
     from services import stack
 
@@ -630,6 +636,10 @@ def progress(
 
     It only reads the study store (never creating it, taking no write lock), so it is safe
     while the study runs; a study that has not started says so."""
+    _show_progress(study, as_json, ask_prolific)
+
+
+def _show_progress(study: Path, as_json: bool, ask_prolific: bool) -> None:
     from crowdpref.config import load_study
     from crowdpref.progress import study_progress
 

@@ -381,3 +381,13 @@ def test_cli_bad_config_is_one_line_and_exit_2(cli_home: Path, content: str | No
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.output
     assert "Traceback" not in result.output
+
+
+def test_cli_status_with_a_study_is_its_progress(cli_home: Path) -> None:
+    with _store(isolated_settings(cli_home / "home")) as store:
+        drive(store, parse_study(study_data()))
+    status = _run("status", "--study", "study.yaml")
+    progress = _run("progress", "--study", "study.yaml")
+    assert status.exit_code == 0 and "6/12 (50%)" in status.output
+    assert status.output == progress.output
+    assert "crowdpref services" not in status.output
