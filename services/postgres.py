@@ -1,19 +1,36 @@
-"""A throwaway PostgreSQL server (for tests): initdb into a folder, start it on
-127.0.0.1:PORT with its Unix socket in that folder, create databases, stop it.
+"""PostgreSQL from Debian's package: a throwaway server for tests (:func:`start`) and the
+stack's own server in the public profile (:func:`start_service`).
 
 Binaries: Debian's ``postgresql`` package (``make setup`` installs it) puts ``initdb`` and
 ``pg_ctl`` in ``/usr/lib/postgresql/<version>/bin``, off PATH; the highest version there wins.
 ``initdb`` refuses to run as root, so as root every server command runs as the ``postgres``
 user (``runuser -u postgres --``) on a folder chowned to it; any other user runs them directly.
 
-The cluster trusts local connections (``-A trust``) and has one superuser, ``crowdpref``; it
-runs with ``fsync=off``: it is for tests, never for data to keep. No Prefect imports here.
+The throwaway server trusts local connections (``-A trust``), has one superuser, ``crowdpref``,
+and runs with ``fsync=off``: it is for tests, never for data to keep.
+
+The stack's server (the public profile, ``settings.public``) keeps data: fsync on, the
+``postgres`` binary in the foreground under :class:`services.process.ProcessManager` (pid record,
+log in ``<state>/logs/postgres.log``, stopped by ``crowdpref down``), listening on
+``settings.host:settings.postgres_port`` only, SCRAM password authentication for every role. Its
+folder (``data/``, the socket) is ``<state>/postgres``, unless the ``postgres`` account cannot
+reach the state folder (a checkout in a 0700 folder, as root): then it is
+``/var/lib/crowdpref/<hash of the state folder>/`` (owned by ``postgres``, 0700), and the
+state folder's ``postgres-location`` file says where. Three roles, each with a password
+generated once into ``secrets/postgres-<role>`` (0600): ``postgres`` (the superuser, for
+administration only), ``argilla`` (owns the database ``argilla``) and ``crowdpref`` (owns the study
+store's database ``crowdpref``); neither owner may connect to the other's database. The server
+only ever sees SCRAM verifiers computed here, never a password. No Prefect imports here.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import pwd
+import secrets
 import re
 import shlex
 import shutil
@@ -22,7 +39,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crowdpref.errors import ServiceError
+from crowdpref.errors import ServiceError, state_file_error
+from crowdpref.runfolder import write_text
+from crowdpref.settings import Settings
+from crowdpref.store.engine import PUBLIC_STORE, public_password_file
+from services.process import ServiceSpec
 
 PG_ROOT = Path("/usr/lib/postgresql")
 SERVER_USER = "postgres"  # the account Debian's package creates; the server runs as it under root
@@ -258,3 +279,241 @@ def start(folder: Path, port: int) -> PostgresServer:
         raise ServiceError(f"postgres on {HOST}:{port} did not start: {_log_reason(server.log_file)} "
                            f"(log: {server.log_file})")
     return server
+
+
+# --- the stack's server (the public profile) ------------------------------------------------------
+NAME = "postgres"  # the service's name: pid record run/postgres.json, log logs/postgres.log
+LOCATION_RECORD = "postgres-location"  # in the state folder, when the server's folder is elsewhere
+SYSTEM_ROOT = Path("/var/lib/crowdpref")  # where such folders go (as root)
+ADMIN_ROLE = "postgres"  # the service's superuser: creates the roles and databases, nothing else
+ARGILLA_ROLE = "argilla"  # owns the database `argilla`; argilla-server signs in as it
+OWNED_DATABASES = (ARGILLA_ROLE, PUBLIC_STORE)  # each owned by the role of the same name
+_SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
+
+
+def scram_verifier(password: str, salt: bytes | None = None, iterations: int = _SCRAM_ITERATIONS) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802/7677, its
+    ``rolpassword`` format). Given as a role's password, the server keeps it as it is, so the
+    password itself never reaches the server, its log or its statement errors."""
+    salt = salt if salt is not None else os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    stored_key = hashlib.sha256(hmac.new(salted, b"Client Key", "sha256").digest()).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+def password_file(settings: Settings, role: str) -> Path:
+    """``secrets/postgres-<role>`` (0600): the role's password, generated once."""
+    if role == PUBLIC_STORE:
+        return public_password_file(settings.secrets_dir)  # where the library reads it
+    return settings.secrets_dir / f"postgres-{role}"
+
+
+def role_password(settings: Settings, role: str, *, create: bool = True) -> str:
+    """The password of ``role``, generated into :func:`password_file` when missing (``create``)."""
+    path = password_file(settings, role)
+    if create and not path.exists():
+        write_text(secrets.token_urlsafe(32), path, private=True)
+    try:
+        password = path.read_text(encoding="utf-8").strip()
+        if not password:
+            raise ValueError("empty")
+    except (OSError, ValueError) as exc:
+        raise state_file_error(path, f"the password of PostgreSQL role '{role}'", exc,
+                               "restore it from your backup (crowdpref up makes a missing one, except the "
+                               f"'{ADMIN_ROLE}' one of an existing server)") from None
+    return password
+
+
+def location_record(settings: Settings) -> Path:
+    return settings.state_dir / LOCATION_RECORD
+
+
+def data_folder(settings: Settings) -> Path:
+    """The server's folder (``data/``, its socket): what ``postgres-location`` in the state
+    folder names, else ``<state>/postgres``. For ``status``, backups and ``down``."""
+    record = location_record(settings)
+    try:
+        text = record.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return settings.state_dir / NAME
+    except OSError as exc:
+        raise state_file_error(record, "where the PostgreSQL data folder is", exc,
+                               "write the folder's path into it (or restore it from your backup)") from None
+    if not text.startswith("/"):
+        raise ServiceError(f"{record}: names no absolute folder: write the PostgreSQL folder's path into it "
+                           "(or restore it from your backup)")
+    return Path(text)
+
+
+def system_folder(state_dir: Path) -> Path:
+    """Where the server's folder goes when its account cannot reach ``state_dir``:
+    ``/var/lib/crowdpref/<first 12 hex digits of the SHA-256 of the state folder's path>``."""
+    digest = hashlib.sha256(str(state_dir.expanduser().resolve()).encode()).hexdigest()[:12]
+    return SYSTEM_ROOT / digest
+
+
+def _choose_folder(settings: Settings) -> Path:
+    """The server's folder, created: the recorded one, else ``<state>/postgres`` when the
+    server's account can pass through the state folder, else :func:`system_folder` (recorded)."""
+    record = location_record(settings)
+    if record.exists():
+        folder = data_folder(settings)
+    else:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if server_user_can_enter(settings.state_dir):
+            folder = settings.state_dir / NAME
+        else:
+            folder = system_folder(settings.state_dir)
+            SYSTEM_ROOT.mkdir(parents=True, exist_ok=True)
+            os.chmod(SYSTEM_ROOT, 0o755)  # the server's account passes through; the folder below is its own
+            folder.mkdir(mode=0o700, exist_ok=True)
+            write_text(str(folder) + "\n", record)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def _service_bin_dir() -> Path:
+    reason = unavailable_reason()
+    if reason:
+        raise ServiceError(f"postgres cannot be started: {reason}")
+    bin_dir = find_bin_dir()
+    assert bin_dir is not None  # unavailable_reason checked it
+    return bin_dir
+
+
+def prepare(settings: Settings) -> Path:
+    """Make the server's folder (see :func:`data_folder`) and, on first use, its cluster:
+    ``initdb`` with SCRAM authentication for local and TCP connections and the superuser
+    ``postgres``, whose password goes to ``secrets/postgres-postgres``. Returns the folder."""
+    bin_dir = _service_bin_dir()
+    folder = _choose_folder(settings)
+    _hand_to_server_user(folder)
+    data = folder / "data"
+    if (data / "PG_VERSION").exists():
+        return folder
+    if data.is_dir() and any(data.iterdir()):
+        raise ServiceError(f"postgres: {data} is not empty but holds no cluster (no PG_VERSION): move it away "
+                           "and run `crowdpref up` again")
+    verifier = scram_verifier(role_password(settings, ADMIN_ROLE))
+    pwfile = folder / "initdb-pwfile"  # the verifier only, in the server's own 0700 folder
+    pwfile.write_text(verifier + "\n")
+    try:
+        _hand_to_server_user(folder)
+        result = _run([str(bin_dir / "initdb"), "-D", str(data), "-U", ADMIN_ROLE, "--pwfile", str(pwfile),
+                       "-A", "scram-sha-256", "-E", "UTF8", "--no-locale"], cwd=folder)
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if result.returncode != 0:
+        raise ServiceError(f"postgres: initdb {data} failed: {_one_line(result.stdout)}")
+    return folder
+
+
+def max_connections(settings: Settings) -> int:
+    """Room for every Argilla server worker's pool (15 + 10 overflow), its rq worker, the
+    portal's and flows' stores (5 + 20 each) and administration."""
+    return 25 * settings.argilla_worker_count + 100
+
+
+def spec(settings: Settings) -> ServiceSpec:
+    """The ``postgres`` binary in the foreground (as the ``postgres`` user under root) on the
+    folder :func:`prepare` made, fsync on, on ``settings.host:settings.postgres_port`` only."""
+    bin_dir = _service_bin_dir()
+    folder = data_folder(settings)
+    socket_dir = str(folder) if len(str(folder / f".s.PGSQL.{settings.postgres_port}")) <= _SOCKET_PATH_MAX else ""
+    argv = _as_server_user([
+        str(bin_dir / "postgres"), "-D", str(folder / "data"), "-p", str(settings.postgres_port),
+        "-c", f"listen_addresses={settings.host}", "-c", f"unix_socket_directories={socket_dir}",
+        "-c", f"max_connections={max_connections(settings)}", "-c", "password_encryption=scram-sha-256",
+    ])
+    return ServiceSpec(
+        name=NAME,
+        argv=argv,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
+        health=lambda: healthy(settings),
+        port=settings.postgres_port,
+        port_setting="CROWDPREF_POSTGRES_PORT",
+        cwd=folder,
+        start_timeout_s=60,
+    )
+
+
+def healthy(settings: Settings) -> bool:
+    """The server on ``host:postgres_port`` accepts connections (``pg_isready``)."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        return False
+    try:
+        return subprocess.run([str(bin_dir / "pg_isready"), "-q", "-h", settings.host, "-p",
+                               str(settings.postgres_port), "-t", "2"], cwd="/", check=False,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _connect(settings: Settings, role: str, database: str):  # -> psycopg.Connection
+    try:
+        import psycopg
+    except ImportError:
+        raise ServiceError("postgres: the psycopg driver is missing: install crowdpref[postgres]") from None
+    try:
+        return psycopg.connect(host=settings.host, port=settings.postgres_port, user=role, dbname=database,
+                               password=role_password(settings, role, create=False), connect_timeout=10,
+                               autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise ServiceError(f"postgres on {settings.host}:{settings.postgres_port}: role '{role}' cannot sign in "
+                           f"to '{database}' ({_one_line(str(exc))}): check {password_file(settings, role)}") from None
+
+
+def provision(settings: Settings) -> None:
+    """On the running server: the roles ``argilla`` and ``crowdpref`` (passwords from secrets/,
+    generated when missing, set again every time so that the files and the server agree) and
+    their databases, which only their owner (and the superuser) may connect to. Idempotent."""
+    from psycopg import sql
+
+    with _connect(settings, ADMIN_ROLE, "postgres") as conn:
+        for name in OWNED_DATABASES:
+            verifier = sql.Literal(scram_verifier(role_password(settings, name)))
+            role = sql.Identifier(name)
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+            statement = "ALTER ROLE {} WITH LOGIN PASSWORD {}" if exists else "CREATE ROLE {} WITH LOGIN PASSWORD {}"
+            conn.execute(sql.SQL(statement).format(role, verifier))
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {} ENCODING 'UTF8'").format(role, role))
+            conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(role))
+
+
+def start_service(settings: Settings, manager: object) -> None:
+    """``crowdpref up`` in the public profile: :func:`prepare`, start :func:`spec` with
+    ``manager`` (a :class:`services.process.ProcessManager`; nothing when it already runs), wait
+    until healthy, :func:`provision`."""
+    prepare(settings)
+    manager.start(spec(settings), settings.host)  # type: ignore[attr-defined]
+    provision(settings)
+
+
+def argilla_database_url(settings: Settings) -> str:
+    """argilla-server's ``ARGILLA_DATABASE_URL`` on the stack's server (asyncpg at run time;
+    argilla-server derives the psycopg2 URL of its migrations from it)."""
+    from urllib.parse import quote
+
+    password = quote(role_password(settings, ARGILLA_ROLE, create=False), safe="")
+    return f"postgresql+asyncpg://{ARGILLA_ROLE}:{password}@{settings.host}:{settings.postgres_port}/{ARGILLA_ROLE}"
+
+
+def stop_service(settings: Settings, manager: object) -> bool:
+    """``crowdpref down``: a fast shutdown (``pg_ctl stop -m fast``: open sessions are ended,
+    then a shutdown checkpoint) instead of the SIGTERM of other services, which PostgreSQL takes
+    as "wait until every client has gone"; then ``manager`` forgets it. True when it ran."""
+    was_running = manager.running(NAME) is not None  # type: ignore[attr-defined]
+    bin_dir = find_bin_dir()
+    if was_running and bin_dir is not None:
+        folder = data_folder(settings)
+        try:
+            _stop_data_dir(bin_dir, folder / "data", folder)
+        except ServiceError:
+            pass  # the manager's SIGTERM, then SIGKILL, follow
+    manager.stop(NAME)  # type: ignore[attr-defined]
+    return was_running

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crowdpref.store.claims import CheckPlanner, ClaimsStore, Source
-from crowdpref.store.engine import STORE_FILE, StoreError, default_url, upgrade
+from crowdpref.store.engine import STORE_FILE, StoreError, default_url, settings_url, upgrade
 from crowdpref.store.lifecycle import LifecycleStore
 from crowdpref.store.monitoring import MonitoringStore
 from crowdpref.store.platform import PlatformStore
@@ -81,8 +81,6 @@ class Store(ClaimsStore, PoolStore, LifecycleStore, PlatformStore, MonitoringSto
 
 
 def open_store(settings: Any, clock: Callable[[], float] = time.time) -> Store:
-    """The store the settings name (``database_url``), else SQLite in the state folder."""
-    url = getattr(settings, "database_url", None)
-    if url is not None and hasattr(url, "get_secret_value"):
-        url = url.get_secret_value()
-    return Store(url or default_url(settings.state_dir), clock=clock)
+    """The store the settings name (:func:`crowdpref.store.engine.settings_url`): ``database_url``,
+    else the stack's PostgreSQL in the public profile, else SQLite in the state folder."""
+    return Store(settings_url(settings), clock=clock)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select
 from sqlalchemy.exc import DatabaseError, IntegrityError
@@ -53,8 +54,46 @@ class StoreError(CrowdprefError):
     """The study store is unreachable, corrupt, or holds something that contradicts a request."""
 
 
+PUBLIC_STORE = "crowdpref"
+"""The study store's database and role on the stack's PostgreSQL server (the public profile)."""
+
+
 def default_url(state_dir: Path) -> str:
+    """The embedded store: SQLite in the state folder."""
     return f"sqlite:///{state_dir / STORE_FILE}"
+
+
+def public_password_file(secrets_dir: Path) -> Path:
+    """Where ``crowdpref up`` keeps the password of the store's PostgreSQL role (0600)."""
+    return secrets_dir / f"postgres-{PUBLIC_STORE}"
+
+
+def settings_url(settings: Any) -> str:
+    """The store the settings name: ``database_url`` when set; else, in the public profile
+    (``settings.public``), the database ``crowdpref`` on the stack's PostgreSQL server
+    (``host:postgres_port``) as the role ``crowdpref``, with the password ``crowdpref up`` generated
+    into ``secrets/postgres-crowdpref``; else SQLite in the state folder. Raises
+    :class:`StoreError` (one line, no secret) when that password file is missing or empty."""
+    url = getattr(settings, "database_url", None)
+    if url is not None and hasattr(url, "get_secret_value"):
+        url = url.get_secret_value()
+    if url:
+        return url
+    if not getattr(settings, "public", False):
+        return default_url(settings.state_dir)
+    path = public_password_file(settings.secrets_dir)
+    try:
+        password = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        password, reason = "", exc.strerror or type(exc).__name__
+    else:
+        reason = "empty"
+    if not password:
+        raise StoreError(f"{path}: the study store's PostgreSQL password cannot be read ({reason}): run "
+                         "`crowdpref up` (it creates the server, its roles and this file), or set "
+                         "database_url (CROWDPREF_DATABASE_URL)")
+    return (f"postgresql+psycopg://{PUBLIC_STORE}:{quote(password, safe='')}@{settings.host}:"
+            f"{settings.postgres_port}/{PUBLIC_STORE}")
 
 
 class StoreBase:

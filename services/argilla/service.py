@@ -1,5 +1,9 @@
-"""The embedded Argilla: argilla-server 2.8 from its own virtualenv, SQLite under the state
-folder, crowdpref's SQL-backed search engine (``sql_search_engine.py``), one rq worker.
+"""The embedded Argilla: argilla-server 2.8 from its own virtualenv, crowdpref's SQL-backed search
+engine (``sql_search_engine.py``), one rq worker. Its database: SQLite under the state folder with
+one server process (the laptop stack); in the public profile (``settings.public``) the database
+``argilla`` on the stack's PostgreSQL (``services/postgres.py``, as the role ``argilla``) with
+``settings.argilla_worker_count`` uvicorn worker processes (:func:`server_argv`), which share the
+token-signing key of :func:`auth_secret`.
 
 The owner account is generated on first start (random password and API key), kept in
 ``<state>/secrets/argilla-owner.json`` (mode 0600) and never printed in full.
@@ -15,6 +19,7 @@ from pathlib import Path
 from crowdpref.errors import ServiceError, state_file_error
 from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
+from services import postgres
 from services.process import ServiceSpec, http_ok, redis_command
 
 SERVER = "argilla-server"
@@ -41,7 +46,7 @@ def env(settings: Settings) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "ARGILLA_HOME_PATH": str(home),
-        "ARGILLA_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'argilla.db'}",
+        "ARGILLA_DATABASE_URL": database_url(settings),
         "ARGILLA_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/0",
         "ARGILLA_SEARCH_ENGINE": ENGINE_NAME,
         "ARGILLA_ENABLE_TELEMETRY": "0",
@@ -50,6 +55,14 @@ def env(settings: Settings) -> dict[str, str]:
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "DO_NOT_TRACK": "1",
     }
+
+
+def database_url(settings: Settings) -> str:
+    """``ARGILLA_DATABASE_URL``: the stack's PostgreSQL in the public profile (its password read
+    from ``secrets/postgres-argilla``, which ``crowdpref up`` makes), else SQLite in Argilla's home."""
+    if settings.public:
+        return postgres.argilla_database_url(settings)
+    return f"sqlite+aiosqlite:///{settings.argilla_home / 'argilla.db'}"
 
 
 def auth_secret(settings: Settings) -> str:
@@ -148,15 +161,26 @@ def worker_healthy(settings: Settings) -> bool:
     return reply is not None and reply.startswith(b":") and int(reply[1:]) > 0
 
 
+def server_argv(settings: Settings) -> list[str]:
+    """argilla-server's command: ``launch.py start`` (the stock CLI: one uvicorn process) with one
+    worker; with several, uvicorn itself on ``launch:app`` with ``--workers N``. Its worker
+    processes then import ``launch`` afresh (the search engine and the bcrypt patch in each) after
+    they answer uvicorn's 5 s liveness ping: the stock ``start`` would hand them
+    ``argilla_server:app`` without either, and a worker spawned from ``launch.py`` re-imports that
+    script (argilla-server with it) before it can answer the ping, so on a busy machine uvicorn
+    kills and respawns it over and over."""
+    # no access log: the portal's one-hop sign-in URL carries a participant's credentials
+    common = ["--host", settings.host, "--port", str(settings.argilla_port), "--no-access-log"]
+    if settings.argilla_worker_count == 1:
+        return [str(server_python(settings)), str(LAUNCHER), "start", *common]
+    return [str(server_python(settings)), "-m", "uvicorn", "launch:app", "--app-dir", str(LAUNCHER.parent),
+            "--workers", str(settings.argilla_worker_count), *common]
+
+
 def server_spec(settings: Settings) -> ServiceSpec:
     return ServiceSpec(
         name=SERVER,
-        argv=[
-            str(server_python(settings)), str(LAUNCHER), "start",
-            "--host", settings.host, "--port", str(settings.argilla_port),
-            # no access log: the portal's one-hop sign-in URL carries a participant's credentials
-            "--no-access-log",
-        ],
+        argv=server_argv(settings),
         env=env(settings),
         health=lambda: server_healthy(settings),
         port=settings.argilla_port,
