@@ -261,6 +261,59 @@ def _dump(part: str, url: str, staging: Path) -> tuple[str, str | None]:
     return kind, member
 
 
+@contextmanager
+def store_writes_paused(url: str) -> Iterator[None]:
+    """Hold the study store's write lock (readers go on; writers wait) while the databases are
+    copied, so that the store and Argilla's copies agree: crowdpref records what it is about to
+    change in Argilla in the store first (an account ``creating``, a participant ``releasing``)
+    and the result after, so with the store's writes held, whatever Argilla gains meanwhile is
+    either a participant's answer (read back into the store by the next collection run) or the
+    second half of a change the store already announced (finished by the next run, as after a
+    crash). SQLite: ``BEGIN IMMEDIATE`` (a writer waits up to its 60 s busy timeout);
+    PostgreSQL: every table of the store locked ``IN EXCLUSIVE MODE`` (pg_dump's reads pass)."""
+    kind = _kind(url) if url else "none"
+    if kind == "sqlite":
+        path = _sqlite_path(url)
+        if not path.exists():
+            yield
+            return
+        try:
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BackupError(f"{path}: the store's write lock could not be taken for the backup ({exc}): "
+                              "try again; a process may hold it for long") from None
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    if kind != "postgresql":
+        yield
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    try:
+        engine = create_engine(url, poolclass=NullPool)
+        conn = engine.connect()
+    except Exception as exc:  # noqa: BLE001 - a server down or a driver missing: one line
+        raise BackupError(f"the study store at {_redacted(url)} cannot be reached for the backup "
+                          f"({exc.__class__.__name__}): check that its server runs") from None
+    try:
+        with conn.begin() as transaction:
+            tables = conn.execute(text("SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = "
+                                       "current_schema()")).scalars().all()
+            for table in tables:
+                conn.execute(text(f"LOCK TABLE {table} IN EXCLUSIVE MODE"))
+            yield
+            transaction.rollback()
+    finally:
+        conn.close()
+        engine.dispose()
+
+
 def _copy_tree(source: Path, staging: Path, prefix: str) -> None:
     """Copy the regular files under ``source`` into ``staging/prefix``: each file read through
     one open descriptor, so a file replaced meanwhile (atomic writes) is copied whole, old or new."""
@@ -310,11 +363,12 @@ def create(settings: Settings, archive: Path | None = None, *, progress: Progres
         os.chmod(staging, 0o700)
         kinds: dict[str, str] = {}
         steps = [p for p, u in parts.items() if u is not None]
-        for done, part in enumerate(steps):
-            progress(f"copying the {part} database", done, len(steps) + 2)
-            kinds[part], member = _dump(part, parts[part] or "", staging)
-            if member is not None:
-                os.chmod(staging / member, 0o600)
+        with store_writes_paused(parts["store"] or ""):  # the store first, Argilla while it waits
+            for done, part in enumerate(steps):
+                progress(f"copying the {part} database", done, len(steps) + 2)
+                kinds[part], member = _dump(part, parts[part] or "", staging)
+                if member is not None:
+                    os.chmod(staging / member, 0o600)
         for part, url in parts.items():
             if url is None:
                 kinds[part] = "external"

@@ -113,17 +113,32 @@ def test_backup_writes_one_private_archive_with_a_manifest_of_every_file(setting
     assert seen[-1][1] == seen[-1][2] and {what for what, _, _ in seen} >= {"writing the archive"}
 
 
-def test_the_online_copy_holds_committed_data_only_while_a_writer_holds_the_lock(settings, tmp_path):
+def test_the_online_copy_holds_committed_wal_rows_and_holds_store_writes_while_argilla_is_copied(
+        settings, tmp_path, monkeypatch):
     _state(settings)
     writer = sqlite3.connect(settings.state_dir / "store.sqlite", isolation_level=None)
     writer.execute("INSERT INTO t VALUES ('claim-3')")  # committed, still in the WAL file only
-    writer.execute("BEGIN IMMEDIATE")
-    writer.execute("INSERT INTO t VALUES ('uncommitted')")
+    during_argilla = []
+    dump = backup._dump
+
+    def watched(part, url, staging):
+        if part == "argilla":  # the store is copied: a store write now waits, a read goes on
+            other = sqlite3.connect(settings.state_dir / "store.sqlite", timeout=0.2, isolation_level=None)
+            try:
+                other.execute("INSERT INTO t VALUES ('during')")
+                during_argilla.append("written")
+            except sqlite3.OperationalError as exc:
+                during_argilla.append(str(exc))
+            during_argilla.append(other.execute("SELECT count(*) FROM t").fetchone()[0])
+            other.close()
+        return dump(part, url, staging)
+
+    monkeypatch.setattr(backup, "_dump", watched)
     try:
         result = backup.create(settings, tmp_path / "online.tar.gz")
     finally:
-        writer.execute("ROLLBACK")
         writer.close()
+    assert during_argilla == ["database is locked", 3]
     with tarfile.open(result.path, "r:gz") as tar:
         tar.extract("databases/store.sqlite", tmp_path / "x", filter="data")
     copy = tmp_path / "x" / "databases" / "store.sqlite"
@@ -131,6 +146,7 @@ def test_the_online_copy_holds_committed_data_only_while_a_writer_holds_the_lock
     db = sqlite3.connect(copy)
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
+    _sqlite(settings.state_dir / "store.sqlite", ["after"])  # released: writes go on
 
 
 def test_restore_brings_back_exactly_the_backed_up_state(settings):
