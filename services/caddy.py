@@ -125,6 +125,8 @@ def caddyfile(settings: Settings) -> str:
         email, tls = "", "\ttls internal\n"
     portal_paths = " ".join(PORTAL_PATHS)
     filters = "\n".join("\t" * 4 + line for line in LOG_FILTERS)
+    too_big = "\n".join(_too_big(name, limit) for name, limit in (
+        ("argilla_hook", ARGILLA_HOOK_MAX_BODY), ("portal_forms", PORTAL_MAX_BODY), ("", ARGILLA_MAX_BODY)))
     return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.
 {{
 \tadmin off
@@ -169,6 +171,7 @@ def caddyfile(settings: Settings) -> str:
 \t\tnot path /hooks/argilla
 \t}}
 \troute {{
+{too_big}
 \t\trequest_body @argilla_hook {{
 \t\t\tmax_size {ARGILLA_HOOK_MAX_BODY}
 \t\t}}
@@ -181,12 +184,38 @@ def caddyfile(settings: Settings) -> str:
 \t\t}}
 \t\treverse_proxy {upstream_argilla}
 \t}}
-\thandle_errors {{
-\t\t@too_big expression `{{err.message}}.contains("request body too large")`
-\t\trespond @too_big "request body too large" 413
-\t}}
 }}
 """
+
+
+def _bytes(size: str) -> int:
+    return int(size[:-3]) * {"KiB": 1024, "MiB": 1024 * 1024}[size[-3:]]
+
+
+def over_regexp(limit: int) -> str:
+    """A regular expression that matches exactly the decimal numbers above ``limit`` (leading
+    zeros allowed): Caddy 2.6's header matcher compares no numbers, and its CEL expression
+    matcher fails the whole request when a header is missing."""
+    digits = str(limit)
+    # no {n} counts: the Caddyfile would read braces as placeholders
+    alternatives = ["[1-9]" + r"\d" * len(digits) + "+"]  # more digits
+    for i, digit in enumerate(digits):  # same length: equal up to i, then greater
+        if digit != "9":
+            rest = len(digits) - i - 1
+            higher = str(int(digit) + 1) if digit == "8" else f"[{int(digit) + 1}-9]"
+            alternatives.append(digits[:i] + higher + r"\d" * rest)
+    return "^0*(" + "|".join(alternatives) + ")$"
+
+
+def _too_big(matcher: str, limit: str) -> str:
+    """413 at once for a declared Content-Length over ``limit`` (a chunked body over it is cut
+    off by ``request_body``: Caddy 2.6 then answers 413 or 502). Caddy's ``handle_errors`` is not used
+    for this: with it, Caddy 2.6 no longer logs proxy errors."""
+    paths = {"portal_forms": f"\t\t\tpath {' '.join(PORTAL_PATHS)}\n\t\t\tnot path /hooks/argilla\n",
+             "argilla_hook": "\t\t\tpath /hooks/argilla\n"}.get(matcher, "")
+    name = f"too_big_{matcher or 'argilla'}"
+    return (f"\t\t@{name} {{\n{paths}\t\t\theader_regexp Content-Length {over_regexp(_bytes(limit))}\n\t\t}}\n"
+            f'\t\trespond @{name} "request body over {limit}" 413 {{\n\t\t\tclose\n\t\t}}')
 
 
 def write_caddyfile(settings: Settings) -> Path:

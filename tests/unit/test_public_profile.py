@@ -6,6 +6,7 @@ status`` words the certificate."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -14,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crowdpref.errors import ConfigError
 from crowdpref.portal.app import trusted_proxies
@@ -46,6 +49,8 @@ def test_the_caddyfile_routes_one_host_name_with_hsts_limits_and_query_free_logs
     assert "@portal path /s/* /hooks/* /healthz\n" in text
     assert "\t\treverse_proxy 127.0.0.1:16900\n" in text  # Argilla: everything else
     assert "max_size 64KiB" in text and "max_size 1MiB" in text and "max_size 16MiB" in text
+    for limit in (64 * 1024, 1024 * 1024, 16 * 1024 * 1024):  # a declared size over it: 413 at once
+        assert f"header_regexp Content-Length {caddy.over_regexp(limit)}\n" in text
     # both logs (the access log and Caddy's own, which records the request of a proxy error)
     for line in caddy.LOG_FILTERS:
         assert text.count(line) == 2, line
@@ -144,3 +149,11 @@ def test_the_certificate_line_names_the_expiry_or_why_there_is_none():
     assert caddy.Certificate(now + 30 * 86400).describe(now) == f"certificate expires {stamp} (in 30 days)"
     assert caddy.Certificate(None, "none served on port 443 (ConnectionRefusedError)").describe(now) == \
         "certificate: none served on port 443 (ConnectionRefusedError)"
+
+
+@given(limit=st.integers(min_value=0, max_value=10**9), value=st.integers(min_value=0, max_value=2 * 10**9))
+def test_the_content_length_matcher_matches_exactly_the_sizes_over_the_limit(limit, value):
+    pattern = re.compile(caddy.over_regexp(limit))
+    assert bool(pattern.match(str(value))) == (value > limit)
+    assert bool(pattern.match("00" + str(value))) == (value > limit)
+    assert bool(pattern.match(str(limit + 1))) and not pattern.match(str(limit))

@@ -1,0 +1,303 @@
+"""The public profile's front door: Debian's caddy, started by services/caddy.py with ``tls
+internal`` on free high ports, in front of the real portal (served over HTTP from this process)
+and a stand-in Argilla (an HTTP server here that echoes what reached it).
+
+- routing on one host name, HSTS, the HTTP port's redirect, request body limits (413);
+- the per-address entry limit counts the client Caddy saw (X-Forwarded-For from the stack's own
+  Caddy is trusted by default in the public profile; a forged one is not);
+- Caddy's two logs (access, and its own, which records the request of a proxy error) hold no
+  query string, cookie, Authorization or Referer value and no response header;
+- the public profile's ``up`` / ``status`` / ``down`` through the stack (PostgreSQL, the portal
+  as a process, Caddy): the portal's /proc/<pid>/environ holds no Hub or LLM secret, ``crowdpref
+  status`` shows the public URL and the certificate's expiry, and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import Portal, RateLimiter
+from crowdpref.settings import Settings
+from crowdpref.store import Store
+from services import caddy
+from services.process import ProcessManager, group_members, port_in_use
+from tests.conftest import REPO, free_port, isolated_settings
+from tests.portal_server import PortalThread
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("caddy") is None,
+                       reason="!!! CADDY TESTS SKIPPED: Debian's caddy is missing - run make setup (as root) !!!"),
+]
+
+SECRETS = ("PIDSECRET0000000000000000", "SESSIONSECRET", "STUDYSECRET", "AUTHSECRET", "INVITESECRET",
+           "COOKIESECRET", "BEARERSECRET", "REFERERSECRET", "LOCATIONSECRET", "SETCOOKIESECRET")
+QUERY = ("PROLIFIC_PID=PIDSECRET0000000000000000&STUDY_ID=STUDYSECRET&SESSION_ID=SESSIONSECRET"
+         "&auth=AUTHSECRET&invite=INVITESECRET")
+
+
+class _Argilla(BaseHTTPRequestHandler):
+    """A stand-in for Argilla: reads the whole body (chunked too), answers what reached it, with
+    a Location and a Set-Cookie that must not reach Caddy's log; ``/_drop`` closes the connection
+    unanswered (Caddy then logs a proxy error)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        if self.path.startswith("/_drop"):
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        size = 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":  # (cut off: the proxy errs)
+            while (chunk := int(self.rfile.readline().split(b";")[0] or b"0", 16)) > 0:
+                size += len(self.rfile.read(chunk))
+                self.rfile.readline()
+            self.rfile.readline()
+        elif self.headers.get("Content-Length"):
+            size = len(self.rfile.read(int(self.headers["Content-Length"])))
+        body = json.dumps({"who": "argilla", "path": self.path, "size": size,
+                           "forwarded_for": self.headers.get("X-Forwarded-For"),
+                           "forwarded_proto": self.headers.get("X-Forwarded-Proto")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Location", "/sign-in?auth=LOCATIONSECRET")
+        self.send_header("Set-Cookie", "argilla=SETCOOKIESECRET")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Front:
+    settings: Settings
+    portal: Portal
+    root: Path  # Caddy's internal CA: what clients trust
+
+    @property
+    def url(self) -> str:
+        return self.settings.public_url or ""
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(verify=str(self.root), timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+def _argilla_upstream() -> tuple[ThreadingHTTPServer, int]:
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Argilla)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, port
+
+
+def _public_settings(tmp_path: Path, argilla_port: int, **overrides: object) -> Settings:
+    https = free_port()
+    values: dict[str, object] = dict(
+        public_url=f"https://localhost:{https}", public_tls="internal", https_port=https, http_port=free_port(),
+        argilla_url=f"http://127.0.0.1:{argilla_port}", argilla_api_key="stand-in-key",
+        portal_studies=tmp_path / "studies")
+    values.update(overrides)
+    (tmp_path / "studies").mkdir(exist_ok=True)
+    return isolated_settings(tmp_path / "home", **values)
+
+
+@pytest.fixture()
+def front(tmp_path: Path) -> Iterator[Front]:
+    argilla, argilla_port = _argilla_upstream()
+    settings = _public_settings(tmp_path, argilla_port)
+    portal = Portal(settings, Store(f"sqlite:///{tmp_path / 'store.sqlite'}"))
+    manager = ProcessManager(settings.state_dir)
+    try:
+        with PortalThread(create_app(portal), port=settings.portal_port):
+            caddy.start(settings, manager)
+            yield Front(settings, portal, caddy.internal_root(settings))
+    finally:
+        manager.stop(caddy.NAME)
+        argilla.shutdown()
+    assert not port_in_use("0.0.0.0", settings.https_port)
+
+
+def test_one_host_name_routes_the_portal_and_argilla_with_hsts_and_body_limits(front):
+    with front.client() as http:
+        health = http.get(f"{front.url}/healthz")
+        assert health.status_code == 200 and health.json() == {"status": "ok"}  # the portal's
+        assert health.headers["strict-transport-security"] == "max-age=31536000"
+        assert "server" not in health.headers
+        unknown = http.get(f"{front.url}/s/nosuchstudy/study1")
+        assert unknown.status_code == 404 and "Study not found" in unknown.text  # the portal's page
+        argilla = http.get(f"{front.url}/api/v1/status?x=1")
+        assert argilla.json()["who"] == "argilla" and argilla.json()["path"] == "/api/v1/status?x=1"
+        assert argilla.json()["forwarded_proto"] == "https"
+        assert argilla.headers["strict-transport-security"] == "max-age=31536000"
+        assert http.get(f"{front.url}/dataset/x/annotation-mode").json()["who"] == "argilla"
+
+        # request bodies: the portal's forms and Prolific's hooks 64 KiB, Argilla's events 1 MiB,
+        # Argilla itself 16 MiB: 413 when the Content-Length says so; a chunked body is cut off at
+        # the limit (Caddy 2.6 answers 413 or 502 then, or the portal its own 413)
+        def post(path: str, size: int, chunked: bool = False) -> httpx.Response:
+            body = b"x" * size
+            content = iter([body[i:i + 65536] for i in range(0, size, 65536)]) if chunked else body
+            return http.post(f"{front.url}{path}", content=content)
+
+        assert post("/hooks/prolific", 70 * 1024).status_code == 413
+        assert post("/hooks/prolific", 70 * 1024, chunked=True).status_code in (413, 502)
+        assert post("/s/x/study1/start", 70 * 1024).status_code == 413
+        assert post("/hooks/prolific", 1024).status_code not in (413, 502)  # the portal answers it
+        assert post("/hooks/argilla", 900 * 1024).status_code not in (413, 502)
+        assert post("/hooks/argilla", 1100 * 1024).status_code == 413
+        big = post("/api/v1/me/responses/bulk", 15 * 1024 * 1024)
+        assert big.status_code == 200 and big.json()["size"] == 15 * 1024 * 1024
+        assert post("/api/v1/me/responses/bulk", 17 * 1024 * 1024).status_code == 413
+        assert post("/api/v1/me/responses/bulk", 17 * 1024 * 1024, chunked=True).status_code in (413, 502)
+        assert post("/api/v1/me/responses/bulk", 15 * 1024 * 1024, chunked=True).json()["size"] == 15 * 1024 * 1024
+
+    # the HTTP port sends browsers to HTTPS
+    plain = httpx.get(f"http://localhost:{front.settings.http_port}/s/x/study1", follow_redirects=False, timeout=10)
+    assert plain.status_code == 308 and plain.headers["location"].startswith("https://localhost")
+
+
+def _own_addresses() -> list[str]:
+    """This machine's non-loopback IPv4 addresses (a client connecting from one of them is not
+    loopback, which the portal's per-address limits ignore)."""
+    found = set()
+    try:
+        found.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route's source address
+            found.add(probe.getsockname()[0])
+    except OSError:
+        pass
+    return sorted(a for a in found if not a.startswith("127."))
+
+
+def test_the_per_address_entry_limit_counts_the_client_caddy_saw(front):
+    addresses = _own_addresses()
+    if not addresses:
+        pytest.skip("this machine has no non-loopback address to connect from")
+    limit = 3
+    front.portal.limits["address"] = RateLimiter(limit, 600)
+    entry = f"{front.url}/s/nosuchstudy/study1?PROLIFIC_PID=5f0000000000000000000001"
+    remote = httpx.HTTPTransport(local_address=addresses[0], verify=str(front.root))
+    with httpx.Client(transport=remote, timeout=30) as outside, front.client() as local:
+        seen = [outside.get(entry).status_code for _ in range(limit)]
+        assert 429 not in seen, seen
+        assert outside.get(entry).status_code == 429  # the real client used its entries
+        # a forged X-Forwarded-For does not make them someone else (Caddy replaces it)
+        assert outside.get(entry, headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 429
+        # the same portal, the same proxy: another client is not limited by them
+        assert local.get(entry).status_code == 404
+
+
+def test_caddys_logs_keep_paths_and_nothing_that_identifies_or_signs_in(front):
+    headers = {"Cookie": "crowdpref-x-study1=COOKIESECRET", "Authorization": "Bearer BEARERSECRET",
+               "Referer": f"{front.url}/sign-in?auth=REFERERSECRET"}
+    with front.client() as http:
+        assert http.get(f"{front.url}/s/nosuchstudy/study1?{QUERY}", headers=headers).status_code == 404
+        assert http.post(f"{front.url}/s/nosuchstudy/study1/start?{QUERY}", headers=headers).status_code == 404
+        assert http.get(f"{front.url}/sign-in?{QUERY}", headers=headers).status_code == 200
+        assert http.get(f"{front.url}/api/v1/me?{QUERY}", headers=headers).status_code == 200
+        assert http.get(f"{front.url}/_drop?{QUERY}", headers=headers).status_code == 502  # a proxy error
+    access, own = caddy.access_log_path(front.settings), front.settings.logs_dir / "caddy.log"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and access.read_text().count("\n") < 5:
+        time.sleep(0.2)
+    entries = [json.loads(line) for line in access.read_text().splitlines()]
+    uris = [e["request"]["uri"] for e in entries if "request" in e]
+    for path in ("/s/nosuchstudy/study1", "/s/nosuchstudy/study1/start", "/sign-in", "/api/v1/me", "/_drop"):
+        assert path in uris, uris  # the paths stay
+    assert any(e.get("msg") == "handled request" and e.get("status") == 502 for e in entries)
+    own_entries = [json.loads(line) for line in own.read_text().splitlines() if line.startswith("{")]
+    errors = [e for e in own_entries if e.get("logger", "").startswith("http.log.error")]
+    assert [e["request"]["uri"] for e in errors] == ["/_drop"]  # the proxy error's request: its path only
+    for log in (access, own):
+        text = log.read_text()
+        for secret in SECRETS:
+            assert secret not in text, (log.name, secret)
+        assert "PROLIFIC_PID" not in text and "auth=" not in text
+
+
+@pytest.fixture()
+def public_stack(tmp_path: Path) -> Iterator[tuple[Settings, dict[str, str]]]:
+    """The public profile's stack with the portal and Caddy (and the PostgreSQL of the profile),
+    with a Hub token and an LLM key set; Argilla and Prefect elsewhere (stand-ins)."""
+    from services import postgres, stack
+
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(f"no PostgreSQL server: {reason}")
+    argilla, argilla_port = _argilla_upstream()
+    secrets = {"hf_token": "hf_STACKSECRET0123456789", "openai_api_key": "sk-STACKSECRET0123456789"}
+    settings = _public_settings(tmp_path, argilla_port, prefect_api_url=f"http://127.0.0.1:{free_port()}/api",
+                                postgres_port=free_port(), **secrets)
+    try:
+        yield settings, secrets
+    finally:
+        stack.down(settings)
+        argilla.shutdown()
+
+
+def test_the_public_profile_up_status_down_with_a_portal_that_holds_no_hub_or_llm_secret(public_stack):
+    from services import stack
+
+    settings, secrets = public_stack
+    rows = {row.name: row for row in stack.up(settings, ["portal", "caddy"], supervise=False)}
+    assert rows["caddy"].healthy and rows["portal"].healthy, rows
+    assert rows["caddy"].url.startswith(settings.public_url or "-")
+    manager = ProcessManager(settings.state_dir)
+    pids = {name: manager.running(name).pid for name in ("portal", "caddy")}  # type: ignore[union-attr]
+
+    # the portal that faces the internet: no Hub token, no LLM key in its environment
+    environ = Path(f"/proc/{pids['portal']}/environ").read_bytes().split(b"\0")
+    names = {item.split(b"=", 1)[0].decode() for item in environ if item}
+    assert "CROWDPREF_HOME" in names and "CROWDPREF_PUBLIC_URL" in names  # it is the portal's environment
+    for value in secrets.values():
+        assert value.encode() not in b"\0".join(environ)
+    assert not {n for n in names if n.startswith(("CROWDPREF_HF_", "CROWDPREF_OPENAI_", "HF_", "OPENAI_"))}
+    # nor in Caddy's
+    assert not any(value.encode() in Path(f"/proc/{pids['caddy']}/environ").read_bytes() for value in secrets.values())
+
+    # through Caddy, over HTTPS, trusting only Caddy's own CA
+    with httpx.Client(verify=str(caddy.internal_root(settings)), timeout=30) as http:
+        assert http.get(f"{settings.public_url}/healthz").status_code == 200
+        assert http.get(f"{settings.public_url}/api/v1/status").json()["who"] == "argilla"
+
+    # crowdpref status: the public URLs and the certificate's expiry
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_"))}
+    env.update(settings.as_environment())
+    env["COLUMNS"] = "200"
+    shown = subprocess.run([sys.executable, "-m", "crowdpref.cli", "status"], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=120)
+    assert f"Public URL:  {settings.public_url}" in shown.stdout, shown.stdout + shown.stderr
+    assert f"Prolific webhooks: {settings.public_url}/hooks/prolific" in shown.stdout
+    assert "TLS (internal): certificate expires 20" in shown.stdout and "(in 0 days)" in shown.stdout, shown.stdout
+    for value in secrets.values():
+        assert value not in shown.stdout + shown.stderr
+
+    stopped = stack.down(settings)
+    assert {"portal", "caddy"} <= set(stopped)
+    for pid in pids.values():
+        assert group_members(pid) == []
+    assert not port_in_use("0.0.0.0", settings.https_port) and not port_in_use("0.0.0.0", settings.http_port)
+    assert not [row for row in stack.status(settings) if row.pid]
