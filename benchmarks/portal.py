@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             peer = potato_peer.compare_bursts(console, n, window, over, spare, Q, R)
         except potato_peer.PotatoUnavailable as exc:
-            console.print(f"[red]--compare potato:[/] {exc}")
+            print(f"portal.py --compare potato: {exc}", file=sys.stderr)
             if args.home is None:
                 shutil.rmtree(home, ignore_errors=True)
             return 2

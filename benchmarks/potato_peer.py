@@ -7,7 +7,8 @@ Runs by hand (not a test), from ``benchmarks/portal.py --compare potato`` or on 
                                                [--potato-venv DIR]
 
 1. potato is installed with pip from the package index into a new virtualenv in a temporary
-   folder (about a minute; ``--potato-venv DIR`` reuses one). Without the package index the
+   folder (this interpreter's pip, ``--python``; about a minute; ``--potato-venv DIR`` reuses
+   one). Without the package index the
    benchmark stops with one line saying so and exit status 2.
 2. For each burst a fresh potato server (its own process, a free port on 127.0.0.1, its own task
    folder) runs a Prolific-style study: ``login: {type: url_direct, url_argument: PROLIFIC_PID}``,
@@ -125,13 +126,14 @@ def install_potato(folder: Path, env: dict[str, str] | None = None) -> Path:
     venv = folder / "potato-venv"
     base = getattr(sys, "_base_executable", sys.executable)
     run_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})}
-    try:
-        subprocess.run([base, "-m", "venv", str(venv)], check=True, capture_output=True, text=True, timeout=300)
+    try:  # no pip of its own (seconds, not a minute): this interpreter's pip installs into it
+        subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, text=True,
+                       timeout=300)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        raise PotatoUnavailable(f"cannot create a virtualenv for potato in {venv}: {exc}") from None
+        raise PotatoUnavailable(f"cannot create a virtualenv for potato in {venv}: {_last_line(str(exc))}") from None
     try:
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", POTATO],
-                             capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=run_env)
+        pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                              POTATO], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, env=run_env)
     except subprocess.TimeoutExpired:
         raise PotatoUnavailable(f"pip did not install {POTATO} within {INSTALL_TIMEOUT_S:g} s "
                                 "(is the package index reachable?)") from None
