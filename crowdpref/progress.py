@@ -4,8 +4,8 @@ what ``crowdpref progress`` shows.
 For each study (study 1: answers per question; study 2: ratings per pair) :func:`study_progress`
 returns a :class:`StudyProgress` with:
 
-- **submitted / needed**: answers (or ratings) that count - at most R per item, so an item
-  answered more than R times counts R - against items x R, and the items that have all R;
+- **submitted / needed**: answers (or ratings) that count against items x R, and the items
+  that have all R;
   what is held by active participants and what nobody holds yet (the next claims take it);
   answers taken out of the count (excluded, reopened, withdrawn);
 - **participants by status**: every status of :class:`~crowdpref.store.ParticipantStatus`

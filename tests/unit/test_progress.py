@@ -391,3 +391,42 @@ def test_cli_status_with_a_study_is_its_progress(cli_home: Path) -> None:
     assert status.exit_code == 0 and "6/12 (50%)" in status.output
     assert status.output == progress.output
     assert "crowdpref services" not in status.output
+
+
+def test_study_2s_plan_follows_the_questions_study_1_has(settings, store: Store) -> None:
+    """The config expects 6 questions; study 1 was opened with the 9 questions actually loaded:
+    study 2's plan is 9 pairs (1 per question) x 3 ratings."""
+    config = parse_study(study_data())
+    store.collection(NAME, "study1", [f"q-{i}" for i in range(9)], copies=2, per_participant=3, seed=0,
+                     username_prefix=f"{NAME}-s1")
+    s1, s2 = study_progress(config, settings).parts
+    assert (s1.items, s1.needed) == (9, 18) and (s2.items, s2.needed) == (9, 27)
+    assert s2.spend.planned_places == 5  # ceil(27 / 6)
+
+
+def test_a_store_of_an_older_crowdpref_is_upgraded_and_read(settings) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import create_engine, text
+
+    import crowdpref.store
+
+    settings.state_dir.mkdir(parents=True)
+    url = default_url(settings.state_dir)
+    config = Config()
+    config.set_main_option("script_location", str(Path(crowdpref.store.__file__).parent / "migrations"))
+    engine = create_engine(url)
+    with engine.begin() as conn:  # what crowdpref at revision 0008 wrote: a study 1 of 6 questions
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0008")
+        conn.execute(text("INSERT INTO collections (study, key, copies, per_participant, seed, counterbalance, "
+                          f"username_prefix, created_at) VALUES ('{NAME}', 'study1', 2, 3, 0, 0, 'p-s1', 0)"))
+        for n, item in enumerate(QUESTIONS):
+            conn.execute(text(f"INSERT INTO items (collection_id, item_id, ordinal) VALUES (1, '{item}', {n})"))
+    s1 = study_progress(parse_study(study_data()), settings).parts[0]
+    assert s1.started and (s1.items, s1.needed, s1.unclaimed) == (6, 12, 12)
+    with engine.connect() as conn:
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    engine.dispose()
+    assert version == ScriptDirectory.from_config(config).get_current_head()
