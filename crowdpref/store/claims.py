@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, Row, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from crowdpref.contracts import SOURCES
+from crowdpref.store import counts
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import Claimed, ClaimResult, CollectionInfo, Full, Refused
@@ -63,6 +64,7 @@ class ClaimsStore(StoreBase):
                         conn.execute(insert(t.items), [
                             {"collection_id": cid, "item_id": item, "ordinal": start + n} for n, item in enumerate(new)
                         ])
+                        counts.add_items(conn, cid, new)
                     return CollectionInfo(cid, study, key, username_prefix=username_prefix, **{
                         k: v for k, v in values.items() if k != "username_prefix"})
             except IntegrityError:
@@ -89,9 +91,12 @@ class ClaimsStore(StoreBase):
               checks: CheckPlanner | None = None) -> ClaimResult:
         """Give the participant known by ``key`` their Q items, in one transaction.
 
-        The items with the most copies still missing come first (ties broken by a seeded hash
-        of the participant and the item, so simultaneous arrivals spread out); never more than
-        R copies of an item in flight or done; never an item twice to one person. A second
+        The items with the most copies still missing come first (ties broken by each item's
+        rank, read round the rank circle from a point a seeded hash of the participant picks,
+        so simultaneous arrivals spread out); never more than R copies of an item in flight or
+        done; never an item twice to one person. The claim reads the per-item counts in that
+        order from an index (:mod:`crowdpref.store.counts`): its cost does not grow with the
+        number of items. A second
         claim by the same key returns the same work. Binds a ready pool account when there is
         one, else creates an account row the caller provisions now (a cold claim).
         ``exclude_collection``: people who took part there are refused (study 1 -> study 2).
@@ -118,21 +123,14 @@ class ClaimsStore(StoreBase):
                     p.collection_id == exclude_collection.id, p.key_hash == key_hash)).first() is not None:
                 self._event(conn, info.id, "refused", reason="excluded")
                 return Refused("excluded")
-            counts = self.item_counts(info.id, conn)
-            all_items = conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == info.id)).scalars()
-            missing = {}
-            for item in all_items:
-                gap = info.copies - counts.submitted[item] - counts.held[item]
-                if gap > 0:
-                    missing[item] = gap
-            if not missing:
+            open_rows = _open_items(conn, info, key_hash)
+            if not open_rows:
                 self._event(conn, info.id, "full")
                 return Full()
-            chosen = sorted(missing, key=lambda item: (-missing[item], _tiebreak(info.seed, key_hash, item)))
-            chosen = chosen[: info.per_participant]
+            chosen = [row.item_id for row in open_rows]
             account_row = conn.execute(select(a.id, a.username).where(
                 a.collection_id == info.id, a.state == AccountState.READY,
-                ~a.id.in_(select(p.account_id))).order_by(a.id).limit(1)).first()
+                ~exists().where(p.account_id == a.id)).order_by(a.id).limit(1)).first()
             if account_row is not None:
                 conn.execute(update(t.accounts).where(a.id == account_row.id).values(state=AccountState.BOUND))
                 account_id = account_row.id
@@ -150,11 +148,12 @@ class ClaimsStore(StoreBase):
                  "status": AssignmentStatus.HELD, "swapped": swapped, "assigned_at": now}
                 for n, (item, swapped) in enumerate([(item, orders.get(item)) for item in chosen] + extra)
             ])
+            counts.shift(conn, info.id, [(item, None, AssignmentStatus.HELD) for item in chosen])
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
                         warm=account_row is not None)
-            for item in chosen:
-                if counts.released[item] or counts.excluded[item] or counts.reopened[item] or counts.withdrawn[item]:
-                    self._event(conn, info.id, "reallocated", pid, item, at=now)
+            for row in open_rows:
+                if row.released or row.excluded or row.reopened or row.withdrawn:
+                    self._event(conn, info.id, "reallocated", pid, row.item_id, at=now)
             state = self._participant(conn, pid)
             return Claimed(state, new=True, password=self._password(conn, account_id))
 
@@ -181,15 +180,54 @@ class ClaimsStore(StoreBase):
 
     def check(self, cid: int) -> list[str]:
         """Invariant violations (empty when consistent): no item over R copies in flight or
-        done, no participant holding an item twice (the schema forbids it too)."""
+        done, no participant holding an item twice (the schema forbids it too), and the
+        per-item counts claims read (``item_counts``) equal a recount of the assignment rows."""
         info = self._info(cid)
-        counts = self.item_counts(cid)
+        have = self.item_counts(cid)
         problems = []
         for item in self.items(cid):
-            n = counts.submitted[item] + counts.held[item]
+            n = have.submitted[item] + have.held[item]
             if n > info.copies:
                 problems.append(f"item {item} has {n} copies in flight or done (R = {info.copies})")
+        with self._read() as conn:
+            problems += counts.drift(conn, cid)
         return problems
+
+    def recount(self, cid: int) -> list[str]:
+        """Rebuild the collection's per-item counts from its assignment rows (a repair: every
+        write keeps them in step); returns the differences it found before (empty: none)."""
+        with self._write(cid) as conn:
+            problems = counts.drift(conn, cid)
+            if problems:
+                counts.rebuild(conn, cid)
+                self._event(conn, cid, "counts_rebuilt", differences=len(problems))
+            return problems
+
+
+def _open_items(conn: Connection, info: CollectionInfo, key_hash: str) -> list[Row[Any]]:
+    """The participant's Q items (with their counts before the claim), read from the index of
+    ``item_counts``: the least-taken level (most copies missing) first; within a level, the
+    items in ``rank`` order from the participant's own starting point on the rank circle
+    (a seeded hash of the collection's seed and their key), wrapping round - so simultaneous
+    arrivals start at different points and spread out. Only levels below R; a few index
+    range reads of at most Q rows each, however many items the collection has."""
+    c = t.item_counts.c
+    start = counts.rank(info.seed, key_hash)
+    columns = (c.item_id, c.released, c.excluded, c.reopened, c.withdrawn)
+    chosen: list[Row[Any]] = []
+    level = -1
+    while len(chosen) < info.per_participant:
+        level = conn.execute(select(c.taken).where(c.collection_id == info.id, c.taken > level,
+                                                   c.taken < info.copies)
+                             .order_by(c.taken).limit(1)).scalar()
+        if level is None:
+            break
+        at_level = select(*columns).where(c.collection_id == info.id, c.taken == level)
+        for part in (c.rank >= start, c.rank < start):
+            need = info.per_participant - len(chosen)
+            if need:
+                chosen += conn.execute(at_level.where(part).order_by(c.rank, c.item_id).limit(need)).all()
+    return chosen
 
 
 def _tiebreak(*parts: object) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy import func, insert, select, update
 
+from crowdpref.store import counts
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import ParticipantState
@@ -64,6 +65,7 @@ class LifecycleStore(StoreBase):
         way out of Argilla and nothing more counts. Returns how many items became submitted."""
         s, p = t.assignments.c, t.participants.c
         marked = 0
+        moves: list[counts.Move] = []
         with self._write(cid) as conn:
             if conn.execute(select(p.status).where(p.id == pid)).scalar_one() != ParticipantStatus.ACTIVE:
                 return 0  # being released (maybe by another run, whose delete may take these records)
@@ -73,7 +75,9 @@ class LifecycleStore(StoreBase):
                 ).values(status=AssignmentStatus.SUBMITTED, submitted_at=at))
                 if result.rowcount:
                     marked += 1
+                    moves.append((item, AssignmentStatus.HELD, AssignmentStatus.SUBMITTED))
                     self._event(conn, cid, "submitted", pid, item, at=at)
+            counts.shift(conn, cid, moves)
             if last_activity is not None:
                 conn.execute(update(t.participants).where(p.id == pid, p.last_activity_at < last_activity)
                              .values(last_activity_at=last_activity))
@@ -122,6 +126,7 @@ class LifecycleStore(StoreBase):
             ).order_by(s.position)).scalars())
             conn.execute(update(t.assignments).where(s.participant_id == pid, s.status == AssignmentStatus.SUBMITTED,
                                                      s.item_id.in_(done)).values(status=AssignmentStatus.EXCLUDED))
+            counts.shift(conn, cid, [(item, AssignmentStatus.SUBMITTED, AssignmentStatus.EXCLUDED) for item in done])
             conn.execute(update(t.participants).where(p.id == pid).values(excluded_at=now))
             self._event(conn, cid, "excluded", pid, items=len(done), reason=reason)
             return done
@@ -165,6 +170,7 @@ class LifecycleStore(StoreBase):
                 conn.execute(update(t.assignments).where(s.participant_id == row.participant_id, s.item_id == item_id,
                                                          s.status == AssignmentStatus.SUBMITTED)
                              .values(status=AssignmentStatus.REOPENED, released_at=now))
+                counts.shift(conn, cid, [(item_id, AssignmentStatus.SUBMITTED, AssignmentStatus.REOPENED)])
                 self._event(conn, cid, "reopened", row.participant_id, item_id, at=now, reason=reason)
             return [r.username for r in counted]
 
@@ -190,8 +196,11 @@ class LifecycleStore(StoreBase):
             counted = list(conn.execute(select(s.item_id).where(
                 s.participant_id == pid, s.status == AssignmentStatus.SUBMITTED).order_by(s.position)).scalars())
             answered = (AssignmentStatus.SUBMITTED, AssignmentStatus.EXCLUDED, AssignmentStatus.REOPENED)
+            moving = conn.execute(select(s.item_id, s.status).where(s.participant_id == pid,
+                                                                    s.status.in_(answered))).all()
             conn.execute(update(t.assignments).where(s.participant_id == pid, s.status.in_(answered))
                          .values(status=AssignmentStatus.WITHDRAWN, released_at=now))
+            counts.shift(conn, cid, [(r.item_id, r.status, AssignmentStatus.WITHDRAWN) for r in moving])
             conn.execute(update(t.participants).where(p.id == pid).values(withdrawn_at=now))
             items = set(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
             self._event(conn, cid, "withdrawn", pid, at=now, reason=reason,
@@ -243,6 +252,7 @@ class LifecycleStore(StoreBase):
                                                              s.status == AssignmentStatus.HELD)).scalars())
             conn.execute(update(t.assignments).where(s.participant_id == pid, s.status == AssignmentStatus.HELD)
                          .values(status=AssignmentStatus.RELEASED, released_at=now))
+            counts.shift(conn, cid, [(item, AssignmentStatus.HELD, AssignmentStatus.RELEASED) for item in held])
             conn.execute(update(t.participants).where(p.id == pid)
                          .values(status=ParticipantStatus.RELEASED, released_at=now))
             conn.execute(update(t.releases).where(r.participant_id == pid, r.finished_at.is_(None))

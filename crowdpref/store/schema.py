@@ -16,6 +16,12 @@ without a migration fails. The values of the state and status columns are the me
                    checks), or held -> released; for study 2 the display order of that one
                    rating (``swapped``). A batch's quality checks are assignments too (their
                    item ids are not items of the collection).
+- ``item_counts``  per item of a collection, how many of its assignments are in each status
+                   and how many take one of its R copies (``taken`` = held + submitted),
+                   kept in step with ``assignments`` in the same transactions
+                   (:mod:`crowdpref.store.counts`); ``rank``, a hash of the item id, orders
+                   a claim's reading. A claim reads the open items in (taken, rank) order
+                   from its index, so it never counts or sorts the whole collection.
 - ``releases``     a release in progress or done (two-phase, so a kill mid-release is
                    finished by the next run).
 - ``events``       the append-only log: account_created, claimed, records_logged,
@@ -142,6 +148,22 @@ assignments = Table(
     Column("released_at", Float),
     UniqueConstraint("participant_id", "item_id", name="uq_assignments_participant_item"),
     Index("ix_assignments_item", "collection_id", "item_id", "status"),
+)
+
+item_counts = Table(
+    "item_counts",
+    metadata,
+    Column("collection_id", Integer, ForeignKey("collections.id"), primary_key=True),
+    Column("item_id", String(100), primary_key=True),
+    Column("rank", Integer, nullable=False),  # a hash of the item id (0 .. 2**31 - 1): a claim's reading order
+    Column("taken", Integer, nullable=False, server_default="0"),  # held + submitted: copies in flight or done
+    Column("held", Integer, nullable=False, server_default="0"),
+    Column("submitted", Integer, nullable=False, server_default="0"),
+    Column("released", Integer, nullable=False, server_default="0"),
+    Column("excluded", Integer, nullable=False, server_default="0"),
+    Column("reopened", Integer, nullable=False, server_default="0"),
+    Column("withdrawn", Integer, nullable=False, server_default="0"),
+    Index("ix_item_counts_open", "collection_id", "taken", "rank", "item_id"),
 )
 
 releases = Table(

@@ -1,0 +1,134 @@
+"""Per-item counts a claim reads in order: the ``item_counts`` table, kept in step with
+``assignments``.
+
+Every write that inserts an assignment or changes its status calls :func:`shift` in the same
+transaction with the moves it made (item, old status or None, new status), so the row of each
+item of the collection holds how many of its assignments are in each status, and ``taken``
+(held + submitted: the copies that count towards R). Quality checks are assignments too, but
+not items of the collection: they have no row, and their moves change nothing.
+
+A claim then reads the open items (``taken < R``) from the index ``(collection_id, taken,
+rank, item_id)``: the least-taken level first, each level from a point on the ``rank`` circle
+the participant's key picks (:func:`rank`) - a few index range reads of Q rows, whatever the
+size of the collection. :func:`recount` counts again from the assignment rows; :func:`drift`
+compares the two and :func:`rebuild` repairs a collection's rows from the assignments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from crowdpref.store import schema as t
+from crowdpref.store.statuses import IN_FLIGHT_OR_DONE, AssignmentStatus
+
+STATUSES: tuple[str, ...] = tuple(AssignmentStatus)
+"""The count columns: one per assignment status, named as the status."""
+RANK_SPACE = 2**31
+"""Ranks (and a claim's starting point) lie in 0 .. RANK_SPACE - 1 (fits PostgreSQL's integer)."""
+
+
+def rank(*parts: object) -> int:
+    """A stable hash of ``parts`` in 0 .. 2**31 - 1 (sha256; the migration 0009 computes the same)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) >> 1
+
+
+Move = tuple[str, "str | None", str]
+"""(item id, status before or None for a new assignment, status after)."""
+
+
+def shift(conn: Connection, cid: int, moves: Iterable[Move]) -> None:
+    """Apply assignment moves to the counts of collection ``cid`` (one UPDATE per distinct
+    change; an item without a row - a quality check - is left alone)."""
+    deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for item, before, after in moves:
+        if before == after:
+            continue
+        delta = deltas[item]
+        if before is not None:
+            delta[before] -= 1
+            if before in IN_FLIGHT_OR_DONE:
+                delta["taken"] -= 1
+        delta[after] += 1
+        if after in IN_FLIGHT_OR_DONE:
+            delta["taken"] += 1
+    groups: dict[tuple[tuple[str, int], ...], list[str]] = defaultdict(list)
+    for item, delta in deltas.items():
+        key = tuple(sorted((column, n) for column, n in delta.items() if n))
+        if key:
+            groups[key].append(item)
+    c = t.item_counts.c
+    for key, items in groups.items():
+        conn.execute(update(t.item_counts).where(c.collection_id == cid, c.item_id.in_(items))
+                     .values({column: c[column] + n for column, n in key}))
+
+
+def add_items(conn: Connection, cid: int, items: Sequence[str]) -> None:
+    """Rows for items new to the collection, counted from any assignments they already have."""
+    if not items:
+        return
+    # a few items: count just those; many (a new collection, a rebuild): one pass over the collection
+    counted = recount(conn, cid, items if len(items) <= 500 else None, only_items=False)
+    # in rank order: a claim takes a run of neighbouring ranks, so the rows it updates share pages
+    rows = sorted((_row(cid, item, counted.get(item, {})) for item in items), key=lambda row: row["rank"])
+    conn.execute(insert(t.item_counts), rows)
+
+
+def recount(conn: Connection, cid: int, items: Sequence[str] | None = None, *,
+            only_items: bool = True) -> dict[str, dict[str, int]]:
+    """item -> {status: n} counted from the assignment rows (items of the collection only,
+    unless ``only_items`` is False; every item when ``items`` is None)."""
+    s = t.assignments.c
+    query = select(s.item_id, s.status, func.count()).where(s.collection_id == cid).group_by(s.item_id, s.status)
+    if items is not None:
+        query = query.where(s.item_id.in_(list(items)))
+    if only_items:
+        query = query.where(s.item_id.in_(select(t.items.c.item_id).where(t.items.c.collection_id == cid)))
+    counted: dict[str, dict[str, int]] = defaultdict(dict)
+    for item, status, n in conn.execute(query):
+        counted[item][status] = n
+    return counted
+
+
+def stored(conn: Connection, cid: int) -> dict[str, dict[str, int]]:
+    """item -> {column: n} (the counts, ``taken`` and ``rank``) as the ``item_counts`` rows hold
+    them (zeros left out)."""
+    c = t.item_counts.c
+    rows = conn.execute(select(t.item_counts).where(c.collection_id == cid)).all()
+    return {row.item_id: {column: getattr(row, column) for column in (*STATUSES, "taken", "rank") if getattr(row, column)}
+            for row in rows}
+
+
+def drift(conn: Connection, cid: int) -> list[str]:
+    """Where the counts differ from a recount of the assignment rows (empty when in step)."""
+    have = stored(conn, cid)
+    items = list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+    counted = recount(conn, cid)
+    problems = []
+    for item in items:
+        want = {k: v for k, v in _row(cid, item, counted.get(item, {})).items()
+                if k in (*STATUSES, "taken", "rank") and v}
+        if item not in have:
+            problems.append(f"item {item} has no count row")
+        elif have[item] != want:
+            problems.append(f"item {item} counts {have[item]} but its assignments are {want}")
+    problems += [f"count row for {item}, which is not an item of the collection" for item in sorted(set(have) - set(items))]
+    return problems
+
+
+def rebuild(conn: Connection, cid: int) -> None:
+    """Replace the collection's count rows by a recount from its items and assignments."""
+    conn.execute(delete(t.item_counts).where(t.item_counts.c.collection_id == cid))
+    items = list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+    add_items(conn, cid, items)
+
+
+def _row(cid: int, item: str, counts: dict[str, int]) -> dict[str, object]:
+    row: dict[str, object] = {"collection_id": cid, "item_id": item, "rank": rank(item)}
+    row.update({status: counts.get(status, 0) for status in STATUSES})
+    row["taken"] = sum(counts.get(status, 0) for status in IN_FLIGHT_OR_DONE)
+    return row
