@@ -186,6 +186,39 @@ def postgres_server() -> Iterator[PostgresServer]:
             shutil.rmtree(elsewhere, ignore_errors=True)
 
 
+@dataclass
+class PublicArgilla(ArgillaServer):
+    """The public profile's Argilla: on the stack's PostgreSQL with several uvicorn workers."""
+
+    root: Path  # the private (0700) folder holding the state folder; removed at the end
+
+
+@pytest.fixture(scope="session")
+def public_argilla() -> Iterator[PublicArgilla]:
+    """The public profile's PostgreSQL and Argilla (2 uvicorn workers, on the database
+    ``argilla``), started once per session with ``stack.up(components=["argilla"])`` on a fresh
+    state folder inside a private ``mkdtemp`` folder (0700: as root, the server's data folder
+    then goes to /var/lib/crowdpref/<hash>), free ports, no supervisor; ``stack.down`` at the
+    end, also when tests fail, and both folders removed. Skips where PostgreSQL cannot run."""
+    from services import postgres, stack
+
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(f"no PostgreSQL server: {reason}")
+    root = Path(tempfile.mkdtemp(prefix="crowdpref-public-"))
+    settings = isolated_settings(root / "state", public_url="https://study.test", postgres_port=free_port(),
+                                 argilla_workers=2)
+    try:
+        stack.up(settings, components=["argilla"], supervise=False)
+        yield PublicArgilla(settings, settings.argilla_api_url, settings.resolved_argilla_api_key(), root)
+    finally:
+        folder = postgres.data_folder(settings)
+        stack.down(settings)
+        if folder.parent == postgres.SYSTEM_ROOT:
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture()
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """A fresh, empty database on the session's PostgreSQL server for this test; yields its

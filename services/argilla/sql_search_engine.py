@@ -50,12 +50,11 @@ What it does NOT promise
 * User progress counts this user's responses by status (what the UI shows); the ES version aggregates
   the statuses of all responses on the records this user answered.
 
-Tested on SQLite, the embedded server's database (tests/integration/test_search_engine.py, through
-argilla-server's HTTP API). JSON is read through dialect-aware helpers (``json_extract``/
-``json_each``/``json_type`` on SQLite, ``#>``/``#>>``/``json_typeof``/
-``json_array_elements_text`` on PostgreSQL); the PostgreSQL branch is written but NOT tested
-here: argilla-server on PostgreSQL needs its ``postgresql`` extra (psycopg2, built from source),
-which the embedded setup does not install.
+Tested on both databases it meets (tests/integration/test_search_engine.py, through argilla-server's
+HTTP API): SQLite, the embedded server's, and PostgreSQL, the public profile's (argilla-server with 2
+uvicorn workers on the stack's server, services/postgres.py). JSON is read through dialect-aware
+helpers (``json_extract``/``json_each``/``json_type`` on SQLite, ``#>``/``#>>``/``json_typeof``/
+``json_array_elements_text`` on PostgreSQL).
 """
 
 from __future__ import annotations

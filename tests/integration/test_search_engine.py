@@ -1,7 +1,8 @@
 """The crowdpref-sql search engine, through the real HTTP API of a running argilla-server.
 
-Needs the ``argilla_server`` fixture (tests/conftest.py; session or module scoped): an object with
-``api_url`` and ``owner_api_key`` for a server started with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``.
+Runs twice: on the ``argilla_server`` fixture (tests/conftest.py: the embedded Argilla on SQLite) and on
+``public_argilla`` (the public profile's Argilla on PostgreSQL with 2 uvicorn workers), both started
+with ``ARGILLA_SEARCH_ENGINE=crowdpref-sql``, so both SQL dialects of the plug-in are tested.
 
 One small study is built once for the module: a workspace with two annotators (A, B), a dataset with a
 text field, a text and a rating question, ``category`` (terms) / ``n`` (integer) metadata, rating
@@ -113,8 +114,11 @@ def _respond(api: Api, record_id: str, status: str, rating: Optional[int] = None
     api("POST", f"/api/v1/records/{record_id}/responses", expect=201, json=body)
 
 
-@pytest.fixture(scope="module")
-def study(argilla_server):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def study(request):
+    """The study on the embedded Argilla (SQLite) and on the public profile's (PostgreSQL, 2
+    uvicorn workers): every test runs against both of the plug-in's SQL dialects."""
+    argilla_server = request.getfixturevalue("argilla_server" if request.param == "sqlite" else "public_argilla")
     base_url = argilla_server.api_url.rstrip("/")
     owner = Api(base_url, argilla_server.owner_api_key)
     suffix = uuid.uuid4().hex[:8]
