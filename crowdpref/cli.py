@@ -674,7 +674,7 @@ def _print_progress(result: Any) -> None:
                                       f"(R = {p.copies})")
     row("held by participants", lambda p: p.held)
     row("not claimed yet", lambda p: p.unclaimed)
-    row("out of the count", lambda p: f"{p.excluded} excluded, {p.reopened} reopened, {p.withdrawn} withdrawn")
+    row("excluded / reopened / withdrawn", lambda p: f"{p.excluded} / {p.reopened} / {p.withdrawn}")
     table.add_section()
     for status in s1.participants:
         row(f"participants {status}", lambda p, status=status: p.participants.get(status, 0))
@@ -698,9 +698,11 @@ def _print_progress(result: Any) -> None:
         row("planned (first places)", lambda p: "-" if p.spend is None or p.spend.planned is None
             else f"{p.spend.planned:,.2f} ({p.spend.planned_places} places)")
     console.print(table)
-    if any(p.spend is not None and p.spend.simulated for p in result.parts):
-        console.print("money: a simulation on the fake Prolific, not real money (workspace currency, major units)",
-                      highlight=False)
+    spend = next((p.spend for p in result.parts if p.spend is not None), None)
+    if spend is not None:
+        console.print(f"money: in the Prolific workspace's currency, Prolific's fee ({spend.fee_rate:.1%}, "
+                      "prolific.fee_rate) included" + ("; a simulation on the fake Prolific: not real money"
+                                                       if spend.simulated else ""), highlight=False)
     if result.prolific_note:
         console.print(result.prolific_note, highlight=False)
     for part in result.parts:

@@ -347,7 +347,8 @@ def test_cli_shows_the_table_and_the_json(cli_home: Path) -> None:
     assert table.exit_code == 0, table.output
     for expected in ("submitted / needed", "6/12 (50%)", "0/18 (0%)", "participants active", "1 (< 20 s per item)",
                      "1 / 1 / 1", "6.00", "12.00", "24.00 (4 places)", "active, 4 places",
-                     "Prolific not asked: PROLIFIC_TOKEN is not set"):
+                     "3 / 1 / 3", "Prolific not asked: PROLIFIC_TOKEN is not set",
+                     "money: in the Prolific workspace's currency, Prolific's fee (20.0%"):
         assert expected in table.output, expected
     assert "has not started" not in table.output
     for secret in (*usernames, "6578prolificstudyid0001", "PID-fast", *map(str, ids.values())):
