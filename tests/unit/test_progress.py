@@ -431,3 +431,21 @@ def test_a_store_of_an_older_crowdpref_is_upgraded_and_read(settings) -> None:
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
     engine.dispose()
     assert version == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_cli_shows_prolific_now_and_a_line_when_it_is_out_of_reach(cli_home: Path, fake: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROWDPREF_FAKE_PROLIFIC_PORT", str(fake.port))
+    (cli_home / "sim.yaml").write_text(yaml.safe_dump(simulated()))
+    with _store(isolated_settings(cli_home / "home")) as store:
+        study_id = _publish_on_fake(fake, store, parse_study(simulated()))
+    live = _run("progress", "--study", "sim.yaml")
+    assert live.exit_code == 0, live.output
+    assert "Prolific now" in live.output and "active, 1/4 places taken; 1 active, 1 returned" in live.output
+    assert "not real money" in live.output and study_id not in live.output
+    fake.stop()
+    down = _run("progress", "--study", "sim.yaml")
+    assert down.exit_code == 0, down.output
+    assert "not reachable" in down.output
+    assert "study 1: Prolific did not answer (Unavailable); the store's numbers above still hold" in down.output
+    assert "0/12 (0%)" in down.output and study_id not in down.output
