@@ -1,0 +1,185 @@
+"""A real browser (headless Chromium) walks a participant's way through Caddy over HTTPS, as in
+the public profile: Debian's caddy (services/caddy.py, ``tls internal``, free high ports) on
+``https://localhost:<port>`` in front of the real portal and the real embedded Argilla, one host
+name for both, and the fake Prolific.
+
+Prolific-style link -> the portal's welcome page (its cookie ``Secure``, the ids gone from the
+address bar) -> *Start* -> Argilla, signed in, on the same origin -> every item answered in
+Argilla's UI -> the finish link in the guidelines -> the completion code -> back to (fake)
+Prolific with it. Then Caddy's access log and its own log are read: they hold the paths walked
+and none of the Prolific ids, the ``auth=`` sign-in, the cookie or the participant's password.
+
+Chromium accepts Caddy's internal CA through Playwright's ``ignore_https_errors``.
+Screenshots: test-output/caddy-walk-*.png (failure: caddy-walk-failure.png/.html)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from crowdpref.argilla_client import ArgillaOwner
+from crowdpref.config import load_study
+from crowdpref.portal.app import cookie_name, create_app
+from crowdpref.portal.links import finish_url, prolific_entry_url
+from crowdpref.portal.service import Portal
+from crowdpref.prolific import ProlificClient
+from crowdpref.recruitment import ensure_prolific_study
+from crowdpref.runfolder import write_text
+from crowdpref.simulation.prolific_server import FakeProlific
+from crowdpref.store import ACTIVE, COMPLETE, Store
+from crowdpref.study1 import study1_collection
+from services import caddy
+from services.argilla.service import auth_secret
+from services.process import ProcessManager
+from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from tests.browser.test_argilla_ui import _dump
+from tests.browser.test_portal_ui import ITEMS, QUALITY, TEXT, _arrive, _shown_item, _wait_for_url
+from tests.conftest import free_port, isolated_settings
+from tests.integration.test_study1_collection import _questions
+from tests.portal_server import PortalThread
+
+pytestmark = [
+    *BROWSER_MARKS,
+    pytest.mark.skipif(shutil.which("caddy") is None,
+                       reason="!!! CADDY BROWSER TEST SKIPPED: Debian's caddy is missing - run make setup !!!"),
+]
+
+
+@pytest.fixture()
+def https_page() -> Iterator[object]:
+    """A Chromium page that accepts Caddy's internal CA (and nothing else changed)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000}, ignore_https_errors=True)
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(argilla_server, https_page, output_dir,
+                                                                              tmp_path, unique):
+    from playwright.sync_api import expect
+
+    name, key, page = f"c{unique}", "study1", https_page
+
+    def shot(what: str) -> None:
+        page.screenshot(path=str(output_dir / f"caddy-walk-{what}.png"), full_page=True)
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / f"{name}.yaml").write_text(yaml.safe_dump({
+        "name": name, "seed": 9, "participants": "simulated",
+        "study1": {"responses_per_question": 2, "questions_per_participant": ITEMS, "pool_size": 1},
+        "study2": {"ratings_per_pair": 2, "pairs_per_participant": ITEMS, "pool_size": 1},
+        "crowd": {"arrive_via": "prolific"},
+    }))
+    config = load_study(studies / f"{name}.yaml")
+    https = free_port()
+    with FakeProlific() as fake:
+        settings = isolated_settings(
+            tmp_path / "home", public_url=f"https://localhost:{https}", public_tls="internal", https_port=https,
+            http_port=free_port(), argilla_url=argilla_server.api_url, argilla_api_key=argilla_server.owner_api_key,
+            portal_studies=studies, fake_prolific_port=fake.port)
+        public = settings.public_url or ""
+        # one state folder in the public profile: the portal signs Argilla sessions with Argilla's key
+        write_text(auth_secret(argilla_server.settings), settings.secrets_dir / "argilla-auth-secret", private=True)
+        store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+        owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+        collection = study1_collection(config, _questions().head(2), owner, tmp_path / "run", store,
+                                       finish_url(settings, name, key))
+        portal = Portal(settings, store, open_collection=lambda path, k: collection)
+        manager = ProcessManager(settings.state_dir)
+        try:
+            with PortalThread(create_app(portal), port=settings.portal_port), \
+                    ProlificClient(fake.base_url, fake.token) as client:
+                caddy.start(settings, manager)
+                platform = ensure_prolific_study(collection, config, settings, client)
+                assert fake.studies[platform.external_id]["external_study_url"] == prolific_entry_url(settings, name, key)
+                code = store.completion_code(collection.info.id)
+                arrival = _arrive(fake, platform.external_id)
+                assert arrival["url"].startswith(f"{public}/s/{name}/{key}?PROLIFIC_PID=")  # through Caddy
+                prolific_done = f"{fake.app_url}/submissions/complete?cc={code}"
+                try:
+                    # the Prolific-style link -> the welcome page over HTTPS; the portal's cookie is Secure
+                    page.goto(arrival["url"])
+                    _wait_for_url(page, f"{public}/s/{name}/{key}/welcome")
+                    expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
+                    [cookie] = [c for c in page.context.cookies() if c["name"] == cookie_name(name, key)]
+                    assert cookie["secure"] and cookie["httpOnly"] and cookie["domain"] == "localhost"
+                    shot("welcome")
+
+                    # Start -> Argilla on the same origin, signed in
+                    page.get_by_role("button", name="Start").click()
+                    page.wait_for_url(lambda url: url.startswith(public) and "/s/" not in url and "/sign-in" not in url)
+                    [participant] = collection.participants()
+                    assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
+                    password = store.password(participant.account_id)  # what a password sign-in would carry
+                    page.goto(f"{public}/dataset/{participant.dataset_id}/annotation-mode")
+                    submit = page.get_by_role("button", name=re.compile(r"\bSubmit\b"))
+                    submitted = page.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
+                    shown = []
+                    for n in range(1, ITEMS + 1):
+                        shown.append(_shown_item(page, collection, participant))
+                        box = page.locator("[aria-label='Question: response'] [contenteditable='true']")
+                        box.click()
+                        box.press_sequentially(TEXT, delay=5)
+                        page.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
+                        expect(submit).to_be_enabled()
+                        submit.click()
+                        expect(submitted).to_have_text(str(n))
+                    assert sorted(shown) == sorted(participant.items)
+                    shot("answered")
+
+                    # the finish link in the guidelines -> the completion code -> (fake) Prolific
+                    page.get_by_role("button", name="Expand Panel").filter(has_text="Guidelines").filter(
+                        visible=True).click()
+                    finish = page.get_by_role("link", name="this page to finish").filter(visible=True)
+                    expect(finish).to_have_attribute("href", f"{public}/s/{name}/{key}/done")
+                    page.goto(f"{public}/s/{name}/{key}/done")
+                    expect(page.get_by_role("heading", name="Finished")).to_be_visible()
+                    expect(page.locator(".code")).to_have_text(code)
+                    shot("done")
+                    back = page.get_by_role("link", name="Back to Prolific")
+                    expect(back).to_have_attribute("href", prolific_done)
+                    try:  # the page forwards by itself after 5 s; a slow machine may get there first
+                        back.click(timeout=3_000)
+                    except Exception:  # noqa: BLE001
+                        pass
+                    _wait_for_url(page, prolific_done)
+                    expect(page.get_by_text(f"completion code {code} received")).to_be_visible()
+                except Exception:
+                    _dump(page, output_dir, "caddy-walk-failure")
+                    raise
+                # the pages came through Caddy: it answered with HSTS
+                assert httpx.get(f"{public}/healthz", verify=False, timeout=10).headers[
+                    "strict-transport-security"].startswith("max-age=")
+        finally:
+            manager.stop(caddy.NAME)
+
+    participant = store.participant(collection.info.id, participant.username)
+    assert participant.status == COMPLETE and sorted(participant.submitted) == sorted(participant.items)
+
+    # Caddy's logs: the paths walked, and nothing that identifies or signs in the participant
+    access = caddy.access_log_path(settings).read_text()
+    own = (settings.logs_dir / "caddy.log").read_text()
+    for path in (f'"uri":"/s/{name}/{key}"', f'"uri":"/s/{name}/{key}/welcome"', f'"uri":"/s/{name}/{key}/start"',
+                 f'"uri":"/s/{name}/{key}/done"', f'"uri":"/dataset/{participant.dataset_id}/annotation-mode"'):
+        assert path in access, path
+    never = {"PROLIFIC_PID": arrival["participant_id"], "SESSION_ID": arrival["session_id"],
+             "STUDY_ID": platform.external_id, "password": password, "cookie": cookie["value"]}
+    for log_name, text in (("caddy-access.log", access), ("caddy.log", own)):
+        for what, value in never.items():
+            assert value not in text, (log_name, what)
+        for marker in ("PROLIFIC_PID", "SESSION_ID", "STUDY_ID", "auth=", "invite="):
+            assert marker not in text, (log_name, marker)
