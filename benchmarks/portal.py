@@ -735,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         handed = Counter(u for v in visits for u in v.usernames)
         double += [f"account {u} handed to {k} arrivals" for u, k in handed.items() if k > 1]
 
+        burst_double = len(double)  # the comparison's: at the burst, before the crowded burst and the webhooks
         if crowded:  # more arrivals than places: those without a place are turned away, none handed work twice
             over_side, over_problems = over_places_burst(crowded, window * over / n, argilla_url, dataset, expected,
                                                          store, cid, spare)
@@ -977,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
 
             burst_errors = sum(v.reloads + v.argilla_errors + (not v.ok) for v in burst)
             potato_peer.print_comparison(console, [
-                (peer[0], potato_peer.CrowdprefSide(p95, burst_errors, len(double) - len(over_problems))),
+                (peer[0], potato_peer.CrowdprefSide(p95, burst_errors, burst_double)),
                 (peer[1], over_side)],
                 f"compared with potato {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, same run: seconds "
                 "from the Prolific-style entry URL to the first item's page (potato) / to the signed-in workspace "
