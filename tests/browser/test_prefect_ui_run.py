@@ -1,9 +1,11 @@
 """A study run started from the Prefect UI: headless Chromium opens the embedded Prefect UI,
 goes Deployments -> study -> Run -> Custom run, points the run form's `study` parameter at a
 tiny study written by the test (its stage outputs already in the run folder, so every stage is
-quick), submits it, and the run - executed by ``deployments/serve.py`` started in the
-background as ``prefect-serve`` - completes. Screenshots: the deployment page, the filled run
-form and the finished run's page."""
+quick), submits it, and the run completes, executed by the Prefect worker that the stack starts as
+one of its services (``stack.up(..., ["worker"])``, what ``crowdpref up`` does; the
+deployments registered by ``crowdpref deploy``'s ``deploy_all``), not by a serve process: the
+deployment is Ready before anything else runs, and the worker's log names the run.
+Screenshots: the deployment page, the filled run form and the finished run's page."""
 
 from __future__ import annotations
 
@@ -47,24 +49,30 @@ def tiny_study(tmp_path: Path, unique: str) -> tuple[Path, Path]:
 
 @pytest.fixture()
 def serving(prefect_server, tiny_study, monkeypatch):
-    """deployments/serve.py (only the study deployment) as the background service
-    prefect-serve, with its own state folder; stopped at the end."""
+    """The deployments registered as ``crowdpref deploy`` does, and the stack's Prefect worker
+    (``stack.up`` with the ``worker`` component) with the tiny study's state folder; stopped
+    at the end (``stack.down``)."""
     from crowdpref.settings import load_settings
-    from deployments.deploy import serve_in_background, stop_serve
+    from deployments.deploy import deploy_all
+    from services import stack
 
-    for name in CONNECTION_ENV:  # a developer's connection settings must not reach the served flows
+    for name in CONNECTION_ENV:  # a developer's connection settings must not reach the worker's flows
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "2")  # pick the run up quickly
+    monkeypatch.setenv("PREFECT_WORKER_QUERY_SECONDS", "2")  # pick the run up quickly
     home = tiny_study[1].parents[1]
     settings = load_settings(home=home, prefect_port=prefect_server.prefect_port, host=prefect_server.host,
                              argilla_url=None, prefect_api_url=None)
     started = time.perf_counter()
-    serve_in_background(settings, only=["study"])
-    print(f"prefect-serve ready in {time.perf_counter() - started:.1f} s")
+    deploy_all(settings)
+    print(f"deployments registered in {time.perf_counter() - started:.1f} s")
     try:
+        started = time.perf_counter()
+        rows = stack.up(settings, ["worker"])
+        print(f"the stack's prefect worker up in {time.perf_counter() - started:.1f} s")
+        assert [(r.name, r.healthy) for r in rows if r.name in (stack.WORKER, stack.SERVE)] == [(stack.WORKER, True)]
         yield settings
     finally:
-        stop_serve(settings)
+        assert stack.down(settings) == [stack.WORKER]
 
 
 def _get(api: str, path: str) -> dict:
@@ -93,6 +101,8 @@ def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny
     config, run_dir = tiny_study
     api = prefect_server.prefect_url
     deployment = _get(api, "deployments/name/study/study")
+    assert deployment["work_pool_name"] == "crowdpref" and deployment["status"] == "READY", \
+        (deployment["work_pool_name"], deployment["status"])
 
     # Deployments -> study
     page.goto(f"{prefect_server.prefect_ui_url}/deployments")
@@ -115,7 +125,7 @@ def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny
     page.screenshot(path=str(output_dir / "prefect-ui-study-custom-run.png"), full_page=True)
     page.get_by_role("button", name="Submit").click()
 
-    # the run exists with our parameters, the serve process runs it, it completes
+    # the run exists with our parameters, the stack's worker runs it, it completes
     deadline = time.monotonic() + 30
     runs = _runs_with(api, deployment["id"], str(config))
     while not runs and time.monotonic() < deadline:
@@ -129,11 +139,14 @@ def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny
         time.sleep(1)
         state = _get(api, f"flow_runs/{run_id}")["state"]["type"]
     print(f"UI-started run {run_id}: {state} {time.monotonic() - submitted:.1f} s after submitting")
-    assert state == "COMPLETED", f"flow run {run_id} ended {state}: see {serving.logs_dir / 'prefect-serve.log'}"
+    worker_log = serving.logs_dir / "prefect-worker.log"
+    assert state == "COMPLETED", f"flow run {run_id} ended {state}: see {worker_log}"
+    assert run_id in worker_log.read_text(errors="replace"), "the stack's worker did not run it"
+    assert runs[0]["work_pool_name"] == "crowdpref"
 
     run = _get(api, f"flow_runs/{run_id}")
     assert run["parameters"]["study"] == str(config) and run["parameters"]["simulate"] is False
-    assert (run_dir / "release" / "README.md").exists()  # every stage ran, in the serve's state folder
+    assert (run_dir / "release" / "README.md").exists()  # every stage ran, in the worker's state folder
 
     page.goto(f"{prefect_server.prefect_ui_url}/runs/flow-run/{run_id}")
     expect(page.get_by_text(run["name"]).first).to_be_visible()
