@@ -43,7 +43,6 @@ from crowdpref.store import (
     ParticipantStatus,
     PlatformStudy,
     Store,
-    default_url,
 )
 
 StudyKey = Literal["study1", "study2"]
@@ -204,11 +203,12 @@ class _ReadingStore(Store):
 
 
 def store_url(settings: Any) -> str:
-    """The store the settings name (``database_url``), else SQLite in the state folder."""
-    url = getattr(settings, "database_url", None)
-    if url is not None and hasattr(url, "get_secret_value"):
-        url = url.get_secret_value()
-    return url or default_url(Path(settings.state_dir))
+    """The store the settings name, as every command opens it
+    (:func:`crowdpref.store.engine.settings_url`): ``database_url``, else the stack's
+    PostgreSQL in the public profile, else SQLite in the state folder."""
+    from crowdpref.store.engine import settings_url
+
+    return settings_url(settings)
 
 
 def open_for_reading(settings: Any) -> Store | None:

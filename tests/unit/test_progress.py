@@ -449,3 +449,41 @@ def test_cli_shows_prolific_now_and_a_line_when_it_is_out_of_reach(cli_home: Pat
     assert "not reachable" in down.output
     assert "study 1: Prolific did not answer (Unavailable); the store's numbers above still hold" in down.output
     assert "0/12 (0%)" in down.output and study_id not in down.output
+
+
+def test_the_how_to_shows_what_the_command_prints(cli_home: Path) -> None:
+    """docs/how-to/monitor.md's sample is the table for :func:`drive`'s store, and its timeout is
+    the one the command uses."""
+    from crowdpref.progress import PROLIFIC_TIMEOUT_S
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "monitor.md").read_text()
+    sample = doc.split("```text\n", 1)[1].split("```", 1)[0]
+    with _store(isolated_settings(cli_home / "home")) as store:
+        drive(store, parse_study(study_data()))
+    result = CliRunner().invoke(app, ["progress", "--study", "study.yaml"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    # which questions reach R first depends on the store's random key salt (claims break ties
+    # with it): that one number may differ
+    import re
+
+    def lines(text: str) -> list[str]:
+        return [re.sub(r"│ \d/6 questions", "│ N/6 questions", line.strip()) for line in text.splitlines()]
+
+    assert lines(result.output) == lines(sample)
+    assert f"with a {PROLIFIC_TIMEOUT_S:g}-second timeout and no retry" in doc.replace("\n", " ")
+
+
+def test_the_public_profile_reads_the_stacks_postgresql_store(tmp_path: Path) -> None:
+    """With a public URL the store is the stack's PostgreSQL (as every command opens it); its
+    password file missing is one line naming the file and the fix."""
+    from crowdpref.progress import store_url
+    from crowdpref.store import StoreError
+
+    settings = isolated_settings(tmp_path / "home", public_url="https://study.example.org", public_tls="internal")
+    with pytest.raises(StoreError, match=r"postgres-crowdpref: the study store's PostgreSQL password cannot be "
+                                         r"read .*run `crowdpref up`"):
+        study_progress(parse_study(study_data()), settings)
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (settings.secrets_dir / "postgres-crowdpref").write_text("pw-of-the-store\n")
+    url = store_url(settings)
+    assert url.startswith("postgresql+psycopg://crowdpref:") and f":{settings.postgres_port}/crowdpref" in url
