@@ -285,6 +285,7 @@ def start(folder: Path, port: int) -> PostgresServer:
 NAME = "postgres"  # the service's name: pid record run/postgres.json, log logs/postgres.log
 LOCATION_RECORD = "postgres-location"  # in the state folder, when the server's folder is elsewhere
 SYSTEM_ROOT = Path("/var/lib/crowdpref")  # where such folders go (as root)
+STATE_BACKREF = "state-folder"  # in such a folder: the state folder it belongs to
 ADMIN_ROLE = "postgres"  # the service's superuser: creates the roles and databases, nothing else
 ARGILLA_ROLE = "argilla"  # owns the database `argilla`; argilla-server signs in as it
 OWNED_DATABASES = (ARGILLA_ROLE, PUBLIC_STORE)  # each owned by the role of the same name
@@ -369,6 +370,7 @@ def _choose_folder(settings: Settings) -> Path:
             SYSTEM_ROOT.mkdir(parents=True, exist_ok=True)
             os.chmod(SYSTEM_ROOT, 0o755)  # the server's account passes through; the folder below is its own
             folder.mkdir(mode=0o700, exist_ok=True)
+            (folder / STATE_BACKREF).write_text(str(settings.state_dir.expanduser().resolve()) + "\n")
             write_text(str(folder) + "\n", record)
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
@@ -517,3 +519,26 @@ def stop_service(settings: Settings, manager: object) -> bool:
             pass  # the manager's SIGTERM, then SIGKILL, follow
     manager.stop(NAME)  # type: ignore[attr-defined]
     return was_running
+
+
+def orphaned_system_folders(under: Sequence[Path]) -> list[Path]:
+    """Folders in :data:`SYSTEM_ROOT` whose state folder (their ``state-folder`` file) lies under
+    one of ``under`` and no longer exists, and whose server does not run: what test sessions
+    that removed their state folder leave behind. A folder without that file is never listed."""
+    found = []
+    roots = [root.expanduser().resolve() for root in under]
+    for folder in sorted(SYSTEM_ROOT.glob("*")) if SYSTEM_ROOT.is_dir() else []:
+        try:
+            state = Path((folder / STATE_BACKREF).read_text().strip())
+        except OSError:
+            continue
+        if state.exists() or not any(state.is_relative_to(root) for root in roots):
+            continue
+        try:
+            pid = int((folder / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pid = None
+        if pid is not None and Path(f"/proc/{pid}").exists():
+            continue
+        found.append(folder)
+    return found

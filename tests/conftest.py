@@ -106,6 +106,16 @@ def _stop_stale_postgres() -> None:
             postgres.stop_folder(folder / "postgres")
 
 
+def _remove_orphaned_postgres_folders() -> None:
+    """The public profile's PostgreSQL folders in /var/lib/crowdpref (a state folder the server's
+    account cannot reach, as root) that tests left: their state folder, in the temp dir or
+    test-output, is gone and their server stopped."""
+    from services import postgres
+
+    for folder in postgres.orphaned_system_folders([Path(tempfile.gettempdir()), TEST_OUTPUT]):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _stop_stale_test_stacks(settings_for: object) -> None:
     """Stop and remove the state folders of earlier test sessions whose pytest is gone
     (an interrupted run), never those of a session still running beside us."""
@@ -115,6 +125,7 @@ def _stop_stale_test_stacks(settings_for: object) -> None:
     for folder in _stale_state_folders():
         stack.down(settings_for(folder))
         shutil.rmtree(folder, ignore_errors=True)
+    _remove_orphaned_postgres_folders()
 
 
 def _session_home() -> Path:
@@ -217,6 +228,7 @@ def public_argilla() -> Iterator[PublicArgilla]:
         if folder.parent == postgres.SYSTEM_ROOT:
             shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
+        _remove_orphaned_postgres_folders()  # also those of other tests' public stacks
 
 
 @pytest.fixture()
