@@ -127,7 +127,11 @@ def front(tmp_path: Path) -> Iterator[Front]:
     portal = Portal(settings, Store(f"sqlite:///{tmp_path / 'store.sqlite'}"))
     manager = ProcessManager(settings.state_dir)
     try:
-        with PortalThread(create_app(portal), port=settings.portal_port):
+        server = PortalThread(create_app(portal), port=settings.portal_port)
+        # the portal's own rule decides whom the limits count (uvicorn's proxy_headers, on in the
+        # portal process, would also believe X-Forwarded-For from 127.0.0.1, and hide a broken rule)
+        server.config.proxy_headers = False
+        with server:
             caddy.start(settings, manager)
             yield Front(settings, portal, caddy.internal_root(settings))
     finally:
