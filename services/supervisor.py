@@ -52,10 +52,15 @@ def healthy(settings: Settings, interval_s: float = INTERVAL_S) -> bool:
 
 def watched(settings: Settings, components: Iterable[str]) -> dict[str, str]:
     """The services the supervisor keeps running, each with the component that starts it:
-    those ``crowdpref up`` starts for ``components`` in this profile."""
-    from services import stack
+    those ``crowdpref up`` starts for ``components`` in this profile (in the public profile
+    also PostgreSQL, which any component's start brings up first)."""
+    from services import postgres, stack
 
-    return {name: component for component in components for name in stack.services_of(settings, component)}
+    components = list(components)
+    services = {name: component for component in components for name in stack.services_of(settings, component)}
+    if settings.public and components:  # the public profile's PostgreSQL: every `up` starts it first
+        services = {postgres.NAME: components[0], **services}
+    return services
 
 
 def down_now(settings: Settings, services: dict[str, str]) -> list[str]:
