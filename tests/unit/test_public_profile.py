@@ -157,3 +157,14 @@ def test_the_content_length_matcher_matches_exactly_the_sizes_over_the_limit(lim
     assert bool(pattern.match(str(value))) == (value > limit)
     assert bool(pattern.match("00" + str(value))) == (value > limit)
     assert bool(pattern.match(str(limit + 1))) and not pattern.match(str(limit))
+
+
+def test_argilla_delivers_its_webhooks_to_the_portal_directly_in_the_public_profile(tmp_path):
+    from crowdpref.portal.argilla_hooks import hook_url
+
+    settings = _public(tmp_path)  # the embedded Argilla, on this machine
+    assert hook_url(settings) == f"http://127.0.0.1:{settings.portal_port}/hooks/argilla"
+    elsewhere = _public(tmp_path, argilla_url="https://argilla.example.org", argilla_api_key="k")
+    assert hook_url(elsewhere) == "https://study.example.org/hooks/argilla"  # through Caddy
+    laptop = isolated_settings(tmp_path / "home")
+    assert hook_url(laptop) == f"http://127.0.0.1:{laptop.portal_port}/hooks/argilla"
