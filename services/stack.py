@@ -138,6 +138,7 @@ def up(
     on_step: Callable[[str], None] = lambda message: None,
     on_note: Callable[[str], None] = lambda message: None,
     supervise: bool | None = None,
+    restart: bool = False,
 ) -> list[ServiceStatus]:
     """Start the embedded services of ``components`` that are not running yet; wait for health.
     A running portal whose settings changed is restarted; ``on_note`` hears it in one line.
@@ -145,7 +146,8 @@ def up(
     only, and not while a serve process runs the deployments (``on_note`` says so).
     ``supervise`` (default: in the public profile, ``settings.public``): last, the supervisor
     (services/supervisor.py) in the background, which starts again whatever of ``components``
-    dies."""
+    dies. ``restart``: the supervisor starting again what died after it ran, so Argilla's
+    database migration and owner step (done at its first start) are skipped."""
     wanted = set(components)
     unknown = wanted - set(COMPONENTS)
     if unknown:
@@ -158,7 +160,8 @@ def up(
         on_step("redis")
         manager.start(redis.spec(settings), settings.host)
         on_step("argilla database + owner")
-        argilla.prepare(settings)
+        if not restart:
+            argilla.prepare(settings)
         on_step("argilla server")
         manager.start(argilla.server_spec(settings), settings.host)
         on_step("argilla worker")

@@ -100,7 +100,8 @@ def supervise(
             log(f"{', '.join(names)} died: starting {component} again")
             started = time.monotonic()
             try:
-                stack.up(settings, [component], supervise=False)  # never a second supervisor
+                # never a second supervisor; Argilla's database and owner are ready since its first start
+                stack.up(settings, [component], supervise=False, restart=True)
             except Exception as exc:  # noqa: BLE001 - one line, tried again later; the loop must live
                 failed_at[component] = time.monotonic()
                 log(f"{component} did not start again ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); "

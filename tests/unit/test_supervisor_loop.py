@@ -42,17 +42,17 @@ def test_what_it_watches(settings):
 
 def test_it_starts_again_only_what_died(settings, monkeypatch):
     calls, lines = [], []
-    monkeypatch.setattr(stack, "up", lambda s, components, supervise=None: calls.append((list(components), supervise)))
+    monkeypatch.setattr(stack, "up", lambda s, components, supervise=None, restart=False: calls.append((list(components), supervise, restart)))
     _alive(monkeypatch, {"redis", "argilla-server", "argilla-worker"})  # the portal is gone
     supervisor.supervise(settings, ["argilla", "portal"], interval_s=0.01, log=lines.append, rounds=1)
-    assert calls == [(["portal"], False)]
+    assert calls == [(["portal"], False, True)]
     assert any("portal died: starting portal again" in line for line in lines)
     assert supervisor.heartbeat_file(settings).exists()
 
     calls.clear()
     _alive(monkeypatch, {"redis", "argilla-worker", "portal"})
     supervisor.supervise(settings, ["argilla", "portal"], interval_s=0.01, log=lines.append, rounds=1)
-    assert calls == [(["argilla"], False)]
+    assert calls == [(["argilla"], False, True)]
 
     calls.clear()
     _alive(monkeypatch, {"redis", "argilla-server", "argilla-worker", "portal"})
@@ -63,7 +63,7 @@ def test_it_starts_again_only_what_died(settings, monkeypatch):
 def test_a_failed_start_is_one_line_and_waits(settings, monkeypatch):
     calls, lines = [], []
 
-    def failing(s, components, supervise=None):
+    def failing(s, components, supervise=None, restart=False):
         calls.append(list(components))
         raise ServiceError("portal: port 1 on 127.0.0.1 is in use by a program crowdpref did not start\nmore")
 
