@@ -13,9 +13,10 @@ Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HT
   to ``PORTAL_MAX_BODY`` (64 KiB, the portal's own limit), ``/hooks/argilla`` up to
   ``ARGILLA_HOOK_MAX_BODY`` (1 MiB, its events carry the record);
 - everything else -> Argilla (``settings.argilla_api_url``); bodies up to ``ARGILLA_MAX_BODY``
-  (16 MiB: a bulk upload of 500 records or 100 responses with long texts stays far below).
+  (16 MiB: a bulk call of Argilla's holds at most 500 records or 100 responses).
 
-Every answer carries ``Strict-Transport-Security`` (one year) and no ``Server`` header. The
+The answers of the portal and Argilla, and Caddy's 413s, carry ``Strict-Transport-Security``
+(one year) and no ``Server`` header (Caddy's own 502, when an upstream is down, may lack them). The
 certificate is ACME's (``public_tls: acme``, contact ``acme_email``) or Caddy's own CA
 (``public_tls: internal``: tests, private networks).
 

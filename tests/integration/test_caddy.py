@@ -162,7 +162,8 @@ def test_one_host_name_routes_the_portal_and_argilla_with_hsts_and_body_limits(f
             content = iter([body[i:i + 65536] for i in range(0, size, 65536)]) if chunked else body
             return http.post(f"{front.url}{path}", content=content)
 
-        assert post("/hooks/prolific", 70 * 1024).status_code == 413
+        refused = post("/hooks/prolific", 70 * 1024)
+        assert refused.status_code == 413 and refused.headers["strict-transport-security"] == "max-age=31536000"
         assert post("/hooks/prolific", 70 * 1024, chunked=True).status_code in (413, 502)
         assert post("/s/x/study1/start", 70 * 1024).status_code == 413
         assert post("/hooks/prolific", 1024).status_code not in (413, 502)  # the portal answers it
@@ -232,6 +233,7 @@ def test_caddys_logs_keep_paths_and_nothing_that_identifies_or_signs_in(front):
     for path in ("/s/nosuchstudy/study1", "/s/nosuchstudy/study1/start", "/sign-in", "/api/v1/me", "/_drop"):
         assert path in uris, uris  # the paths stay
     assert any(e.get("msg") == "handled request" and e.get("status") == 502 for e in entries)
+    assert all(e["request"]["remote_ip"] == "127.0.0.1" for e in entries if "request" in e)  # who, kept
     own_entries = [json.loads(line) for line in own.read_text().splitlines() if line.startswith("{")]
     errors = [e for e in own_entries if e.get("logger", "").startswith("http.log.error")]
     assert [e["request"]["uri"] for e in errors] == ["/_drop"]  # the proxy error's request: its path only

@@ -42,6 +42,7 @@ def test_the_caddyfile_routes_one_host_name_with_hsts_limits_and_query_free_logs
     assert "\nstudy.example.org {\n" in text  # one site: the public host name
     assert "\thttps_port 18443\n" in text and "\thttp_port 18080\n" in text
     assert "\ttls internal\n" in text and "email" not in text
+    assert "roll_size 50MiB" in text and "roll_keep 10" in text
     assert "admin off" in text  # no admin port beside the packaged caddy.service's 2019
     assert f'root "{settings.state_dir / "caddy" / "data"}"' in text  # certificates and CA in the state folder
     assert 'Strict-Transport-Security "max-age=31536000"' in text
