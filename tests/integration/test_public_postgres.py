@@ -176,7 +176,14 @@ def test_down_leaves_no_process_and_up_finds_the_data_again(public_argilla):
     assert "database system is shut down" in (settings.logs_dir / "postgres.log").read_text()
     assert not postgres.healthy(settings)
 
+    # a lost role password is made again by `up` and set on the server
+    lost = postgres.password_file(settings, "crowdpref")
+    old_password = lost.read_text()
+    lost.unlink()
     stack.up(settings, components=["argilla"], supervise=False)  # the session's later tests use it again
+    assert lost.read_text() != old_password
+    store = open_store(settings)
+    store.close()
     listed = httpx.get(f"{public_argilla.api_url}/api/v1/me/workspaces", timeout=60,
                        headers={"X-Argilla-Api-Key": public_argilla.owner_api_key})
     assert listed.status_code == 200 and name in [item["name"] for item in listed.json()["items"]]
