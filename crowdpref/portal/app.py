@@ -8,8 +8,11 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   excluded, claim the work (the same work when they come back), set a signed cookie and send
   them to the welcome page - a clean URL, so their ids leave the address bar after one hop.
 - ``GET  /s/<study>/<key>/welcome``: the guidelines and what to expect; *Start* posts to
-- ``POST /s/<study>/<key>/start``: 303 to Argilla's sign-in page with their credentials (the
-  one hop that carries them; no-store, no referrer), which logs them in.
+- ``POST /s/<study>/<key>/start``: where the portal and Argilla share an origin (the public
+  profile), a page that stores an Argilla session minted for them (no password, no bcrypt; the
+  token is in this POST's answer, never in a URL) and opens their dataset in Argilla
+  (:mod:`crowdpref.portal.argilla_session`); else 303 to Argilla's sign-in page with their
+  credentials (the one hop that carries them; no-store, no referrer), which logs them in.
 - ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then the
   completion code and the way back to Prolific, else how many are left.
 - ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated), answered at once; a
@@ -48,8 +51,8 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from crowdpref.portal import links, pages
-from crowdpref.portal.service import COOKIE_MAX_AGE_S, KEYS, AlreadyFinished, Portal, Refusal
+from crowdpref.portal import argilla_session, links, pages
+from crowdpref.portal.service import COOKIE_MAX_AGE_S, KEYS, AlreadyFinished, Portal, Refusal, TokenSignIn
 
 log = logging.getLogger("crowdpref.portal")
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
@@ -222,10 +225,14 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     @app.post("/s/{study}/{key}/start")
     def start(study: str, key: str, request: Request) -> Response:
         try:
-            url = portal.sign_in_url(study, _key(key), request.cookies.get(cookie_name(study, key)))
+            signed = portal.sign_in(study, _key(key), request.cookies.get(cookie_name(study, key)))
         except AlreadyFinished:  # their credentials expired when they completed: the finish page
-            url = f"/s/{study}/{key}/done"
-        return RedirectResponse(url, status_code=303, headers=NO_STORE)
+            signed = f"/s/{study}/{key}/done"
+        if isinstance(signed, TokenSignIn):  # same origin as Argilla: the session in the body, never a URL
+            return HTMLResponse(pages.argilla_session(signed.token, signed.expires, signed.target,
+                                                      argilla_session.TOKEN_KEY, argilla_session.EXPIRATION_KEY),
+                                headers=NO_STORE)
+        return RedirectResponse(signed, status_code=303, headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/done")
     def done(study: str, key: str, request: Request) -> Response:

@@ -1,9 +1,11 @@
-"""The portal's pages: plain HTML, no scripts, no external assets, readable on a phone. Every
-value from outside is escaped."""
+"""The portal's pages: plain HTML, no external assets, readable on a phone. Every value from
+outside is escaped. One page has a script: :func:`argilla_session`, which hands a minted session
+to Argilla's frontend (it cannot be done without one)."""
 
 from __future__ import annotations
 
 import html
+import json
 import re
 
 STYLE = """
@@ -126,3 +128,24 @@ def not_finished(submitted: int, total: int, argilla_url: str | None, start_acti
             + f"<form method=\"post\" action=\"{html.escape(start_action)}\">"
             "<button class=\"button\" type=\"submit\">Back to my items</button></form>")
     return page("Not finished yet", body)
+
+
+def _js(value: object) -> str:
+    """A value as a JavaScript literal that cannot end the inline script."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def argilla_session(token: str, expires: int, target: str, token_key: str, expiration_key: str) -> str:
+    """The answer to *Start* in the public profile (served on Argilla's origin): the script
+    stores the minted Argilla session where Argilla's frontend keeps it (``token_key`` =
+    ``Bearer <token>``, ``expiration_key`` = the expiry in ms) and replaces this page with
+    ``target`` (so Back does not return to it). Without scripts, it says so."""
+    script = (f"try{{localStorage.setItem({_js(token_key)},{_js('Bearer ' + token)});"
+              f"localStorage.setItem({_js(expiration_key)},{_js(str(expires * 1000))});"
+              f"location.replace({_js(target)});}}catch(e){{document.getElementById('failed').hidden=false;}}")
+    body = ("<p>Opening your items in Argilla\u2026</p>"
+            "<p id=\"failed\" hidden>Your browser did not let us open Argilla. Please allow this site to store "
+            "data (it is needed to keep you signed in), then press Back and Start again.</p>"
+            "<noscript><p>Argilla needs JavaScript: please turn it on, then press Back and Start again.</p></noscript>"
+            f"<script>{script}</script>")
+    return page("Opening Argilla", body)

@@ -31,7 +31,7 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
-from crowdpref.portal import argilla_hooks, links
+from crowdpref.portal import argilla_hooks, argilla_session, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
 
@@ -155,6 +155,19 @@ class Entered:
     participant: ParticipantState
     cookie: str  # signed: collection id + username ("" when ``finished``)
     finished: Finish | None = None  # they are done already: show this, no cookie, no sign-in
+
+
+@dataclass(frozen=True)
+class TokenSignIn:
+    """A minted Argilla session for the browser: ``token`` (secret: never logged, never in a
+    URL), its expiry ``expires`` (Unix seconds) and the Argilla page to open with it."""
+
+    token: str
+    expires: int
+    target: str
+
+    def __repr__(self) -> str:
+        return f"TokenSignIn(expires={self.expires}, target={self.target!r})"
 
 
 class AlreadyFinished(CrowdprefError):
@@ -298,6 +311,7 @@ class Portal:
         self.after_reply = AfterReply(self.run_delivery, after_reply_workers)
         self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
         self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
+        self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
 
     # studies and collections -------------------------------------------------------------------
     def config(self, study: str, key: str) -> tuple[StudyConfig, Path]:
@@ -502,15 +516,44 @@ class Portal:
                           "This browser belongs to another study. Please open the study from its link again.")
         return collection, self.store.participant(collection.info.id, str(data["u"]))
 
-    def sign_in_url(self, study: str, key: Key, cookie: str | None) -> str:
-        """Argilla's sign-in page with the participant's credentials (one hop; never logged).
-        :class:`AlreadyFinished` once they completed: their credentials expired with it."""
+    @property
+    def token_sign_in(self) -> bool:
+        """Whether *Start* hands the browser a minted Argilla session (:meth:`sign_in`): the
+        portal and Argilla share an origin (the public profile), so a portal page can write
+        Argilla's session storage. Else (the laptop stack's two ports) the password sign-in."""
+        return argilla_session.same_origin(self.settings.portal_public_url, self.settings.argilla_participant_url)
+
+    def _signing_in(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
         collection, participant = self.participant(study, key, cookie)
         if participant.status == COMPLETE:
             raise AlreadyFinished("the participant completed: no more sign-ins")
         if participant.status not in (ACTIVE, COMPLETE):
             raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot continue. "
                           + RETURN_WORDING)
+        return collection, participant
+
+    def sign_in(self, study: str, key: Key, cookie: str | None) -> str | TokenSignIn:
+        """Where *Start* sends the participant: with :attr:`token_sign_in`, a :class:`TokenSignIn`
+        (an Argilla session token minted with Argilla's signing key - no bcrypt, no password in
+        any URL), else :meth:`sign_in_url`. :class:`AlreadyFinished` once they completed."""
+        if not self.token_sign_in:
+            return self.sign_in_url(study, key, cookie)
+        _, participant = self._signing_in(study, key, cookie)
+        if self._argilla_secret is None:
+            try:
+                self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
+            except CrowdprefError as exc:
+                raise _unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
+                                   "again.") from None
+        token, expires = argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
+        base = self.settings.argilla_participant_url
+        target = f"{base}/dataset/{participant.dataset_id}/annotation-mode" if participant.dataset_id else f"{base}/"
+        return TokenSignIn(token, expires, target)
+
+    def sign_in_url(self, study: str, key: Key, cookie: str | None) -> str:
+        """Argilla's sign-in page with the participant's credentials (one hop; never logged).
+        :class:`AlreadyFinished` once they completed: their credentials expired with it."""
+        collection, participant = self._signing_in(study, key, cookie)
         password = collection.store.password(participant.account_id)
         auth = base64.b64encode(f"{participant.username}:{password}".encode()).decode()
         return f"{self.settings.argilla_participant_url}/sign-in?auth={auth}"

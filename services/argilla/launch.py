@@ -11,14 +11,24 @@ file (username, password, api_key) if it does not exist; ``reset-owner CREDENTIA
 the owner account that file's password and API key (``crowdpref up --reset-owner``). Both read
 the secrets from the file - never from argv (visible in ``ps``) - and never print them, unlike
 the stock ``database users create`` which echoes an existing API key.
+
+``start`` (and ``launch:app``, the ASGI app for ``uvicorn launch:app --workers N``, whose worker
+processes import it afresh) first moves bcrypt off argilla-server's event loop
+(:func:`bcrypt_off_the_loop`): a user's creation, password change and login hash or check the
+password in a thread, so a burst of them no longer stops every other request, and two cores hash
+at once (pyca/bcrypt releases the GIL). If argilla-server's internals it relies on changed, the
+start fails with one ``crowdpref: `` line instead of running with bcrypt on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -28,6 +38,107 @@ import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engi
 PROBLEM_PREFIX = "crowdpref: "
 """Starts a line the launcher writes for the operator (services/argilla/service.py repeats it
 in its error): secret-free by construction, unlike a traceback."""
+
+
+class LauncherProblem(Exception):
+    """A problem the launcher reports in one line (no traceback) and exits 1 for."""
+
+
+_PREHASHED: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("crowdpref_prehashed",
+                                                                                     default=None)
+# argilla_server.contexts.accounts as the patch expects it: name -> parameters (in order)
+_EXPECTED = {
+    "hash_password": ["password"],
+    "verify_password": ["password", "password_hash"],
+    "create_user": ["db", "user_attrs", "workspaces"],
+    "update_user": ["db", "user", "user_attrs"],
+    "authenticate_user": ["db", "username", "password"],
+    "get_user_by_username": ["db", "username"],
+    "_dummy_verify": [],
+}
+BCRYPT_PATCHED = "_crowdpref_bcrypt_off_the_loop"  # set on the accounts module once patched
+
+
+def bcrypt_off_the_loop() -> None:
+    """Patch argilla-server's ``contexts.accounts`` so bcrypt never runs on the event loop:
+    ``create_user`` and ``update_user`` hash the password in a thread first (the stock function
+    then finds that hash through ``hash_password``, keyed by a context variable, so its own
+    checks and writes are unchanged); ``authenticate_user`` (``POST /api/v1/token``) looks the
+    user up, then checks the password - or runs the stock dummy check for an unknown name - in a
+    thread. Idempotent. :class:`LauncherProblem` naming what is missing when argilla-server's
+    internals are not the ones this was written against (argilla-server 2.8)."""
+    from argilla_server.contexts import accounts
+
+    if getattr(accounts, BCRYPT_PATCHED, False):
+        return
+    problems = []
+    for name, params in _EXPECTED.items():
+        function = getattr(accounts, name, None)
+        if not callable(function):
+            problems.append(f"{name} missing")
+        elif list(inspect.signature(function).parameters) != params:
+            problems.append(f"{name}{inspect.signature(function)} is not {name}({', '.join(params)})")
+    for name in ("create_user", "update_user"):
+        function = getattr(accounts, name, None)
+        if callable(function) and "hash_password(" not in inspect.getsource(function):
+            problems.append(f"{name} no longer calls hash_password")
+    if problems:
+        raise LauncherProblem(
+            "argilla-server's accounts module is not the one the bcrypt patch was written for ("
+            + "; ".join(problems) + "): update bcrypt_off_the_loop in services/argilla/launch.py for this "
+            "argilla-server version, or reinstall the version in services/argilla/requirements.txt")
+
+    stock_hash, stock_verify = accounts.hash_password, accounts.verify_password
+    stock_create, stock_update = accounts.create_user, accounts.update_user
+    dummy_verify, get_user = accounts._dummy_verify, accounts.get_user_by_username
+
+    def hash_password(password: str) -> str:
+        prehashed = _PREHASHED.get()
+        if prehashed is not None and prehashed[0] == password:
+            return prehashed[1]
+        return stock_hash(password)  # a caller this patch does not know: hashed where it is
+
+    async def _with_hash(password: str, call: Any) -> Any:
+        hashed = await asyncio.to_thread(stock_hash, password)
+        token = _PREHASHED.set((password, hashed))
+        try:
+            return await call()
+        finally:
+            _PREHASHED.reset(token)
+
+    async def create_user(db: Any, user_attrs: dict, workspaces: Any = None) -> Any:
+        if not isinstance(user_attrs.get("password"), str):
+            return await stock_create(db, user_attrs, workspaces)
+        return await _with_hash(user_attrs["password"], lambda: stock_create(db, user_attrs, workspaces))
+
+    async def update_user(db: Any, user: Any, user_attrs: dict) -> Any:
+        if not isinstance(user_attrs.get("password"), str):
+            return await stock_update(db, user, user_attrs)
+        return await _with_hash(user_attrs["password"], lambda: stock_update(db, user, user_attrs))
+
+    async def authenticate_user(db: Any, username: str, password: str) -> Any:
+        user = await get_user(db, username)
+        if user is None:
+            await asyncio.to_thread(dummy_verify)  # the same cost as a real check: no user enumeration
+            return None
+        return user if await asyncio.to_thread(stock_verify, password, user.password_hash) else None
+
+    accounts.hash_password = hash_password
+    accounts.create_user = create_user
+    accounts.update_user = update_user
+    accounts.authenticate_user = authenticate_user
+    setattr(accounts, BCRYPT_PATCHED, True)
+
+
+def __getattr__(name: str) -> Any:
+    """``launch:app``: argilla-server's ASGI app with bcrypt off the loop (for uvicorn's worker
+    processes, which import the app themselves rather than run :func:`main`)."""
+    if name == "app":
+        bcrypt_off_the_loop()
+        from argilla_server import app
+
+        return app
+    raise AttributeError(name)
 
 
 async def _set_owner(credentials_file: Path, *, replace: bool) -> str:
@@ -89,6 +200,12 @@ def main() -> None:
         asyncio.run(_set_owner(Path(sys.argv[2]), replace=True))
         print("owner password and API key replaced")
         return
+    if len(sys.argv) >= 2 and sys.argv[1] == "start":
+        try:
+            bcrypt_off_the_loop()
+        except LauncherProblem as exc:
+            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
+            sys.exit(1)
     from argilla_server.cli import app
 
     app()

@@ -1,0 +1,86 @@
+"""An Argilla session the portal hands a participant without a password login.
+
+Argilla's own sign-in (``POST /api/v1/token``) checks a bcrypt hash of cost 12: about 0.25 s of
+CPU per arrival on argilla-server, which a launch burst cannot afford
+(docs/explanation/portal.md, "Signing in without a password"). The portal holds the key Argilla
+signs its session tokens with (``ARGILLA_AUTH_SECRET_KEY``, kept in
+``<state>/secrets/argilla-auth-secret``), so it can issue the very token that login would have
+returned: an HS256 JWT (argilla-server 2.8, ``security/authentication/jwt.py``) whose claims
+are the ``UserInfo`` Argilla's login puts in it (``username``, ``name``, ``role``) and ``exp``.
+Argilla's bearer check decodes it with the shared key and looks the user up by ``username``; no
+password is involved.
+
+The token reaches the browser in the body of the portal's answer to *Start* (a POST), never in a
+URL, so no access log, browser history or Referer carries it. A page served from Argilla's own
+origin (the public profile serves both at one host name) writes it where Argilla 2.8's Nuxt
+frontend keeps its session (``@nuxtjs/auth-next``, ``localStorage``: :data:`TOKEN_KEY` =
+``Bearer <jwt>``, :data:`EXPIRATION_KEY` = its ``exp`` in milliseconds) and moves on into
+Argilla. Those keys are an internal detail of Argilla's frontend; the real-browser test
+``tests/browser/test_token_sign_in.py`` fails when an upgrade changes them. Where the portal and
+Argilla are on different origins (the laptop stack: two ports), the browser cannot write into
+Argilla's storage, and the portal keeps the one-hop ``/sign-in?auth=`` login.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from crowdpref.errors import CrowdprefError
+
+SECRET_FILE = "argilla-auth-secret"
+"""Under ``settings.secrets_dir``: the file services/argilla/service.py ``auth_secret`` writes
+and gives argilla-server as ``ARGILLA_AUTH_SECRET_KEY``."""
+TOKEN_LIFETIME_S = 24 * 3600
+"""How long a minted token lasts: Argilla's own default (``ARGILLA_AUTH_TOKEN_EXPIRATION``), so
+a participant keeps the session a password login would have given them."""
+TOKEN_KEY = "auth._token.local"
+EXPIRATION_KEY = "auth._token_expiration.local"
+
+
+def load_secret(secrets_dir: Path) -> str:
+    """Argilla's token-signing key from ``secrets_dir``. :class:`CrowdprefError` (one line, the
+    file named, never its content) when it is missing or empty."""
+    path = Path(secrets_dir) / SECRET_FILE
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise CrowdprefError(f"Argilla's token key {path} cannot be read ({exc.__class__.__name__}): start Argilla "
+                             "with `crowdpref up`, which creates it") from None
+    if not secret:
+        raise CrowdprefError(f"Argilla's token key {path} is empty: delete it and restart the stack "
+                             "(`crowdpref down`, `crowdpref up`)")
+    return secret
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def mint_token(secret: str, username: str, *, role: str = "annotator", now: float | None = None,
+               lifetime_s: int = TOKEN_LIFETIME_S) -> tuple[str, int]:
+    """An Argilla session token for ``username`` signed with ``secret`` (HS256, as Argilla's
+    ``JWT.create``), and its expiry (Unix seconds)."""
+    expires = int((time.time() if now is None else now) + lifetime_s)
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = {"username": username, "name": username, "role": role, "exp": expires}
+    payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
+    signing_input = f"{header}.{payload}".encode("ascii")
+    signature = _b64(hmac.new(secret.encode("utf-8"), signing_input, hashlib.sha256).digest())
+    return f"{header}.{payload}.{signature}", expires
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port (the browser's same-origin rule; a missing
+    port is the scheme's default)."""
+    def origin(url: str) -> tuple[str, str, int | None]:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+    return origin(a) == origin(b)
