@@ -1,0 +1,127 @@
+"""The minted Argilla session (crowdpref/portal/argilla_session.py) and the portal's *Start*
+choosing it: Argilla's own JWT code (in the Argilla venv) accepts the token for the participant
+with the shared key and refuses it with another key or once expired; the portal and Argilla on
+one origin -> Start answers 200 with the session in the page (no Location, no-store, the token
+in no log line); on two origins -> the password sign-in as before; a missing key file -> 503
+whose log line names the file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from crowdpref.errors import CrowdprefError
+from crowdpref.portal import argilla_session
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import Portal
+from tests.unit.test_portal_entry import _write, rig  # noqa: F401 - the fixture
+
+REPO = Path(__file__).resolve().parents[2]
+ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
+FRONT = "http://study.test"
+TOKEN_IN_PAGE = re.compile(r'"Bearer ([A-Za-z0-9_.-]+)"')
+
+
+def _argilla_decode(token: str, secret: str) -> dict:
+    """What argilla-server's ``JWT.decode`` makes of ``token`` with ``secret`` as its key."""
+    code = ("import json, sys; from argilla_server.security.authentication.jwt import JWT\n"
+            "try:\n    print(json.dumps(JWT.decode(sys.argv[1])))\nexcept Exception as e:\n"
+            "    print(json.dumps({'refused': type(e).__name__}))")
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code, token], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "ARGILLA_AUTH_SECRET_KEY": secret, "HF_HUB_OFFLINE": "1"},
+                         check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not ARGILLA_PYTHON.exists(), reason="no Argilla venv (.venv-argilla): run make setup")
+def test_argilla_accepts_the_minted_token_with_its_key_only():
+    secret = "k" * 64
+    now = time.time()
+    token, expires = argilla_session.mint_token(secret, "p-0042", now=now)
+    assert expires == int(now + argilla_session.TOKEN_LIFETIME_S)
+    claims = _argilla_decode(token, secret)
+    assert claims["username"] == "p-0042" and claims["role"] == "annotator" and claims["exp"] == expires
+    assert _argilla_decode(token, "other" * 10) == {"refused": "UnauthorizedError"}
+    old, _ = argilla_session.mint_token(secret, "p-0042", now=time.time() - argilla_session.TOKEN_LIFETIME_S - 60)
+    assert _argilla_decode(old, secret) == {"refused": "UnauthorizedError"}
+
+
+def test_same_origin():
+    assert argilla_session.same_origin("https://study.example.org", "https://Study.example.org:443/x")
+    assert argilla_session.same_origin("http://127.0.0.1:8080/a", "http://127.0.0.1:8080")
+    assert not argilla_session.same_origin("http://127.0.0.1:6910", "http://127.0.0.1:6900")
+    assert not argilla_session.same_origin("http://study.example.org", "https://study.example.org")
+
+
+def test_the_key_file_is_the_one_argilla_is_given(tmp_path):
+    from services.argilla.service import auth_secret
+    from tests.conftest import isolated_settings
+
+    settings = isolated_settings(tmp_path / "home")
+    created = auth_secret(settings)  # what services/argilla gives argilla-server
+    assert argilla_session.load_secret(settings.secrets_dir) == created
+    with pytest.raises(CrowdprefError, match=r"argilla-auth-secret cannot be read .* `crowdpref up`"):
+        argilla_session.load_secret(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / argilla_session.SECRET_FILE).write_text("\n")
+    with pytest.raises(CrowdprefError, match="is empty"):
+        argilla_session.load_secret(tmp_path / "empty")
+
+
+def _started(rig, settings, name: str):  # noqa: F811
+    portal = Portal(settings, rig.store, open_collection=rig.portal._open_collection)
+    _write(rig.studies, name, participants="invite")
+    client = TestClient(create_app(portal), base_url=settings.portal_public_url)
+    link = portal.invite_link(name, "study1", "inv-1").split(settings.portal_public_url, 1)[1]
+    assert client.get(link, follow_redirects=False).status_code == 303
+    return portal, client.post(f"/s/{name}/study1/start", follow_redirects=False)
+
+
+def test_start_on_argillas_origin_hands_over_a_minted_session(rig, caplog):  # noqa: F811
+    settings = rig.settings.model_copy(update={"portal_url": FRONT, "argilla_public_url": FRONT})
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("s" * 64)
+    caplog.set_level(logging.DEBUG)
+    portal, start = _started(rig, settings, "same")
+    assert portal.token_sign_in
+    assert start.status_code == 200 and "location" not in start.headers
+    assert start.headers["cache-control"] == "no-store" and start.headers["referrer-policy"] == "no-referrer"
+    token = TOKEN_IN_PAGE.search(start.text).group(1)
+    collection = portal.collection("same", "study1")
+    [participant] = rig.store.participants(collection.info.id)
+    assert f'"{argilla_session.TOKEN_KEY}"' in start.text and f'"{argilla_session.EXPIRATION_KEY}"' in start.text
+    assert f'location.replace("{FRONT}/dataset/{participant.dataset_id}/annotation-mode")' in start.text
+    payload = token.split(".")[1]
+    claims = json.loads(__import__("base64").urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["username"] == participant.username
+    assert f'"{claims["exp"] * 1000}"' in start.text  # the expiry as Argilla's frontend keeps it (ms)
+    password = rig.store.password(participant.account_id)
+    assert password not in start.text and "sign-in" not in start.text
+    assert token not in caplog.text and "Bearer" not in caplog.text
+    assert token not in repr(portal.sign_in("same", "study1", _cookie(portal, collection, participant)))
+
+
+def _cookie(portal, collection, participant) -> str:
+    return portal.cookies.dumps({"c": collection.info.id, "u": participant.username})
+
+
+def test_start_on_another_origin_keeps_the_password_sign_in(rig):  # noqa: F811
+    portal, start = _started(rig, rig.settings, "apart")
+    assert not portal.token_sign_in
+    assert start.status_code == 303
+    assert start.headers["location"].startswith(f"{rig.settings.argilla_participant_url}/sign-in?auth=")
+
+
+def test_a_missing_key_is_a_503_naming_the_file(rig, caplog):  # noqa: F811
+    settings = rig.settings.model_copy(update={"portal_url": FRONT, "argilla_public_url": FRONT})
+    caplog.set_level(logging.WARNING)
+    _, start = _started(rig, settings, "nokey")
+    assert start.status_code == 503 and "Bearer" not in start.text
+    assert "503:" in caplog.text and "argilla-auth-secret cannot be read" in caplog.text
