@@ -7,12 +7,15 @@
 
 Every ``interval_s`` seconds (default 2) it looks at the pid records of the services of the
 components it watches (those ``up`` was asked for). A service whose process is gone is started
-again through the stack's own start (:func:`services.stack.up` for its component), which waits
-until it is healthy. So a dead service is noticed within ``interval_s`` seconds and is back as
-soon as it answers its health check: measured on a 2-core machine, a SIGKILLed portal is healthy
-again in about 5 s and a SIGKILLed argilla-server in about 25 s (tests/integration/
-test_supervisor.py holds them to 30 s and 90 s). A start that fails is tried again at the next
-round, at most every 30 s per component, and the failure is logged in one line.
+again through the stack's own start (:func:`services.stack.up` for its component, with
+``restart=True``: Argilla's database migration and owner step, done at its first start, are
+skipped), which waits until it is healthy. So a dead service is noticed within ``interval_s``
+seconds and is back as soon as it answers its health check. Measured on the project's shared
+2-core machine under a load of about 8 (2026-11-25, tests/integration/test_supervisor.py): a
+SIGKILLed portal was healthy again after 15-18 s (46 s once, at a peak), a SIGKILLed
+argilla-server after 32 s; the test holds them to 60 s and 180 s. A start that fails is tried
+again at the next round, at most every 30 s per component, and the failure is logged in one
+line.
 
 It restarts services whose process died; it does not judge a live process that answers badly.
 Under systemd, use ``crowdpref service install`` instead (services/systemd.py): systemd restarts
