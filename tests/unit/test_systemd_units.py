@@ -153,6 +153,10 @@ def test_service_install_command(tmp_path: Path):
     assert "wrote 6 units" in result.stdout and "no problem found" in result.stdout
     assert "prolific-secret-token-123" not in result.stdout + result.stderr
     assert len(list((tmp_path / "u").glob("crowdpref-*.service"))) == 6
+    # --no-check: the units are written, nothing runs systemd-analyze
+    result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "service", "install", "--dir", str(tmp_path / "u"),
+                             "--no-check"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "systemd-analyze" not in result.stdout, result.stdout
     if os.geteuid() != 0:  # only root may write /etc/systemd/system: one line, exit 2
         result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "service", "install"], env=env, cwd=REPO,
                                 capture_output=True, text=True, timeout=120)
