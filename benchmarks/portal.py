@@ -52,7 +52,26 @@ status is 1 when one is missed.
 
     .venv/bin/python benchmarks/portal.py [--arrivals 200] [--window 10] [--quick]
                                           [--workers N] [--hook-workers 50] [--no-settle] [--home DIR]
-                                          [--compare potato]
+                                          [--compare potato] [--profile public]
+                                          [--argilla-workers N] [--sign-in password]
+                                          [--bcrypt-on-loop] [--json PATH]
+
+``--profile public`` (issue 19): the same on the public profile - Caddy (``tls internal``) on
+``https://localhost:<free port>`` in front of the portal and Argilla (one origin; free HTTPS, HTTP
+and PostgreSQL ports), Argilla with ``--argilla-workers`` uvicorn workers (default 2) on the
+stack's PostgreSQL, the study store on it too; no supervisor (nothing restarts what the benchmark
+stops). The participants' and the webhook sender's clients go through Caddy and trust only
+Caddy's internal root (``caddy.internal_root``). *Start* answers the page holding the Argilla
+session the portal minted: the benchmark takes the token from it (what the page's script stores
+for Argilla's frontend) and goes on with it - no ``POST /api/v1/token``. The warm pool is
+provisioned by 4 collections at once (not timed). Targets (instead of p95 < 3 s): p95 < 1 s (200
+in 10 s), < 0.5 s over 60 s or more (100 in 60 s), none at more than 50 a second (200 in 1 s);
+everyone in; 0 HTTP errors seen by participants. As root, the PostgreSQL folder the profile puts
+in /var/lib/crowdpref is removed at the end. The levers alone: ``--sign-in password`` (each
+arrival logs in with its password from the store, one bcrypt check, as before the minted
+session), ``--bcrypt-on-loop`` (benchmarks/argilla_bcrypt_on_loop.py: argilla-server's stock
+bcrypt on the event loop), ``--argilla-workers 1``; ``benchmarks/public_levers.py`` runs them
+one after another. ``--json PATH`` writes the burst's figures.
 
 ``--compare potato``: before the stack starts, potato 2.12.1 is pip-installed into a temporary
 virtualenv and gets the same burst and a burst with more arrivals than places
@@ -78,6 +97,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import sys
 import tempfile
@@ -116,6 +136,7 @@ TARGET_P95_S = 3.0
 TARGET_HOOK_P95_S = 1.0  # a webhook's reply (sent -> 200), the release runs after it
 BASELINE = 5  # arrivals one after another on the idle portal
 BARE = 3  # bare Collection.claim calls in this process
+POOL_PROVISIONERS = 4  # the public profile's warm pool: accounts provisioned at once (not timed)
 GIVE_UP_S = 300.0  # a participant without their records after this long gives up
 POLL_S = 0.05  # a participant whose records are not listed yet looks again after this
 PAUSE_FIRST_S, PAUSE_MAX_S = 1.0, 8.0  # a person reloading after an error: 1, 2, 4, 8 s
@@ -125,6 +146,7 @@ STEPS = ("entry", "welcome", "start", "login", "datasets", "records", "pauses af
 FORM = re.compile(r'<form method="post" action="([^"]+)"')
 PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
 EXCEPTION_LINE = re.compile(r"^(Exception in thread|[\w.]+(Error|Exception)\b)")
+TOKEN_PAGE = re.compile(r'"Bearer ([\w-]+\.[\w-]+\.[\w-]+)"')  # the public profile's Start page
 ARGILLA_ERROR = re.compile(r"ERROR +ERROR:argilla:(.*?)\s+\S+\.py:\d+")  # rich-wrapped: the first words
 
 console = Console()
@@ -140,16 +162,37 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def private_settings(home: Path) -> Settings:
+def private_settings(home: Path, public: bool = False, argilla_workers: int | None = None) -> Settings:
     """Own state folder, free ports, its own studies folder; nothing external (a developer's
     CROWDPREF_* / ARGILLA_* environment cannot point the benchmark at a real server, store or
-    Prolific)."""
-    return load_settings(
+    Prolific). ``public``: the public profile on ``https://localhost:<free port>`` (Caddy with
+    ``tls internal``, free HTTP and PostgreSQL ports; Argilla and the study store on that
+    PostgreSQL, ``argilla_workers`` uvicorn workers, default the profile's 2)."""
+    extra: dict[str, Any] = {}
+    if public:
+        https = free_port()
+        extra = {"public_url": f"https://localhost:{https}", "public_tls": "internal", "https_port": https,
+                 "http_port": free_port(), "postgres_port": free_port(), "argilla_workers": argilla_workers,
+                 "portal_trusted_proxies": None}
+    elif argilla_workers is not None:
+        extra = {"argilla_workers": argilla_workers}
+    return load_settings(**extra,
         home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
         portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "portal-studies",
         argilla_venv=REPO / ".venv-argilla", argilla_url=None, argilla_api_key=None, argilla_public_url=None,
         prefect_api_url=None, database_url=None, portal_url=None, prolific_token=None,
     )
+
+
+def public_target(arrivals: int, window: float) -> float | None:
+    """The public profile's p95 target for a burst (issue 19): spread over a minute or more
+    (100 in 60 s) 0.5 s; a launch burst of 200 in 1 s none (everyone in, p95 reported); else
+    (200 in 10 s) 1 s."""
+    if window >= 60:
+        return 0.5
+    if arrivals / max(window, 1e-9) > 50:
+        return None
+    return 1.0
 
 
 def study_size(participants: int) -> int:
@@ -179,6 +222,21 @@ def write_study(settings: Settings, participants: int, pool: int, places: int | 
                               for i in range(n_questions)])
     write_parquet(questions, settings.runs_dir / NAME / "questions.parquet")
     return path
+
+
+def bcrypt_on_the_loop() -> None:
+    """``--bcrypt-on-loop``: the stack's Argilla server runs benchmarks/argilla_bcrypt_on_loop.py
+    (the launcher's app with argilla-server's stock bcrypt on the event loop) under uvicorn with
+    the same workers, host and port (this process's copy of ``server_argv`` is replaced; the
+    stack itself is unchanged)."""
+    from services.argilla import service as argilla_service
+
+    def argv(settings: Settings) -> list[str]:
+        return [str(argilla_service.server_python(settings)), "-m", "uvicorn", "argilla_bcrypt_on_loop:app",
+                "--app-dir", str(Path(__file__).resolve().parent), "--workers", str(settings.argilla_worker_count),
+                "--host", settings.host, "--port", str(settings.argilla_port), "--no-access-log"]
+
+    argilla_service.server_argv = argv
 
 
 # --- one participant ------------------------------------------------------------------------------
@@ -212,6 +270,7 @@ class Visit:
     error: str | None = None
     usernames: set[str] = field(default_factory=set)  # every account the portal handed them (1 expected)
     record_ids: set[str] = field(default_factory=set)  # what their dataset listed
+    password: Callable[[str], str] | None = None  # --sign-in password: their password from the store, by pid
 
     def close(self) -> None:
         self.browser.close()
@@ -225,6 +284,10 @@ def _check(response: httpx.Response, expected: int | tuple[int, ...], what: str)
     if response.status_code >= 500 or response.status_code == 429:
         raise Transient(message)
     raise Fatal(f"{message}: {response.text[:160]!r}")
+
+
+def _padded(b64: str) -> str:
+    return b64 + "=" * (-len(b64) % 4)
 
 
 def _absolute(base: str, location: str) -> str:
@@ -270,17 +333,28 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                 if form is None:
                     raise Fatal("the welcome page has no Start form")
                 start = step("start", lambda: v.browser.post(_absolute(v.url, form.group(1))))
-                _check(start, 303, "start")
+                _check(start, (200, 303), "start")  # 200: the public profile's session page
                 break
             except (Transient, httpx.TransportError) as exc:
                 v.reloads += 1
                 pause(exc)
         v.portal = time.perf_counter() - begun
-        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
-        username, password = base64.b64decode(auth).decode().split(":", 1)
+        if start.status_code == 303:  # the password sign-in link (two origins: the laptop stack)
+            auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+            username, password = base64.b64decode(auth).decode().split(":", 1)
+            minted = None
+        else:  # the public profile: a page that stores an Argilla session the portal minted (no bcrypt)
+            found = TOKEN_PAGE.search(start.text)
+            if found is None:
+                raise Fatal("the Start page holds neither a sign-in link nor an Argilla session")
+            minted, password = found.group(1), None
+            username = json.loads(base64.urlsafe_b64decode(_padded(minted.split(".")[1])))["username"]
         v.usernames.add(username)
-
-        while True:  # Argilla's sign-in page posts the credentials for a token
+        if minted is not None and v.password is None:
+            token = minted  # what the page's script writes where Argilla's frontend keeps its session
+        while minted is None or v.password is not None:  # Argilla's sign-in posts the credentials (bcrypt)
+            if password is None and v.password is not None:
+                password = v.password(v.pid)  # --sign-in password: the login the minted session replaced
             try:
                 login = step("login", lambda: v.argilla.post(f"{argilla_url}/api/v1/token",
                                                              data={"username": username, "password": password}))
@@ -563,6 +637,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", choices=["potato"], default=None,
                         help="also run potato 2.12.1 (pip-installed into a temporary virtualenv) under the same "
                              "bursts, and a burst with more arrivals than places on both (benchmarks/potato_peer.py)")
+    parser.add_argument("--profile", choices=["embedded", "public"], default="embedded",
+                        help="embedded: the laptop stack (SQLite, one Argilla process, two ports); public: Caddy with "
+                             "TLS (tls internal) in front of portal and Argilla on one https://localhost:<port>, Argilla "
+                             "with N uvicorn workers on PostgreSQL, the study store on PostgreSQL (issue 19)")
+    parser.add_argument("--argilla-workers", type=int, default=None,
+                        help="Argilla's uvicorn workers (default: the profile's, 2 public / 1 embedded)")
+    parser.add_argument("--sign-in", choices=["portal", "password"], default="portal",
+                        help="portal: what Start hands (public profile: a session the portal minted, no bcrypt); "
+                             "password: each arrival logs in to Argilla with its password (POST /api/v1/token, a "
+                             "bcrypt check) as before the minted session - the lever measured alone")
+    parser.add_argument("--bcrypt-on-loop", action="store_true",
+                        help="Argilla with its stock bcrypt on the event loop (benchmarks/argilla_bcrypt_on_loop.py) "
+                             "instead of the launcher's threads - the lever measured alone")
+    parser.add_argument("--json", type=Path, default=None, help="also write the burst's figures to this JSON file")
     parser.add_argument("--home", type=Path, default=None,
                         help="state folder (default: a new temporary folder, removed after a clean run)")
     args = parser.parse_args(argv)
@@ -592,7 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     from services import stack
     from services.process import ProcessManager
 
-    settings = private_settings(home)
+    public = args.profile == "public"
+    settings = private_settings(home, public, args.argilla_workers)
+    if args.bcrypt_on_loop:
+        bcrypt_on_the_loop()
+    pg_folder: Path | None = None  # the public profile's PostgreSQL folder (removed at the end)
     portal_log_path = ProcessManager(settings.state_dir).log_path("portal")
     argilla_log_path = ProcessManager(settings.state_dir).log_path("argilla-server")
     bench_started = time.perf_counter()
@@ -602,10 +694,17 @@ def main(argv: list[str] | None = None) -> int:
     visits: list[Visit] = []
     try:
         started = time.perf_counter()
-        with console.status("starting the embedded Argilla and the fake Prolific") as status:
-            stack.up(settings, components=["argilla"], on_step=lambda s: status.update(f"starting {s}"))
+        with console.status(f"starting the {args.profile} profile's Argilla and the fake Prolific") as status:
+            stack.up(settings, components=["argilla"], on_step=lambda s: status.update(f"starting {s}"),
+                     supervise=False)  # no supervisor: the benchmark stops what it started, nothing restarts it
+            if public:
+                from services import postgres
+
+                pg_folder = postgres.data_folder(settings)
             stack.start_fake_prolific(settings)
-        console.print(f"Argilla at {settings.argilla_api_url}, fake Prolific on port {settings.fake_prolific_port}: "
+        console.print(f"Argilla at {settings.argilla_api_url} ({settings.argilla_worker_count} worker(s), "
+                      f"{'PostgreSQL' if public else 'SQLite'}, bcrypt {'on' if args.bcrypt_on_loop else 'off'} "
+                      f"the event loop), fake Prolific on port {settings.fake_prolific_port}: "
                       f"up in {time.perf_counter() - started:.0f} s (state folder {home})")
         path = write_study(settings, total_participants, n, places=total_participants + over)
         config = load_study(path)
@@ -620,24 +719,32 @@ def main(argv: list[str] | None = None) -> int:
                                      total=total_participants)
             done: dict[str, Any] = {}
 
-            def fill() -> None:
+            def fill(provisioner: Collection) -> None:
                 try:
-                    done["made"] = collection.refill_pool(total_participants)
+                    made = provisioner.refill_pool(total_participants)
+                    with lock:
+                        done["made"] = done.get("made", 0) + made
                 except BaseException as exc:  # noqa: BLE001 - reported below
                     done["error"] = exc
 
+            # the public profile: several provisioners at once (each its own Collection; the store's
+            # leases give each account to one of them), as Argilla's workers can serve them in parallel
+            provisioners = [collection] + [open_collection(path, "study1", settings)
+                                           for _ in range(POOL_PROVISIONERS - 1 if public else 0)]
+            lock = threading.Lock()
             started = time.perf_counter()
-            filler = threading.Thread(target=fill, daemon=True)
-            filler.start()
-            while filler.is_alive():
+            fillers = [threading.Thread(target=fill, args=(c,), daemon=True) for c in provisioners]
+            for filler in fillers:
+                filler.start()
+            while any(filler.is_alive() for filler in fillers):
                 progress.update(task, completed=sum(a.state == READY for a in store.accounts(cid)))
-                filler.join(0.5)
+                fillers[0].join(0.5)
             pool_s = time.perf_counter() - started
             if "error" in done:
                 raise RuntimeError(f"refill_pool failed: {done['error']!r}")
             progress.update(task, completed=total_participants)
         console.print(f"warm pool: {done['made']} accounts ready in {pool_s:.0f} s "
-                      f"({pool_s / max(1, done['made']):.2f} s each, one after another; not timed)")
+                      f"({pool_s / max(1, done['made']):.2f} s each, {len(provisioners)} at a time; not timed)")
 
         # the Prolific study on the fake, the webhook secret, the portal, the places
         fake_api = f"http://{settings.host}:{settings.fake_prolific_port}"
@@ -647,20 +754,27 @@ def main(argv: list[str] | None = None) -> int:
         secret = secrets.token_urlsafe(32)
         store.set_meta(WEBHOOK_SECRET_META, secret)
         started = time.perf_counter()
-        with console.status("starting the portal"):
-            stack.up(settings, components=["portal"])
-        console.print(f"portal at {settings.portal_public_url} (its own process) up in "
+        with console.status("starting the portal" + (" and Caddy" if public else "")):
+            stack.up(settings, components=["portal", "caddy"], supervise=False)
+        verify: Any = True
+        if public:  # the participants' browsers trust Caddy's internal root (tls internal), nothing else
+            from services import caddy
+
+            verify = ssl.create_default_context(cafile=str(caddy.internal_root(settings)))
+        console.print(f"portal at {settings.portal_public_url} (its own process{', through Caddy' if public else ''}) up in "
                       f"{time.perf_counter() - started:.1f} s; Prolific study {study.status} with "
                       f"{study.total_available_places} places, entry {study.external_study_url.split('?')[0]}")
-        argilla_url, dataset = settings.argilla_api_url, collection.dataset_name
+        argilla_url, dataset = settings.argilla_participant_url, collection.dataset_name
         with httpx.Client(base_url=fake_api, timeout=30) as fake:
             for i in range(1 + BASELINE + n + over):
                 place = fake.post(f"/_fake/studies/{platform.external_id}/arrive")
                 place.raise_for_status()
                 p = place.json()
                 visits.append(Visit(i, p["participant_id"], p["session_id"], p["url"],
-                                    httpx.Client(timeout=GIVE_UP_S, follow_redirects=False),
-                                    httpx.Client(timeout=GIVE_UP_S)))
+                                    httpx.Client(timeout=GIVE_UP_S, follow_redirects=False, verify=verify),
+                                    httpx.Client(timeout=GIVE_UP_S, verify=verify)))
+                if args.sign_in == "password":
+                    visits[-1].password = lambda pid: store.password(store.participant_by_key(cid, pid).account_id)
         warmup, baseline, burst = visits[0], visits[1:1 + BASELINE], visits[1 + BASELINE:1 + BASELINE + n]
         crowded = visits[1 + BASELINE + n:]  # --compare: the burst with more arrivals than places
 
@@ -678,7 +792,8 @@ def main(argv: list[str] | None = None) -> int:
         failed = [v for v in [warmup, *baseline] if not v.ok]
         if failed:
             raise RuntimeError(f"a baseline arrival failed: {failed[0].error} (portal log {portal_log_path})")
-        base = {name: statistics.median(step_values(baseline, name)) for name in ("total", "portal", "argilla", *STEPS)}
+        base = {name: statistics.median(values) if (values := step_values(baseline, name)) else math.nan
+                for name in ("total", "portal", "argilla", *STEPS)}  # no login step with a minted session
         base["bare claim"] = statistics.median(bare)
         console.print(f"baseline: warm-up arrival {fmt(warmup.total)}; {BASELINE} arrivals one after another on "
                       f"the idle portal: median {fmt(base['total'])} (portal {fmt(base['portal'])}, Argilla "
@@ -778,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
         lock = threading.Lock()
         hook_log_start, hook_argilla_start = log_size(portal_log_path), log_size(argilla_log_path)
         portal_url = settings.portal_public_url
-        sender = httpx.Client(timeout=GIVE_UP_S, limits=httpx.Limits(max_connections=args.hook_workers + 10,
+        sender = httpx.Client(timeout=GIVE_UP_S, verify=verify, limits=httpx.Limits(max_connections=args.hook_workers + 10,
                                                                      max_keepalive_connections=args.hook_workers + 10))
 
         def send(event: tuple[str, bytes, int]) -> Callable[[], None]:
@@ -943,10 +1058,19 @@ def main(argv: list[str] | None = None) -> int:
         p95 = pct(step_values(burst, "total"), 95)
         p50 = pct(step_values(burst, "total"), 50)
         lost_total = len(lost) + len(twice) + len(not_released) + len(released_twice) + len(unanswered)
+        limit = public_target(n, window) if public else TARGET_P95_S
+        seen_errors = sum(v.reloads + v.argilla_errors for v in burst)
         targets = [
-            (f"p95 entry request -> logged-in workspace with records < {TARGET_P95_S:g} s",
+            (f"p95 entry request -> logged-in workspace with records < {limit:g} s" if limit else
+             "p95 entry request -> logged-in workspace with records (no target for this burst: everyone in)",
              f"{fmt(p95)} (p50 {fmt(p50)}; {ratio(p95, base['total'])} the idle baseline)",
-             p95 < TARGET_P95_S),
+             p95 < limit if limit else True),
+        ]
+        if public:  # issue 19: everyone in, and no participant sees an HTTP error
+            targets += [("everyone in (their records listed)", f"{len(ok)}/{n}", len(ok) == n),
+                        ("HTTP errors seen by participants = 0 (5xx/429/no connection, each retried)",
+                         str(seen_errors), seen_errors == 0)]
+        targets += [
             ("double allocations = 0 (items over R, accounts shared or handed twice, datasets != store)",
              str(len(double)), not double),
             ("lost webhooks = 0 (events not recorded once, participants not released once, deliveries unanswered)",
@@ -955,6 +1079,20 @@ def main(argv: list[str] | None = None) -> int:
             (f"webhook reply p95 < {TARGET_HOOK_P95_S:g} s (sent -> 200, retries included)",
              fmt(pct(seconds, 95)), pct(seconds, 95) < TARGET_HOOK_P95_S),
         ]
+        if args.json is not None:
+            args.json.write_text(json.dumps({
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "profile": args.profile,
+                "argilla_workers": settings.argilla_worker_count, "sign_in": args.sign_in,
+                "bcrypt_on_loop": args.bcrypt_on_loop, "arrivals": n, "window_s": window,
+                "p50_s": p50, "p95_s": p95, "max_s": max(step_values(burst, "total"), default=math.nan),
+                "baseline_s": base["total"], "in": len(ok), "http_errors_seen": seen_errors,
+                "double_allocations": len(double), "lost_webhooks": lost_total,
+                "webhook_reply_p95_s": pct(seconds, 95), "p95_target_s": limit,
+                "load_at_start": load_at_start[0], "load_after_burst": load_after_burst[0],
+                "argilla_errors_logged": dict(burst_errors),
+                "cpu_s": {k: cpu_after_burst.get(k, 0.0) - cpu_before_burst.get(k, 0.0)
+                          for k in cpu_after_burst if not k.startswith("(")},
+                "burst_wall_s": burst_s}, indent=1, default=str).replace("Infinity", "null").replace("NaN", "null"))
         table = Table(title="targets")
         for column in ("target", "measured", ""):
             table.add_column(column)
@@ -993,6 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
         stopped = stack.down(settings)
         console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}; wall time "
                       f"{time.perf_counter() - bench_started:.0f} s")
+        if pg_folder is not None and pg_folder.parent == postgres.SYSTEM_ROOT:
+            shutil.rmtree(pg_folder, ignore_errors=True)  # as root, outside the state folder: gone with it
         if clean and args.home is None:
             shutil.rmtree(home, ignore_errors=True)
         else:
