@@ -30,6 +30,22 @@ records the store gives them). Targets: warm p95 < 2 s, cold/warm p95 >= 5x, 0 d
 allocations; each printed PASS or MISS.
 
     .venv/bin/python benchmarks/claims.py [--claims 100] [--pool K] [--keep]
+
+``--store-only`` measures the study store alone (no Argilla, SQLite in a private folder): one
+claim of Q=60 items (study 2's shape: R=3, counterbalanced, a warm pool) at 1,000, 10,000 and
+60,000 items (``--sizes``). Per size: a fresh store and collection, 5 claims not timed, then
+``--store-claims`` (100) timed ``Store.claim`` calls; before each, while the collection is
+more than half taken, the oldest active participant is released (not timed), so every size
+is measured with taken, released and untaken items mixed. Beside it, in the same run and at the
+same size, the method's **loop step**: one step of the allocation loop the published method
+runs per participant - sort the N items by copies still missing (a Python ``sorted`` over a
+dict of N counts) and take the first Q -, timed 30 times; and the least a write transaction
+costs on that store (one event row: connect, lock, insert, commit, close), the floor under any
+claim. It prints claim p50/p95, the loop step and that floor per size, the growth of the claim's p50 from the smallest size to the largest, and the
+counts check (``Store.check``: the per-item counts equal a recount of the assignments).
+Targets: growth 60k/1k under 2x; a claim (p50) faster than the loop step at 60k.
+
+    .venv/bin/python benchmarks/claims.py --store-only [--sizes 1000,10000,60000] [--store-claims 100]
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -549,6 +566,107 @@ def allocation_table(checks: dict[str, Allocation]) -> Table:
     return table
 
 
+# --- the store alone ------------------------------------------------------------------------------------
+STORE_R, STORE_Q = 3, 60  # study 2's shape: 3 ratings per pair, 60 pairs per participant
+TARGET_GROWTH = 2.0
+
+
+def loop_step_times(missing: dict[str, int], q: int, repeats: int = 30) -> list[float]:
+    """The method's allocation loop, one step per participant: sort every item by copies still
+    missing, take the first ``q``, count them taken."""
+    missing = dict(missing)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        chosen = sorted(missing, key=missing.__getitem__, reverse=True)[:q]
+        for item in chosen:
+            missing[item] -= 1
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def store_claim_times(home: Path, n_items: int, n_claims: int
+                      ) -> tuple[list[float], list[float], list[float], list[str]]:
+    """(claim times, loop-step times, one-row write times, counts problems) at ``n_items`` items."""
+    store = Store(f"sqlite:///{home / f'store-{n_items}.sqlite'}")
+    try:
+        items = [f"pair-{i:06d}" for i in range(n_items)]
+        info = store.collection(f"bench-{n_items}", "study2", items, copies=STORE_R, per_participant=STORE_Q,
+                                seed=7, username_prefix=f"b{n_items}", counterbalance=True)
+        warmup = 5
+        store.plan_pool(info, warmup + n_claims)  # a warm pool: every claim binds a ready account
+        for account in store.accounts(info.id):
+            store.account_ready(info, account.id)
+        slots = n_items * STORE_R
+        active: list[int] = []
+        times = []
+        for n in range(warmup + n_claims):
+            while active and (len(active) + 1) * STORE_Q > slots // 2:
+                pid = active.pop(0)
+                store.begin_release(info.id, pid, "bench")
+                store.finish_release(info.id, pid)
+            started = time.perf_counter()
+            result = store.claim(info, f"bench-{n_items}-{n}", "simulated")
+            elapsed = time.perf_counter() - started
+            if not isinstance(result, Claimed):
+                raise RuntimeError(f"claim {n} at {n_items} items answered {result}")
+            active.append(result.participant.id)
+            if n >= warmup:
+                times.append(elapsed)
+        floor = []  # the least a write transaction costs here: one event row (open, lock, insert, commit, close)
+        for _ in range(30):
+            started = time.perf_counter()
+            store.log_event(info.id, "bench_floor")
+            floor.append(time.perf_counter() - started)
+        counts = store.item_counts(info.id)
+        missing = {item: STORE_R - counts.held[item] - counts.submitted[item] for item in items}
+        return times, loop_step_times(missing, STORE_Q), floor, store.check(info.id)
+    finally:
+        store.close()
+
+
+def store_only(sizes: list[int], n_claims: int) -> int:
+    home = Path(tempfile.mkdtemp(prefix="bench-claims-store-"))
+    console.print(f"store only: SQLite in {home}; one claim = Q={STORE_Q} items, R={STORE_R}, counterbalanced, "
+                  f"warm pool; {n_claims} timed claims per size; {os.cpu_count()} cores")
+    rows = []
+    try:
+        for n_items in sizes:
+            claims, loop, floor, problems = store_claim_times(home, n_items, n_claims)
+            rows.append((n_items, pct(claims, 50), pct(claims, 95), pct(loop, 50), pct(floor, 50), problems))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    table = Table(title=f"Store.claim of {STORE_Q} items against the method's loop step (same run)")
+    for column in ("items", "claim p50", "claim p95", "loop step p50", "claim p50 / loop step",
+                   "one-row write txn p50", "counts check"):
+        table.add_column(column, justify="right")
+    for n_items, p50, p95, loop, floor, problems in rows:
+        table.add_row(f"{n_items:,}", fmt_ms(p50), fmt_ms(p95), fmt_ms(loop), f"{p50 / loop:.2f}x", fmt_ms(floor),
+                      "ok" if not problems else f"{len(problems)} differences")
+    console.print(table)
+    first, last = rows[0], rows[-1]
+    growth = last[1] / first[1]
+    targets = [
+        (f"growth of the claim p50, {last[0]:,} / {first[0]:,} items, < {TARGET_GROWTH:g}x", f"{growth:.2f}x",
+         growth < TARGET_GROWTH),
+        (f"claim p50 < loop step p50 at {last[0]:,} items", f"{fmt_ms(last[1])} vs {fmt_ms(last[3])}",
+         last[1] < last[3]),
+        ("per-item counts equal a recount of the assignments", f"{sum(len(r[5]) for r in rows)} differences",
+         all(not r[5] for r in rows)),
+    ]
+    verdicts = Table(title="targets")
+    for column in ("target", "measured", ""):
+        verdicts.add_column(column)
+    for name, measured, ok in targets:
+        verdicts.add_row(name, measured, verdict(ok))
+    console.print(verdicts)
+    return 0 if all(ok for _, _, ok in targets) else 1
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
+
+
 # --- main ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -557,7 +675,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack (and its state folder) up")
     parser.add_argument("--home", type=Path, default=None,
                         help="state folder (default test-output/bench-claims-<pid>, removed after a clean run)")
+    parser.add_argument("--store-only", action="store_true",
+                        help="the study store alone: claim p50/p95 at --sizes items against the method's loop step")
+    parser.add_argument("--sizes", default="1000,10000,60000", help="--store-only: item counts (default 1000,10000,60000)")
+    parser.add_argument("--store-claims", type=int, default=100, help="--store-only: timed claims per size (default 100)")
     args = parser.parse_args(argv)
+    if args.store_only:
+        try:
+            sizes = [int(size.replace("_", "")) for size in args.sizes.split(",")]
+        except ValueError:
+            parser.error(f"--sizes {args.sizes!r}: give item counts separated by commas, e.g. 1000,10000,60000")
+        if len(sizes) < 2 or min(sizes) < 2 * STORE_Q or args.store_claims < 1:
+            parser.error(f"--sizes needs two or more counts of at least {2 * STORE_Q} items, "
+                         "and --store-claims at least 1")
+        return store_only(sizes, args.store_claims)
     n = args.claims
     pool = n if args.pool is None else args.pool
     n_questions = max(500, math.ceil(2 * n * Q / R))  # 2n batches: no claim finds the study full

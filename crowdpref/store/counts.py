@@ -25,7 +25,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 from crowdpref.store import schema as t
 from crowdpref.store.statuses import IN_FLIGHT_OR_DONE, AssignmentStatus
 
-STATUSES: tuple[str, ...] = tuple(AssignmentStatus)
+STATUSES: tuple[str, ...] = tuple(str(status) for status in AssignmentStatus)
 """The count columns: one per assignment status, named as the status."""
 RANK_SPACE = 2**31
 """Ranks (and a claim's starting point) lie in 0 .. RANK_SPACE - 1 (fits PostgreSQL's integer)."""
@@ -90,7 +90,7 @@ def recount(conn: Connection, cid: int, items: Sequence[str] | None = None, *,
         query = query.where(s.item_id.in_(select(t.items.c.item_id).where(t.items.c.collection_id == cid)))
     counted: dict[str, dict[str, int]] = defaultdict(dict)
     for item, status, n in conn.execute(query):
-        counted[item][status] = n
+        counted[item][str(status)] = n
     return counted
 
 
