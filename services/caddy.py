@@ -112,7 +112,7 @@ def _quoted(path: Path) -> str:
 def caddyfile(settings: Settings) -> str:
     """The Caddyfile for ``settings`` (see the module docstring for what it does)."""
     host = hostname(settings)
-    upstream_portal = f"{settings.host}:{settings.portal_port}"
+    upstream_portal = f"{_connect_host(settings)}:{settings.portal_port}"
     argilla = urlsplit(settings.argilla_api_url)
     upstream_argilla = settings.argilla_api_url if argilla.scheme == "https" else argilla.netloc
     if settings.public_tls == "acme":

@@ -169,3 +169,9 @@ def test_argilla_delivers_its_webhooks_to_the_portal_directly_in_the_public_prof
     assert hook_url(elsewhere) == "https://study.example.org/hooks/argilla"  # through Caddy
     laptop = isolated_settings(tmp_path / "home")
     assert hook_url(laptop) == f"http://127.0.0.1:{laptop.portal_port}/hooks/argilla"
+
+
+def test_with_the_services_on_every_address_caddy_still_dials_the_portal_on_loopback(tmp_path):
+    settings = _public(tmp_path, host="0.0.0.0")
+    assert f"reverse_proxy @portal 127.0.0.1:{settings.portal_port}\n" in caddy.caddyfile(settings)
+    assert trusted_proxies(settings) == {"127.0.0.1", "::1"}  # and the portal trusts where it comes from
