@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from crowdpref.errors import ConfigError
@@ -152,6 +153,7 @@ def test_the_certificate_line_names_the_expiry_or_why_there_is_none():
         "certificate: none served on port 443 (ConnectionRefusedError)"
 
 
+@hypothesis_settings(deadline=None)  # a busy machine: no per-example time limit
 @given(limit=st.integers(min_value=0, max_value=10**9), value=st.integers(min_value=0, max_value=2 * 10**9))
 def test_the_content_length_matcher_matches_exactly_the_sizes_over_the_limit(limit, value):
     pattern = re.compile(caddy.over_regexp(limit))
