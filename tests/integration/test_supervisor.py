@@ -53,8 +53,10 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
     # Prolific retries a failed delivery up to 12 times over 24 h; the fake's 12 tries, 6 s
-    # apart, cover the portal's restart (PORTAL_BACK_S) on a loaded machine
-    fake = FakeProlific(port=settings.fake_prolific_port, page_size=5, retry_delay_s=6.0).start()
+    # apart, cover the portal's restart (PORTAL_BACK_S) on a loaded machine. Every event is also
+    # sent twice (at-least-once delivery): the portal must handle it once.
+    fake = FakeProlific(port=settings.fake_prolific_port, page_size=5, retry_delay_s=6.0,
+                        duplicate_deliveries=True).start()
     try:
         started = time.monotonic()
         rows = stack.up(settings, ["argilla", "portal"], supervise=True)
@@ -139,6 +141,7 @@ def test_killed_services_come_back_with_no_claim_or_webhook_lost(supervised, uni
             assert attempts[0][3] is None, "the first delivery should have met the dead portal"
             assert attempts[-1][3] is not None and 200 <= attempts[-1][3] < 300, attempts
             assert len({d[0] for d in attempts}) == 1, "one event, retried under the same X-Event-ID"
+            assert sum(d[3] is not None and 200 <= d[3] < 300 for d in attempts) == 2, "both copies answered"
 
             def handled() -> list[dict]:
                 return [d for d in store.deliveries("prolific") if d["event_id"] == attempts[0][0]]
