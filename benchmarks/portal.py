@@ -174,8 +174,8 @@ def private_settings(home: Path, public: bool = False, argilla_workers: int | No
         extra = {"public_url": f"https://localhost:{https}", "public_tls": "internal", "https_port": https,
                  "http_port": free_port(), "postgres_port": free_port(), "argilla_workers": argilla_workers,
                  "portal_trusted_proxies": None}
-    elif argilla_workers is not None:
-        extra = {"argilla_workers": argilla_workers}
+    else:  # the embedded profile even where CROWDPREF_PUBLIC_URL is set
+        extra = {"public_url": None, "argilla_workers": argilla_workers}
     return load_settings(**extra,
         home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
         portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "portal-studies",
@@ -676,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"portal.py --compare potato: {exc}", file=sys.stderr)
             if args.home is None:
                 shutil.rmtree(home, ignore_errors=True)
-            return 2
+            return 1
     from services import stack
     from services.process import ProcessManager
 
