@@ -676,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"portal.py --compare potato: {exc}", file=sys.stderr)
             if args.home is None:
                 shutil.rmtree(home, ignore_errors=True)
-            return 1
+            return 2
     from services import stack
     from services.process import ProcessManager
 
