@@ -7,6 +7,8 @@ it is made of one part per domain:
 
 - :mod:`~crowdpref.store.engine`      the database, migrations, transactions, the shared base;
 - :mod:`~crowdpref.store.claims`      collections, their items, and claims;
+- :mod:`~crowdpref.store.counts`      the per-item counts a claim reads in order, kept in step
+                                      with the assignments;
 - :mod:`~crowdpref.store.pool`        the warm pool of Argilla accounts and their credentials;
 - :mod:`~crowdpref.store.lifecycle`   participants from claim to complete or released, checks,
                                       exclusion, reopening, withdrawal, releases;

@@ -3,7 +3,8 @@
 A collection is one study's (study 1 or study 2) items with R (copies of each item) and Q (items
 per participant). A claim hands a participant their Q items in one short transaction: the
 items with the most copies still missing first, never more than R copies of an item in flight
-or done, never an item twice to one person.
+or done, never an item twice to one person. It reads the per-item counts in that order from an
+index (:mod:`crowdpref.store.counts`), so its cost does not grow with the number of items.
 """
 
 from __future__ import annotations

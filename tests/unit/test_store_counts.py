@@ -356,3 +356,31 @@ def test_a_half_built_counts_table_left_at_0008_is_built_anew(tmp_path: Path) ->
         conn.execute(text("INSERT INTO item_counts VALUES (1, 'one-0', 5)"))
     engine.dispose()
     assert migrated_counts(url, cids) == expected
+
+
+def _claim_work(tmp_path: Path, n_items: int) -> int:
+    """SQLite virtual-machine steps (in units of 100) one claim of 20 items runs, mid-study."""
+    from sqlalchemy import event as sa_event
+
+    store = Store(f"sqlite:///{tmp_path / f'work-{n_items}.sqlite'}")
+    info = store.collection("work", "study2", [f"pair-{n:05d}" for n in range(n_items)], copies=3, per_participant=20,
+                            seed=2, username_prefix="work", counterbalance=True)
+    for n in range(5):
+        store.claim(info, f"before-{n}", "simulated")
+    steps = [0]
+
+    @sa_event.listens_for(store.engine, "connect")
+    def _count(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
+
+    assert isinstance(store.claim(info, "measured", "simulated"), Claimed)
+    store.close()
+    return steps[0]
+
+
+def test_a_claims_work_does_not_grow_with_the_number_of_items(tmp_path: Path) -> None:
+    """Counted in database steps, not time: 20 times the items, about the same work (a claim
+    that read every item did 8 times as much in a trial)."""
+    small, large = _claim_work(tmp_path, 500), _claim_work(tmp_path, 10_000)
+    assert small > 0
+    assert large < 1.5 * small, (small, large)
