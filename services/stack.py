@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import caddy, portal, postgres, redis, supervisor
+from services import caddy, portal, postgres, redis, supervision
 from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager, ServiceSpec
@@ -33,7 +33,7 @@ COMPONENTS = ("argilla", "prefect", "portal", "worker", "caddy")  # caddy: the p
 WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this order (the flow runners last: stopped first)
 SERVICE_NAMES = (postgres.NAME, redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
-                 caddy.NAME, SERVE, WORKER, supervisor.NAME)  # the supervisor last: `down` stops it first
+                 caddy.NAME, SERVE, WORKER, supervision.NAME)  # the supervisor last: `down` stops it first
 # reported only once started (the fake Prolific: by the demo, for simulated studies); the
 # worker also when it does not run while a serve process does, or the Prefect server is elsewhere
 ON_DEMAND = (SERVE, portal.FAKE_PROLIFIC)
@@ -59,7 +59,7 @@ def _urls(settings: Settings) -> dict[str, str]:
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
         caddy.NAME: f"{settings.public_url} (HTTPS on port {settings.https_port}, HTTP {settings.http_port} redirects)",
-        supervisor.NAME: f"restarts what dies, every {supervisor.INTERVAL_S:g} s",
+        supervision.NAME: f"restarts what dies, every {supervision.INTERVAL_S:g} s",
     }
 
 
@@ -75,7 +75,7 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         SERVE: lambda: _deploy().serve_healthy(settings),
         WORKER: lambda: _deploy().worker_healthy(settings),
         caddy.NAME: lambda: caddy.healthy(settings),
-        supervisor.NAME: lambda: supervisor.healthy(settings),
+        supervision.NAME: lambda: supervision.healthy(settings),
     }
 
 
@@ -187,7 +187,7 @@ def up(
             on_note("caddy restarted: its Caddyfile changed since it started")
     if settings.public if supervise is None else supervise:
         on_step("supervisor")
-        manager.start(supervisor.spec(settings, [c for c in COMPONENTS if c in wanted]), settings.host)
+        manager.start(supervision.spec(settings, [c for c in COMPONENTS if c in wanted]), settings.host)
     return status(settings)
 
 
@@ -213,7 +213,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for name in SERVICE_NAMES:
         running = manager.running(name)
         if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)
-                                or name in (supervisor.NAME, postgres.NAME, caddy.NAME) and not settings.public):
+                                or name in (supervision.NAME, postgres.NAME, caddy.NAME) and not settings.public):
             continue
         rows.append(
             ServiceStatus(

@@ -25,32 +25,16 @@ the units itself, and the supervisor is not needed.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from crowdpref.settings import Settings, load_settings
-from services.process import ProcessManager, ServiceSpec
+from services.process import ProcessManager
+from services.supervision import INTERVAL_S, NAME, heartbeat_file, healthy, spec  # noqa: F401 - the service's parts
 
-NAME = "supervisor"
-INTERVAL_S = 2.0
 RETRY_AFTER_FAILURE_S = 30.0
-
-
-def heartbeat_file(settings: Settings) -> Path:
-    return settings.pids_dir / f"{NAME}.beat"
-
-
-def healthy(settings: Settings, interval_s: float = INTERVAL_S) -> bool:
-    """The supervisor's loop ran in the last few rounds (its heartbeat file is fresh)."""
-    try:
-        age = time.time() - heartbeat_file(settings).stat().st_mtime
-    except FileNotFoundError:
-        return False
-    return age < max(15.0, 5 * interval_s) and ProcessManager(settings.state_dir).running(NAME) is not None
 
 
 def watched(settings: Settings, components: Iterable[str]) -> dict[str, str]:
@@ -115,26 +99,6 @@ def supervise(
         done += 1
         if rounds is None or done < rounds:
             time.sleep(interval_s)
-
-
-def spec(settings: Settings, components: Iterable[str], interval_s: float = INTERVAL_S) -> ServiceSpec:
-    """The supervisor as a background service: ``python -m services.supervisor`` from the
-    checkout, with every setting of ``settings`` in its environment (as the portal gets them),
-    so it starts the same services the command that started it would."""
-    repo = Path(__file__).resolve().parents[1]
-    argv = [sys.executable, "-m", "services.supervisor", "--interval", f"{interval_s:g}"]
-    for component in components:
-        argv += ["--component", component]
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "HOME")}
-    env.update({"PYTHONUNBUFFERED": "1", **settings.as_environment()})
-    return ServiceSpec(
-        name=NAME,
-        argv=argv,
-        env=env,
-        health=lambda: healthy(settings, interval_s),
-        cwd=repo,
-        start_timeout_s=30,
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
