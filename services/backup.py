@@ -567,14 +567,21 @@ def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -
         swap = _Swap(aside)
         try:
             # PostgreSQL first: each dump loads in one transaction (all or nothing)
+            loaded: list[str] = []
             for part, url in parts.items():
                 entry = held.get(part) or {}
                 if url is not None and entry.get("kind") == "postgresql":
                     progress(f"loading the {part} database", 0, 1)
                     args, env = _pg_args(url)
-                    _run_pg([_pg_tool("pg_restore"), "--single-transaction", "--exit-on-error", "--clean",
-                             "--if-exists", "--no-owner", "--no-privileges", *args,
-                             str(unpacked / entry["member"])], env, "pg_restore", url)
+                    try:
+                        _run_pg([_pg_tool("pg_restore"), "--single-transaction", "--exit-on-error", "--clean",
+                                 "--if-exists", "--no-owner", "--no-privileges", *args,
+                                 str(unpacked / entry["member"])], env, "pg_restore", url)
+                    except BackupError as exc:
+                        done = f"the {' and '.join(loaded)} database was restored already, " if loaded else ""
+                        raise BackupError(f"{exc}: {done}the {part} database and the files were not changed; "
+                                          "fix the cause and run the restore again") from None
+                    loaded.append(part)
             progress("swapping the files in", 0, 1)
             for part, url in parts.items():
                 entry = held.get(part) or {}
