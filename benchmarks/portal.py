@@ -536,9 +536,17 @@ def cpu_seconds(settings: Settings) -> dict[str, float]:
         if running is not None:
             groups[running.pid] = name  # each service runs in its own session: pgid = pid
     used = dict.fromkeys(groups.values(), 0.0)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(entry.name)) is not None and int(stat[2]) in groups:
-            used[groups[int(stat[2])]] += (int(stat[11]) + int(stat[12])) / TICK  # utime + stime
+    stats = {int(entry.name): stat for entry in Path("/proc").iterdir()
+             if entry.name.isdigit() and (stat := _stat(entry.name)) is not None}
+    for pid, stat in stats.items():
+        owner, ancestor = int(stat[2]), pid  # its process group; else (PostgreSQL's backends: their
+        for _ in range(8):  # own sessions) the group of the nearest ancestor in one
+            if owner in groups or ancestor not in stats:
+                break
+            ancestor = int(stats[ancestor][1])
+            owner = int(stats[ancestor][2]) if ancestor in stats else owner
+        if owner in groups:
+            used[groups[owner]] += (int(stat[11]) + int(stat[12])) / TICK  # utime + stime
     times = os.times()
     used[ME] = times.user + times.system
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
