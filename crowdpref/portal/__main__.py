@@ -11,6 +11,18 @@ import uvicorn
 from crowdpref.errors import CrowdprefError
 
 
+UVICORN_OPTIONS = {
+    # uvicorn would write query strings (Prolific ids): the app logs method, path, status only
+    "access_log": False,
+    # uvicorn's default believes X-Forwarded-For from 127.0.0.1 and rewrites the client address
+    # before the app sees it; the portal's own rule (portal_trusted_proxies, or the public
+    # profile's Caddy on HOST) must be the only one, so a local client cannot forge its address
+    "proxy_headers": False,
+    "log_level": "warning",
+    "timeout_graceful_shutdown": 5,
+}
+
+
 def main() -> int:
     from crowdpref.portal.app import build_app
     from crowdpref.settings import load_settings
@@ -27,9 +39,7 @@ def main() -> int:
     except CrowdprefError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    # access_log off: uvicorn would write query strings (Prolific ids); the app logs paths only
-    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.portal_port, access_log=False,
-                log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.portal_port, **UVICORN_OPTIONS)
     return 0
 
 
