@@ -134,7 +134,11 @@ def __getattr__(name: str) -> Any:
     """``launch:app``: argilla-server's ASGI app with bcrypt off the loop (for uvicorn's worker
     processes, which import the app themselves rather than run :func:`main`)."""
     if name == "app":
-        bcrypt_off_the_loop()
+        try:
+            bcrypt_off_the_loop()
+        except LauncherProblem as exc:  # one line for the operator, not a traceback per worker
+            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
+            raise SystemExit(1) from None
         from argilla_server import app
 
         return app

@@ -166,3 +166,19 @@ def test_start_refuses_an_argilla_whose_accounts_changed(tmp_path, change, named
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("crowdpref: "), run.stderr
     assert named in lines[0] and "services/argilla/launch.py" in lines[0]
+
+
+def test_launch_app_the_multi_worker_entry_is_patched_too(tmp_path):
+    """``uvicorn launch:app --workers N`` (several Argilla workers): each worker imports
+    ``launch:app``, which applies the patch - or exits with the same one line."""
+    env = _argilla_env(tmp_path)
+    base = f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); from argilla_server.contexts import accounts; "
+    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "import launch; launch.app; "
+                         "print(getattr(accounts, launch.BCRYPT_PATCHED, False))"],
+                        env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and ok.stdout.strip() == "True", ok.stderr[-2000:]
+    broken = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "del accounts.update_user; import launch; launch.app"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 1
+    lines = broken.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and "update_user missing" in lines[0], broken.stderr
