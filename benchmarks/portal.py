@@ -728,12 +728,17 @@ def main(argv: list[str] | None = None) -> int:
             done: dict[str, Any] = {}
 
             def fill(provisioner: Collection) -> None:
-                try:
-                    made = provisioner.refill_pool(total_participants)
-                    with lock:
-                        done["made"] = done.get("made", 0) + made
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    done["error"] = exc
+                for attempt in range(3):  # a connection Argilla reset under load: again (refill_pool
+                    try:  # is idempotent: the account it was making is finished by the next call)
+                        made = provisioner.refill_pool(total_participants)
+                        with lock:
+                            done["made"] = done.get("made", 0) + made
+                        return
+                    except Exception as exc:  # noqa: BLE001 - reported below after the last attempt
+                        if attempt == 2 or STOP.is_set():
+                            done["error"] = exc
+                            return
+                        console.print(f"warm pool: {exc!r}, provisioning again")
 
             # the public profile: several provisioners at once (each its own Collection; the store's
             # leases give each account to one of them), as Argilla's workers can serve them in parallel
