@@ -12,8 +12,8 @@ again through the stack's own start (:func:`services.stack.up` for its component
 skipped), which waits until it is healthy. So a dead service is noticed within ``interval_s``
 seconds and is back as soon as it answers its health check. Measured on the project's shared
 2-core machine under a load of about 8 (2026-11-25, tests/integration/test_supervisor.py): a
-SIGKILLed portal was healthy again after 15-18 s (46 s once, at a peak), a SIGKILLed
-argilla-server after 32-57 s; the test holds them to 60 s and 180 s. A start that fails is tried
+SIGKILLed portal was healthy again after 9-18 s (46 s once, at a peak), a SIGKILLed
+argilla-server after 20-57 s; the test holds them to 60 s and 180 s. A start that fails is tried
 again at the next round, at most every 30 s per component, and the failure is logged in one
 line.
 
