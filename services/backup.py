@@ -343,12 +343,15 @@ def _copy_tree(source: Path, staging: Path, prefix: str) -> None:
 def create(settings: Settings, archive: Path | None = None, *, progress: Progress = _quiet,
            now: float | None = None) -> BackupResult:
     """Write one backup archive (default :func:`default_archive`) while the stack may run; see
-    the module's docstring for what it holds. Returns where it is and what it holds."""
+    the module's docstring for what it holds. An existing file is never written over (a
+    one-line error). Returns where it is and what it holds."""
     started = time.monotonic()
     target = Path(archive) if archive is not None else default_archive(settings, now)
     target = target.expanduser().absolute()
-    if target.exists() and target.is_dir():
+    if target.is_dir():
         raise BackupError(f"{target}: is a folder: give --to a file name, e.g. {target / 'crowdpref.tar.gz'}")
+    if target.exists():  # never write over a backup
+        raise BackupError(f"{target}: exists already: choose another name with --to, or move it away first")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.parent.name == BACKUPS_DIR:

@@ -272,6 +272,16 @@ def test_a_failed_backup_leaves_nothing_under_the_archive_name(settings, tmp_pat
     assert list(target.parent.iterdir()) == []
 
 
+def test_backup_never_writes_over_an_existing_file(settings, tmp_path):
+    _state(settings)
+    target = tmp_path / "taken.tar.gz"
+    target.write_bytes(b"an older backup")
+    with pytest.raises(backup.BackupError) as err:
+        backup.create(settings, target)
+    assert "\n" not in str(err.value) and "exists already" in str(err.value)
+    assert target.read_bytes() == b"an older backup"
+
+
 def test_restore_refuses_an_archive_of_another_store_kind(settings, tmp_path, monkeypatch):
     _state(settings)
     archive = backup.create(settings, tmp_path / "a.tar.gz").path
