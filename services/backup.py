@@ -15,7 +15,8 @@ What an archive holds (``crowdpref backup``; :func:`create`):
 
 Databases are copied online and consistently while the stack runs: SQLite through its online
 backup API (:meth:`sqlite3.Connection.backup`, one snapshot even while others write),
-PostgreSQL with ``pg_dump`` (one snapshot transaction; custom format). The archive holds
+PostgreSQL with ``pg_dump`` (one snapshot transaction; custom format). The store's writes wait
+while both are copied (:func:`store_writes_paused`), so the two copies agree. The archive holds
 secrets and passwords, so it is written owner-only (mode 0600, in a 0700 ``backups/`` folder),
 first under a temporary name beside its target, then renamed: a crash leaves no half archive
 under the real name. Database URLs (they may hold passwords) are never written into it.
