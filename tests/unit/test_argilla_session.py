@@ -102,6 +102,7 @@ def test_start_on_argillas_origin_hands_over_a_minted_session(rig, caplog):  # n
     claims = json.loads(__import__("base64").urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     assert claims["username"] == participant.username
     assert f'"{claims["exp"] * 1000}"' in start.text  # the expiry as Argilla's frontend keeps it (ms)
+    assert "<noscript><p>Argilla needs JavaScript" in start.text  # without scripts, the page says so
     password = rig.store.password(participant.account_id)
     assert password not in start.text and "sign-in" not in start.text
     assert token not in caplog.text and "Bearer" not in caplog.text
