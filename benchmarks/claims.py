@@ -34,9 +34,9 @@ allocations; each printed PASS or MISS.
 ``--store-only`` measures the study store alone (no Argilla, SQLite in a private folder): one
 claim of Q=60 items (study 2's shape: R=3, counterbalanced, a warm pool) at 1,000, 10,000 and
 60,000 items (``--sizes``). Per size: a fresh store and collection, 5 claims not timed, then
-``--store-claims`` (100) timed ``Store.claim`` calls; before each, while the collection is
-more than half taken, the oldest active participant is released (not timed), so every size
-is measured with taken, released and untaken items mixed. Beside it, in the same run and at the
+``--store-claims`` (100) timed ``Store.claim`` calls; before each, once 10 participants hold
+work (or the collection is half taken), the oldest active participant is released (not
+timed), so every size is measured the same way, with taken, released and untaken items mixed. Beside it, in the same run and at the
 same size, the method's **loop step**: one step of the allocation loop the published method
 runs per participant - sort the N items by copies still missing (a Python ``sorted`` over a
 dict of N counts) and take the first Q -, timed 30 times; and the least a write transaction
@@ -568,6 +568,7 @@ def allocation_table(checks: dict[str, Allocation]) -> Table:
 
 # --- the store alone ------------------------------------------------------------------------------------
 STORE_R, STORE_Q = 3, 60  # study 2's shape: 3 ratings per pair, 60 pairs per participant
+STORE_ACTIVE = 10  # participants holding work at once: from then on each claim follows a release, at every size
 TARGET_GROWTH = 2.0
 
 
@@ -601,7 +602,7 @@ def store_claim_times(home: Path, n_items: int, n_claims: int
         active: list[int] = []
         times = []
         for n in range(warmup + n_claims):
-            while active and (len(active) + 1) * STORE_Q > slots // 2:
+            while active and (len(active) >= STORE_ACTIVE or (len(active) + 1) * STORE_Q > slots // 2):
                 pid = active.pop(0)
                 store.begin_release(info.id, pid, "bench")
                 store.finish_release(info.id, pid)
@@ -628,7 +629,8 @@ def store_claim_times(home: Path, n_items: int, n_claims: int
 def store_only(sizes: list[int], n_claims: int) -> int:
     home = Path(tempfile.mkdtemp(prefix="bench-claims-store-"))
     console.print(f"store only: SQLite in {home}; one claim = Q={STORE_Q} items, R={STORE_R}, counterbalanced, "
-                  f"warm pool; {n_claims} timed claims per size; {os.cpu_count()} cores")
+                  f"warm pool; {n_claims} timed claims per size, each after a release once {STORE_ACTIVE} hold work; "
+                  f"{os.cpu_count()} cores")
     rows = []
     try:
         for n_items in sizes:
