@@ -35,6 +35,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +173,7 @@ class PostgresServer:
 
 
 def _as_server_user(argv: Sequence[str]) -> list[str]:
-    return ["runuser", "-u", SERVER_USER, "--", *argv] if _is_root() else list(argv)
+    return [shutil.which("runuser") or "runuser", "-u", SERVER_USER, "--", *argv] if _is_root() else list(argv)
 
 
 def _run(argv: Sequence[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -355,7 +356,7 @@ def system_folder(state_dir: Path) -> Path:
     return SYSTEM_ROOT / digest
 
 
-def _choose_folder(settings: Settings) -> Path:
+def choose_folder(settings: Settings) -> Path:
     """The server's folder, created: the recorded one, else ``<state>/postgres`` when the
     server's account can pass through the state folder, else :func:`system_folder` (recorded)."""
     record = location_record(settings)
@@ -391,7 +392,7 @@ def prepare(settings: Settings) -> Path:
     ``initdb`` with SCRAM authentication for local and TCP connections and the superuser
     ``postgres``, whose password goes to ``secrets/postgres-postgres``. Returns the folder."""
     bin_dir = _service_bin_dir()
-    folder = _choose_folder(settings)
+    folder = choose_folder(settings)
     _hand_to_server_user(folder)
     data = folder / "data"
     if (data / "PG_VERSION").exists():
@@ -542,3 +543,58 @@ def orphaned_system_folders(under: Sequence[Path]) -> list[Path]:
             continue
         found.append(folder)
     return found
+
+
+# --- steps of the systemd unit (services/systemd.py) ------------------------------------------------
+def wait_healthy(settings: Settings, timeout_s: float = 60.0) -> None:
+    """Wait until the server on ``host:postgres_port`` accepts connections; a one-line
+    :class:`ServiceError` after ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not healthy(settings):
+        if time.monotonic() > deadline:
+            raise ServiceError(f"postgres on {settings.host}:{settings.postgres_port} did not accept connections "
+                               f"within {timeout_s:.0f} s (log: {settings.logs_dir / (NAME + '.log')})")
+        time.sleep(0.5)
+
+
+def unit_steps(settings: Settings) -> tuple[list[str], list[str]]:
+    """The systemd unit's ``ExecStartPre=`` (:func:`prepare`: the folder and, on first use, the
+    cluster) and ``ExecStartPost=`` (wait until it accepts connections, then :func:`provision`)
+    as command lines: ``python -m services.postgres prepare|provision`` with the settings they
+    need in the environment (no secret among them: the passwords stay in the secrets folder)."""
+    from crowdpref.project import project_root
+
+    env = ["/usr/bin/env", f"PYTHONPATH={project_root()}", f"CROWDPREF_HOME={settings.state_dir}",
+           f"CROWDPREF_HOST={settings.host}", f"CROWDPREF_POSTGRES_PORT={settings.postgres_port}"]
+    if settings.public_url:
+        env.append(f"CROWDPREF_PUBLIC_URL={settings.public_url}")
+    python = [sys.executable, "-m", "services.postgres"]
+    return [*env, *python, "prepare"], [*env, *python, "provision"]
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m services.postgres prepare|provision``: the steps of the systemd unit, with
+    the settings of the environment; one line on stderr and exit 1 when a step fails."""
+    from crowdpref.errors import CrowdprefError
+    from crowdpref.settings import load_settings
+
+    if len(argv) != 1 or argv[0] not in ("prepare", "provision"):
+        print("usage: python -m services.postgres prepare|provision", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings()
+        if argv[0] == "prepare":
+            prepare(settings)
+        else:
+            wait_healthy(settings)
+            provision(settings)
+    except CrowdprefError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

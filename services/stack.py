@@ -111,16 +111,24 @@ def unit_specs(settings: Settings) -> list[tuple[ServiceSpec, tuple[str, ...]]]:
     from services.argilla.service import ensure_owner_credentials
 
     units: list[tuple[ServiceSpec, tuple[str, ...]]] = []
+    # the public profile's PostgreSQL holds Argilla's database and the study store: first, and
+    # needed by everything that opens either (its unit prepares and provisions it, see systemd.py)
+    store = (postgres.NAME,) if settings.public else ()
+    if settings.public:
+        postgres.choose_folder(settings)  # where the unit's data folder is, recorded before it runs
+        postgres.role_password(settings, postgres.ADMIN_ROLE)  # the unit's initdb step reads it
+        postgres.role_password(settings, postgres.ARGILLA_ROLE)  # Argilla's URL below needs it
+        units.append((postgres.spec(settings), ()))
     if settings.embedded_argilla:
         ensure_owner_credentials(settings)  # the server's start-up step creates the owner from it
         units += [(redis.spec(settings), ()),
-                  (argilla.server_spec(settings), (redis.NAME,)),
-                  (argilla.worker_spec(settings), (redis.NAME, argilla.SERVER))]
+                  (argilla.server_spec(settings), (*store, redis.NAME)),
+                  (argilla.worker_spec(settings), (*store, redis.NAME, argilla.SERVER))]
     if settings.embedded_prefect:
         units.append((prefect.spec(settings), ()))
-    units.append((portal.spec(settings), (argilla.SERVER,) if settings.embedded_argilla else ()))
+    units.append((portal.spec(settings), (*store, argilla.SERVER) if settings.embedded_argilla else store))
     if settings.embedded_prefect:
-        units.append((_deploy().worker_spec(settings), (prefect.NAME,)))
+        units.append((_deploy().worker_spec(settings), (*store, prefect.NAME)))
     if settings.public:
         units.append((caddy.spec(settings), (portal.NAME, argilla.SERVER) if settings.embedded_argilla else (portal.NAME,)))
     return units

@@ -39,6 +39,7 @@ from pathlib import Path
 from crowdpref.errors import ConfigError, ServiceError
 from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
+from services import postgres
 from services.process import ServiceSpec
 
 SYSTEM_DIR = Path("/etc/systemd/system")
@@ -104,6 +105,16 @@ def _pre_start(settings: Settings, spec: ServiceSpec) -> list[list[str]]:
         python, launcher = str(argilla.server_python(settings)), str(argilla.LAUNCHER)
         return [[python, launcher, "database", "migrate"],
                 [python, launcher, "ensure-owner", str(settings.owner_credentials_file)]]
+    if spec.name == postgres.NAME:
+        return [postgres.unit_steps(settings)[0]]  # the folder and, on first use, the cluster
+    return []
+
+
+def _post_start(settings: Settings, spec: ServiceSpec) -> list[list[str]]:
+    """What ``crowdpref up`` does once a service runs, as ``ExecStartPost=`` steps: PostgreSQL's
+    roles and databases (the units that need it start after this step)."""
+    if spec.name == postgres.NAME:
+        return [postgres.unit_steps(settings)[1]]
     return []
 
 
@@ -140,6 +151,7 @@ def render(settings: Settings, user: str | None = None,
         lines += [f"ExecStartPre={exec_line(step)}" for step in _pre_start(settings, spec)]
         lines += [
             f"ExecStart={exec_line(list(spec.argv))}",
+            *(f"ExecStartPost={exec_line(step)}" for step in _post_start(settings, spec)),
             "Restart=on-failure",
             "RestartSec=2",
             f"TimeoutStartSec={int(spec.start_timeout_s) + 60}",

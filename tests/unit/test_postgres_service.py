@@ -61,7 +61,7 @@ def test_scram_verifier_never_holds_the_password_and_salts_afresh():
 def test_folder_is_in_the_state_folder_when_the_server_user_can_reach_it(tmp_path, monkeypatch):
     monkeypatch.setattr(postgres, "server_user_can_enter", lambda folder, write=False: True)
     settings = public(tmp_path / "state")
-    assert postgres._choose_folder(settings) == settings.state_dir / "postgres"
+    assert postgres.choose_folder(settings) == settings.state_dir / "postgres"
     assert not postgres.location_record(settings).exists()
     assert postgres.data_folder(settings) == settings.state_dir / "postgres"
 
@@ -70,7 +70,7 @@ def test_folder_moves_to_the_system_root_and_is_recorded_when_the_state_folder_i
     monkeypatch.setattr(postgres, "server_user_can_enter", lambda folder, write=False: False)
     monkeypatch.setattr(postgres, "SYSTEM_ROOT", tmp_path / "var-lib-crowdpref")
     settings = public(tmp_path / "state")
-    folder = postgres._choose_folder(settings)
+    folder = postgres.choose_folder(settings)
     assert folder.parent == tmp_path / "var-lib-crowdpref" and len(folder.name) == 12
     assert folder == postgres.system_folder(settings.state_dir)  # one per state folder
     assert folder.stat().st_mode & 0o777 == 0o700
@@ -78,10 +78,10 @@ def test_folder_moves_to_the_system_root_and_is_recorded_when_the_state_folder_i
     # status, backups and down find it through the record, whatever the server user can reach later
     monkeypatch.setattr(postgres, "server_user_can_enter", lambda folder, write=False: True)
     assert postgres.data_folder(settings) == folder
-    assert postgres._choose_folder(settings) == folder
+    assert postgres.choose_folder(settings) == folder
     other = public(tmp_path / "other-state")
     monkeypatch.setattr(postgres, "server_user_can_enter", lambda folder, write=False: False)
-    assert postgres._choose_folder(other) != folder
+    assert postgres.choose_folder(other) != folder
 
 
 def test_a_damaged_location_record_is_one_line_naming_it(tmp_path):
@@ -106,7 +106,7 @@ def test_service_runs_postgres_in_the_foreground_keeping_data_on_host_and_port_o
     assert not any("fsync" in arg or "synchronous_commit" in arg or "full_page_writes" in arg for arg in argv)
     assert spec.port == 6999 and spec.port_setting == "CROWDPREF_POSTGRES_PORT" and spec.name == "postgres"
     if postgres._is_root():
-        assert argv[:4] == ["runuser", "-u", "postgres", "--"]
+        assert [Path(argv[0]).name, *argv[1:4]] == ["runuser", "-u", "postgres", "--"] and Path(argv[0]).is_absolute()
 
 
 def test_max_connections_leave_room_for_every_argilla_worker(tmp_path):
@@ -161,10 +161,10 @@ def test_only_folders_of_vanished_state_folders_under_the_given_roots_are_orphan
     tests_root = tmp_path / "tests"
     gone, kept, elsewhere = (public(tests_root / "gone"), public(tests_root / "kept"),
                              public(tmp_path / "elsewhere" / "state"))
-    folders = {name: postgres._choose_folder(s) for name, s in
+    folders = {name: postgres.choose_folder(s) for name, s in
                (("gone", gone), ("kept", kept), ("elsewhere", elsewhere))}
     running = public(tests_root / "running")
-    folders["running"] = postgres._choose_folder(running)
+    folders["running"] = postgres.choose_folder(running)
     (folders["running"] / "data").mkdir()
     (folders["running"] / "data" / "postmaster.pid").write_text(f"{os.getpid()}\n")
     (root / "no-backref").mkdir()

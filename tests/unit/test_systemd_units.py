@@ -161,3 +161,44 @@ def test_service_install_command(tmp_path: Path):
         result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "service", "install"], env=env, cwd=REPO,
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and "--dir" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_public_profile_gets_a_postgres_unit_that_prepares_and_provisions(tmp_path: Path):
+    """In the public profile PostgreSQL is the first unit and everything that opens Argilla's
+    database or the study store requires it; its ExecStartPre makes the cluster and its
+    ExecStartPost the roles and databases, the same steps `crowdpref up` takes. The steps are
+    run here for real against the server the unit would start."""
+    from services import postgres
+    from services.process import ProcessManager
+    from tests.conftest import free_port
+
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(f"!!! no PostgreSQL server here: {reason} !!!")
+    settings = _settings(tmp_path, public_url="https://study.example.org", public_tls="internal",
+                         postgres_port=free_port())
+    units = {u.service: u for u in systemd.render(settings)}
+    assert list(units)[0] == "postgres"
+    for dependant in ("argilla-server", "argilla-worker", "portal", "prefect-worker"):
+        assert "crowdpref-postgres.service" in _field(units[dependant].text, "Requires")[0].split(), dependant
+        assert "crowdpref-postgres.service" in _field(units[dependant].text, "After")[0].split(), dependant
+    text = units["postgres"].text
+    (pre,), (post,) = _field(text, "ExecStartPre"), _field(text, "ExecStartPost")
+    assert _unquote(pre)[-3:] == ["-m", "services.postgres", "prepare"]
+    assert _unquote(post)[-3:] == ["-m", "services.postgres", "provision"]
+    for secret_file in settings.secrets_dir.glob("postgres-*"):
+        assert secret_file.read_text().strip() not in text  # passwords stay in the secrets folder
+    if ANALYZE is not None:  # the whole public profile's units, Caddy's included, pass the check
+        assert systemd.verify(systemd.install(settings, tmp_path / "units")) is True
+
+    # the steps as systemd would run them: prepare, start the unit's command, provision
+    assert subprocess.run(_unquote(pre), cwd="/", timeout=120).returncode == 0
+    manager = ProcessManager(settings.state_dir)
+    spec = next(spec for spec, _ in stack.unit_specs(settings) if spec.name == "postgres")
+    try:
+        manager.start(spec, settings.host)
+        assert subprocess.run(_unquote(post), cwd="/", timeout=120).returncode == 0
+        with postgres._connect(settings, postgres.ARGILLA_ROLE, postgres.ARGILLA_ROLE) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("argilla",)
+    finally:
+        postgres.stop_service(settings, manager)
