@@ -589,7 +589,7 @@ def loop_step_times(missing: dict[str, int], q: int, repeats: int = 30) -> list[
 def store_claim_times(home: Path, n_items: int, n_claims: int
                       ) -> tuple[list[float], list[float], list[float], list[str]]:
     """(claim times, loop-step times, one-row write times, counts problems) at ``n_items`` items."""
-    store = Store(f"sqlite:///{home / f'store-{n_items}.sqlite'}")
+    store = Store(f"sqlite:///{Path(tempfile.mkdtemp(dir=home)) / 'store.sqlite'}")  # a fresh store per size
     try:
         items = [f"pair-{i:06d}" for i in range(n_items)]
         info = store.collection(f"bench-{n_items}", "study2", items, copies=STORE_R, per_participant=STORE_Q,
