@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from services.process import group_members, port_in_use
 from tests.conftest import REPO, cli_environment
@@ -102,7 +103,7 @@ def test_up_status_down_round_trip(cli_env):
 
         def not_ready() -> dict[str, str]:
             deployments = httpx.post(f"{api}/deployments/filter", json={}, timeout=15).json()
-            assert len(deployments) == 11
+            assert len(deployments) == len(yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"])
             return {d["name"]: d["status"] for d in deployments if d["status"] != "READY"}
 
         assert _wait(lambda: not not_ready(), 90), f"deployments not Ready: {not_ready()}"
