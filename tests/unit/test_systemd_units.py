@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -202,3 +203,6 @@ def test_the_public_profile_gets_a_postgres_unit_that_prepares_and_provisions(tm
             assert conn.execute("SELECT current_user").fetchone() == ("argilla",)
     finally:
         postgres.stop_service(settings, manager)
+        folder = postgres.data_folder(settings)
+        if folder.is_relative_to(postgres.SYSTEM_ROOT):  # as root from a private folder: not in tmp_path
+            shutil.rmtree(folder, ignore_errors=True)
