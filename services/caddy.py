@@ -126,6 +126,8 @@ def caddyfile(settings: Settings) -> str:
         email, tls = "", "\ttls internal\n"
     portal_paths = " ".join(PORTAL_PATHS)
     filters = "\n".join("\t" * 4 + line for line in LOG_FILTERS)
+    # both logs (Caddy's own, the access log): JSON without query strings, cookies, credentials
+    log_format = f"\t\tformat filter {{\n\t\t\twrap json\n\t\t\tfields {{\n{filters}\n\t\t\t}}\n\t\t}}\n"
     too_big = "\n".join(_too_big(name, limit) for name, limit in (
         ("argilla_hook", ARGILLA_HOOK_MAX_BODY), ("portal_forms", PORTAL_MAX_BODY), ("", ARGILLA_MAX_BODY)))
     return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.
@@ -136,13 +138,7 @@ def caddyfile(settings: Settings) -> str:
 \thttps_port {settings.https_port}
 {email}\tlog default {{
 \t\toutput stderr
-\t\tformat filter {{
-\t\t\twrap json
-\t\t\tfields {{
-{filters}
-\t\t\t}}
-\t\t}}
-\t}}
+{log_format}\t}}
 \tstorage file_system {{
 \t\troot {_quoted(data_dir(settings))}
 \t}}
@@ -158,13 +154,7 @@ def caddyfile(settings: Settings) -> str:
 \t\t\troll_size 50MiB
 \t\t\troll_keep 10
 \t\t}}
-\t\tformat filter {{
-\t\t\twrap json
-\t\t\tfields {{
-{filters}
-\t\t\t}}
-\t\t}}
-\t}}
+{log_format}\t}}
 \t@portal path {portal_paths}
 \t@argilla_hook path /hooks/argilla
 \t@portal_forms {{
