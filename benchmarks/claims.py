@@ -80,6 +80,7 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.percentiles import fmt, pct  # noqa: E402
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner  # noqa: E402
 from crowdpref.checks import is_check  # noqa: E402
 from crowdpref.collection import Collection  # noqa: E402
@@ -439,25 +440,6 @@ def check_allocation(collection: Collection, store: Store, runs: list[ClaimRun])
 
 
 # --- reporting -----------------------------------------------------------------------------------------
-def pct(values: list[float], p: float) -> float:
-    """Percentile by linear interpolation (numpy's default); NaN values (not measured) are left
-    out, infinite ones (never happened: a participant who gave up) count as the slowest."""
-    xs = sorted(v for v in values if not math.isnan(v))
-    if not xs:
-        return math.nan
-    k = (len(xs) - 1) * p / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    if math.isinf(xs[hi]):
-        return math.inf
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def fmt(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "never"
-    return "-" if math.isnan(seconds) else f"{seconds:.2f} s"
-
-
 def claim_times(runs: list[ClaimRun]) -> list[float]:
     """Claim return per participant; one whose claim never succeeded counts as never."""
     return [r.claim_s if not math.isnan(r.claim_s) else math.inf for r in runs]

@@ -119,6 +119,7 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.percentiles import fmt, pct  # noqa: E402
 from crowdpref.argilla_client import SEARCH_PAGE_MAX  # noqa: E402
 from crowdpref.checks import is_check  # noqa: E402
 from crowdpref.collection import Collection  # noqa: E402
@@ -433,24 +434,6 @@ def run_jobs(jobs: list[Callable[[], None]], workers: int, progress: Progress, d
 
 
 # --- statistics -------------------------------------------------------------------------------------------
-def pct(values: list[float], p: float) -> float:
-    """Percentile by linear interpolation; NaN left out, inf (gave up) counts as the slowest."""
-    xs = sorted(v for v in values if not math.isnan(v))
-    if not xs:
-        return math.nan
-    k = (len(xs) - 1) * p / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    if math.isinf(xs[hi]):
-        return math.inf
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def fmt(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "never"
-    return "-" if math.isnan(seconds) else f"{seconds:.2f} s"
-
-
 def ratio(value: float, base: float) -> str:
     if math.isinf(value):
         return "never"

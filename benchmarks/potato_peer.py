@@ -54,6 +54,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmarks.percentiles
+from benchmarks.percentiles import fmt, pct  # noqa: E402
+
 POTATO = "potato-annotation==2.12.1"
 GIVE_UP_S = 300.0  # a person without their item page after this long gives up
 PAUSE_FIRST_S, PAUSE_MAX_S = 1.0, 8.0  # reloads after an error: 1, 2, 4, 8 s
@@ -98,18 +101,6 @@ def most_holders(assignments: Iterable[tuple[str, Sequence[str]]]) -> int:
     for _, items in assignments:
         holders.update(set(items))
     return max(holders.values(), default=0)
-
-
-def pct(values: Sequence[float], p: float) -> float:
-    """Percentile by linear interpolation; inf (gave up) counts as the slowest."""
-    xs = sorted(v for v in values if not math.isnan(v))
-    if not xs:
-        return math.nan
-    k = (len(xs) - 1) * p / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    if math.isinf(xs[hi]):
-        return math.inf
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 # --- installing and running potato -----------------------------------------------------------------------
@@ -385,12 +376,6 @@ def run_burst(command: Path, label: str, arrivals: int, window: float, places: i
 
 
 # --- printing --------------------------------------------------------------------------------------------
-def fmt(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "never"
-    return "-" if math.isnan(seconds) else f"{seconds:.2f} s"
-
-
 def ratio(crowdpref: float, potato: float) -> str:
     if math.isinf(crowdpref):
         return "never"
