@@ -31,7 +31,6 @@ Prolific id, username, password or token is in the result.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,28 +179,6 @@ class StudyProgress:
 
 
 # --- reading the store -----------------------------------------------------------------------------
-class _ReadingStore(Store):
-    """The study store opened to read, taking no write lock. :class:`~crowdpref.store.Store`
-    opens with two write transactions (its schema check and its key salt); here the schema check
-    runs in a plain (deferred) transaction, which on SQLite takes the write lock only if a
-    migration is due, and the salt is read, never created (nothing here needs key hashes)."""
-
-    def __init__(self, url: str) -> None:  # StoreBase.__init__, with the engine's reads deferred
-        from sqlalchemy.exc import DatabaseError
-
-        from crowdpref.store.engine import StoreError, _cannot_open, _engine, upgrade
-
-        self.url, self.clock = url, time.time
-        self.dialect = url.split(":", 1)[0].split("+", 1)[0]
-        self.engine = _engine(url)
-        try:
-            upgrade(self.engine.execution_options(crowdpref_read_only=True))
-            self._salt = self.get_meta("key_salt") or ""
-        except DatabaseError as exc:
-            self.engine.dispose()
-            raise StoreError(_cannot_open(url, exc)) from None
-
-
 def store_url(settings: Any) -> str:
     """The store the settings name, as every command opens it
     (:func:`crowdpref.store.engine.settings_url`): ``database_url``, else the stack's
@@ -219,7 +196,7 @@ def open_for_reading(settings: Any) -> Store | None:
         path = url.split("///", 1)[1]
         if path != ":memory:" and not Path(path).exists():
             return None
-    return _ReadingStore(url)
+    return Store(url)  # opening a current store takes no write lock (crowdpref.store.engine.upgrade)
 
 
 def study_progress(config: StudyConfig, settings: Any, *, ask_prolific: bool = False,

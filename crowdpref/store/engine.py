@@ -140,6 +140,11 @@ class StoreBase:
         ))
 
     def _key_salt(self) -> str:
+        """The store's key salt: read without the write lock (every open but the first), made once."""
+        with self._read() as conn:
+            row = conn.execute(select(t.meta.c.value).where(t.meta.c.name == "key_salt")).first()
+        if row is not None:
+            return row[0]
         for attempt in range(2):
             try:
                 with self._write() as conn:
@@ -300,7 +305,8 @@ def _engine(url: str) -> Engine:
 
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the newest migration, under the write lock (concurrent openers wait;
-    the first migrates, the others find it done)."""
+    the first migrates, the others find it done). A store already at the newest migration is
+    checked in a read transaction: opening it never waits for a writer."""
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -310,6 +316,7 @@ def upgrade(engine: Engine) -> None:
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     head = ScriptDirectory.from_config(config).get_current_head()
     with engine.connect() as conn:
+        conn.execution_options(crowdpref_read_only=True)  # SQLite: a deferred BEGIN, no write lock
         if MigrationContext.configure(conn).get_current_revision() == head:
             return
     with engine.begin() as conn:
