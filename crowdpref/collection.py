@@ -30,8 +30,10 @@ the studies - dataset settings, the record for an item, how an answer becomes a 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -143,6 +145,13 @@ class Progress:
         return self.submitted / self.needed if self.needed else 1.0
 
 
+REFILL_QUIET_S = 5.0
+"""A refill that yields to arrivals provisions its next account only once nobody has claimed
+for this long (see :meth:`Collection.refill_pool`)."""
+REFILL_PATIENCE_S = 60.0
+"""... or once the portal's background refill has waited this long for such a pause."""
+
+
 # --- the collection --------------------------------------------------------------------------
 class Collection:
     """One study's collection on one Argilla server, backed by the study store."""
@@ -155,7 +164,9 @@ class Collection:
         self.store = store
         self.finish_url = finish_url  # the portal's "I am done" page, linked from the guidelines
         self._info: CollectionInfo | None = None
-        self._refill_lock = threading.Lock()
+        self._refill_lock = threading.Lock()  # one account provisioned at a time in this process
+        self._background_refill = threading.Lock()  # held while a background refill runs
+        self.refill_quiet_s = REFILL_QUIET_S
 
     @property
     def clock(self) -> Any:
@@ -177,13 +188,24 @@ class Collection:
         return f"{self.spec.study_name}-{self.spec.key}"
 
     # the warm pool ----------------------------------------------------------------------------
-    def refill_pool(self, size: int | None = None) -> int:
+    def refill_pool(self, size: int | None = None, *, patience_s: float | None = None) -> int:
         """Top the pool up to ``size`` (default: the config's K) ready accounts, and finish any
-        account a killed process left half-created. Returns how many became ready."""
+        account a killed process left half-created. Returns how many became ready.
+
+        ``patience_s``: yield to arrivals. Provisioning an account (a bcrypt hash, a workspace,
+        a dataset) costs Argilla as much CPU as several arrivals, so during a launch burst it
+        would slow every participant down; before each account, wait until nobody has claimed
+        for :attr:`refill_quiet_s`, at most ``patience_s`` (then go on: a steady stream must not
+        starve the pool). 0: stop this pass instead of waiting (monitoring refills again on its
+        next pass). None: do not yield (an explicit refill before a study opens)."""
         with self._refill_lock:
             self.store.plan_pool(self.info, self.spec.pool_size if size is None else size)
-            made = 0
-            while leased := self.store.lease_unbound_creating(self.info):  # one at a time
+        made = 0
+        while patience_s is None or self._yield_to_arrivals(patience_s):
+            with self._refill_lock:
+                leased = self.store.lease_unbound_creating(self.info)  # one at a time
+                if not leased:
+                    break
                 try:
                     dataset = self._provision_account(leased[0])
                 except Exception:
@@ -191,15 +213,39 @@ class Collection:
                     raise
                 self.store.account_ready(self.info, leased[0].id, str(dataset.id))
                 made += 1
-            return made
+        return made
+
+    def _yield_to_arrivals(self, patience_s: float) -> bool:
+        """Wait (at most ``patience_s``) until nobody has claimed in this collection for
+        :attr:`refill_quiet_s` - read from the store, so a flow's monitoring sees the portal's
+        arrivals. True: provision the next account now; False: arrivals now and no patience."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            last = self.store.last_claim_at(self.info.id)
+            idle = math.inf if last is None else self.clock() - last
+            if idle >= self.refill_quiet_s:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return patience_s > 0
+            time.sleep(max(0.05, min(left, self.refill_quiet_s - idle, 1.0)))
 
     def refill_in_background(self) -> threading.Thread | None:
-        """Refill the pool in a daemon thread (after a claim took a warm account); None when a
-        refill of this collection is already running in this process. A process that exits
-        mid-refill leaves accounts the next refill finishes (their lease holder is gone)."""
-        if self._refill_lock.locked():
+        """Refill the pool in a daemon thread (after a claim took a warm account), yielding to
+        arrivals (:meth:`refill_pool`, ``patience_s`` = :data:`REFILL_PATIENCE_S`); None when a
+        background refill of this collection is already running in this process. A process
+        that exits mid-refill leaves accounts the next refill finishes (their lease holder is
+        gone)."""
+        if not self._background_refill.acquire(blocking=False):
             return None
-        thread = threading.Thread(target=self.refill_pool, name=f"refill-{self.spec.key}", daemon=True)
+
+        def run() -> None:
+            try:
+                self.refill_pool(patience_s=REFILL_PATIENCE_S)
+            finally:
+                self._background_refill.release()
+
+        thread = threading.Thread(target=run, name=f"refill-{self.spec.key}", daemon=True)
         thread.start()
         return thread
 
@@ -305,7 +351,7 @@ class Collection:
                 self.finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
         self.expire_finished_credentials()  # completed (maybe by a webhook), released, withdrawn
-        ready_now = self.refill_pool()
+        ready_now = self.refill_pool(patience_s=0)  # not while participants arrive: the next pass
         return replace(self.progress(released_now, ready_now), read_now=reads, webhooks=webhooks)
 
     @property

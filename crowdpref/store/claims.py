@@ -14,14 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from sqlalchemy import Connection, Row, exists, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, exists, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from crowdpref.contracts import SOURCES
 from crowdpref.store import counts
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
-from crowdpref.store.results import Claimed, ClaimResult, CollectionInfo, Full, Refused
+from crowdpref.store.results import (Account, Assignment, Claimed, ClaimResult, CollectionInfo, Full,
+                                     ParticipantState, Refused)
 from crowdpref.store.statuses import IN_FLIGHT_OR_DONE, AccountState, AssignmentStatus, ParticipantStatus
 
 Source = Literal["simulated", "prolific", "invite"]
@@ -129,14 +130,17 @@ class ClaimsStore(StoreBase):
                 self._event(conn, info.id, "full")
                 return Full()
             chosen = [row.item_id for row in open_rows]
-            account_row = conn.execute(select(a.id, a.username).where(
+            account_row = conn.execute(select(a.id, a.username, a.dataset_id).where(
                 a.collection_id == info.id, a.state == AccountState.READY,
                 ~exists().where(p.account_id == a.id)).order_by(a.id).limit(1)).first()
             if account_row is not None:
                 conn.execute(update(t.accounts).where(a.id == account_row.id).values(state=AccountState.BOUND))
-                account_id = account_row.id
+                account = Account(account_row.id, account_row.username, AccountState.BOUND,
+                                  self._password(conn, account_row.id))
+                dataset_id = account_row.dataset_id
             else:
-                account_id = self._new_account(conn, info, AccountState.CREATING).id
+                account, dataset_id = self._new_account(conn, info, AccountState.CREATING), None
+            account_id = account.id
             pid = conn.execute(insert(t.participants).values(
                 collection_id=info.id, key_hash=key_hash, source=source, account_id=account_id,
                 status=ParticipantStatus.ACTIVE, claimed_at=now, last_activity_at=now, records_logged=False,
@@ -144,10 +148,11 @@ class ClaimsStore(StoreBase):
             )).inserted_primary_key[0]
             orders = self._display_orders(conn, info, chosen, key_hash) if info.counterbalance else {}
             extra = list(checks(chosen, orders, key_hash)) if checks is not None else []
+            batch = [(item, orders.get(item)) for item in chosen] + [(item, swapped) for item, swapped in extra]
             conn.execute(insert(t.assignments), [
                 {"collection_id": info.id, "participant_id": pid, "item_id": item, "position": n,
                  "status": AssignmentStatus.HELD, "swapped": swapped, "assigned_at": now}
-                for n, (item, swapped) in enumerate([(item, orders.get(item)) for item in chosen] + extra)
+                for n, (item, swapped) in enumerate(batch)
             ])
             counts.shift(conn, info.id, [(item, None, AssignmentStatus.HELD) for item in chosen])
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
@@ -158,18 +163,28 @@ class ClaimsStore(StoreBase):
                 conn.execute(insert(t.events), [
                     {"collection_id": info.id, "at": now, "kind": "reallocated", "participant_id": pid,
                      "item_id": item, "detail": None} for item in reallocated])
-            state = self._participant(conn, pid)
-            return Claimed(state, new=True, password=self._password(conn, account_id))
+            # the new participant as written (no read back: a claim is on every arrival's path)
+            state = ParticipantState(
+                id=pid, username=account.username, account_id=account_id, account_state=account.state,
+                source=source, status=ParticipantStatus.ACTIVE, claimed_at=now, last_activity_at=now,
+                records_logged=False, drop_requested=False, dataset_id=dataset_id,
+                assignments=tuple(Assignment(item, n, AssignmentStatus.HELD,
+                                             None if swapped is None else bool(swapped), None)
+                                  for n, (item, swapped) in enumerate(batch)))
+            return Claimed(state, new=True, password=account.password)
+
+    def last_claim_at(self, cid: int) -> float | None:
+        """When the collection's latest participant claimed (None: nobody yet)."""
+        p = t.participants.c
+        with self._read() as conn:
+            return conn.execute(select(func.max(p.claimed_at)).where(p.collection_id == cid)).scalar()
 
     def _display_orders(self, conn: Connection, info: CollectionInfo, items: Sequence[str],
                         key_hash: str) -> dict[str, bool]:
         """Counterbalanced A/B order per rating: each item gets the order fewer of its current
         (held or submitted) raters saw; a tie is a seeded coin. So the R raters of a pair see
         it ceil(R/2) one way and floor(R/2) the other - as balanced as R allows."""
-        s = t.assignments.c
-        rows = conn.execute(select(s.item_id, s.swapped, func.count()).where(
-            s.collection_id == info.id, s.item_id.in_(list(items)), s.status.in_(IN_FLIGHT_OR_DONE),
-        ).group_by(s.item_id, s.swapped)).all()
+        rows = conn.execute(_SEEN_ORDERS, {"cid": info.id, "items": list(items)}).all()
         seen: dict[str, Counter[bool]] = {}
         for item, swapped, n in rows:
             seen.setdefault(item, Counter())[bool(swapped)] += n
@@ -206,6 +221,14 @@ class ClaimsStore(StoreBase):
                 counts.rebuild(conn, cid)
                 self._event(conn, cid, "counts_rebuilt", differences=len(problems))
             return problems
+
+
+_SEEN_ORDERS = (select(t.assignments.c.item_id, t.assignments.c.swapped, func.count())
+                .where(t.assignments.c.collection_id == bindparam("cid"),
+                       t.assignments.c.item_id.in_(bindparam("items", expanding=True)),
+                       t.assignments.c.status.in_(IN_FLIGHT_OR_DONE))
+                .group_by(t.assignments.c.item_id, t.assignments.c.swapped))
+"""How often each of a claim's items was shown each way (built once: it runs on every claim)."""
 
 
 def _open_items(conn: Connection, info: CollectionInfo, key_hash: str) -> list[Row[Any]]:

@@ -246,15 +246,22 @@ def test_unreachable_argilla_and_wrong_key_are_one_line(argilla_server):
 def test_a_claim_can_refill_the_pool_in_the_background(argilla_server, tmp_path, unique):
     config = _config(f"b{unique}")
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
-    store = _store(tmp_path, Clock())
+    clock = Clock()
+    store = _store(tmp_path, clock)
     collection = study1_collection(config, _questions(), owner, tmp_path, store)
     collection.refill_pool()  # K = 2
     claimed = collection.claim("person-1", "simulated", refill=True)
     assert isinstance(claimed, Claimed) and claimed.participant.username == f"{config.study1.username_prefix}-0001"
-    time.sleep(1.0)  # half the pool is still ready: no refill yet (none during a burst of arrivals)
+    time.sleep(1.0)  # half the pool is still ready: no refill yet
     assert [a.state for a in store.accounts(collection.info.id)] == ["bound", "ready"]
     assert isinstance(collection.claim("person-2", "simulated", refill=True), Claimed)
-    for _ in range(200):  # below half: the background refill makes new accounts ready
+    # below half, but someone claimed a moment ago (the store's clock stands still): the refill
+    # yields to arrivals - provisioning costs Argilla as much as several arrivals
+    time.sleep(2.0)
+    assert [a.state for a in store.accounts(collection.info.id)] == ["bound", "bound", "creating", "creating"]
+    assert collection.monitor().accounts_ready_now == 0  # monitoring does not provision during arrivals either
+    clock.now += collection.refill_quiet_s  # a pause in the arrivals
+    for _ in range(200):  # the background refill makes the new accounts ready
         if [a.state for a in store.accounts(collection.info.id)].count("ready") == 2:
             break
         time.sleep(0.1)
