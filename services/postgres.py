@@ -415,9 +415,10 @@ def prepare(settings: Settings) -> Path:
 
 
 def max_connections(settings: Settings) -> int:
-    """Room for every Argilla server worker's pool (15 + 10 overflow), its rq worker, the
-    portal's and flows' stores (5 + 20 each) and administration."""
-    return 25 * settings.argilla_worker_count + 100
+    """Room for every Argilla server worker's two pools (argilla-server's and the search
+    plug-in's, 15 + 10 overflow each), its rq worker, the portal's and flows' stores (5 + 20
+    each) and administration."""
+    return 50 * settings.argilla_worker_count + 100
 
 
 def spec(settings: Settings) -> ServiceSpec:

@@ -389,23 +389,42 @@ def _text_terms(q: str) -> List[str]:
     return terms
 
 
+_SESSIONS: Optional[async_sessionmaker] = None
+
+
+def _own_sessions() -> async_sessionmaker:
+    """Sessions on the search engine's OWN connection pool (one per server process, made on
+    first use, the same database and pool settings as argilla-server's).
+
+    Argilla's request handlers hold a session from ``argilla_server.database``'s pool while they
+    await a search. Searching from that same pool deadlocks it under load: once every connection
+    is held by a handler waiting for a second one, nothing is returned until SQLAlchemy's 30-s
+    pool timeout, and each waiting request answers 500 ("QueuePool limit ... reached"). That is
+    what 200 arrivals in 10 s met on the public profile (issue 19: searches p50 30 s, 66 such
+    errors). With its own pool the search never waits for a connection a handler holds."""
+    global _SESSIONS
+    if _SESSIONS is None:
+        from argilla_server.settings import settings
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(settings.database_url, **settings.database_engine_args)
+        _SESSIONS = async_sessionmaker(autocommit=False, expire_on_commit=False, bind=engine)
+    return _SESSIONS
+
+
 @SearchEngine.register(engine_name=ENGINE_NAME)
 class SQLSearchEngine(SearchEngine):
     """Search engine answering argilla-server's search interface from its own SQL database."""
 
     def __init__(self, sessionmaker: Optional[async_sessionmaker] = None):
-        if sessionmaker is None:
-            from argilla_server.database import AsyncSessionLocal
-
-            sessionmaker = AsyncSessionLocal
-        self._sessionmaker = sessionmaker
+        self._sessionmaker = sessionmaker or _own_sessions()
 
     @classmethod
     async def new_instance(cls) -> "SQLSearchEngine":
         return cls()
 
     async def close(self):
-        pass  # sessions are opened and closed per call; the pool belongs to argilla_server.database
+        pass  # sessions are opened and closed per call; the pool lives as long as the process
 
     @staticmethod
     def _dialect(session: AsyncSession) -> _Dialect:

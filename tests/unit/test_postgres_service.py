@@ -110,7 +110,7 @@ def test_service_runs_postgres_in_the_foreground_keeping_data_on_host_and_port_o
 
 
 def test_max_connections_leave_room_for_every_argilla_worker(tmp_path):
-    assert postgres.max_connections(public(tmp_path, argilla_workers=8)) >= 8 * 25 + 50
+    assert postgres.max_connections(public(tmp_path, argilla_workers=8)) >= 8 * 50 + 50
 
 
 # --- what Argilla and the store are given ---------------------------------------------------------------
