@@ -39,6 +39,7 @@ from crowdpref.config.base import (
     slugify,
 )
 from crowdpref.config.plan import Batches
+from crowdpref.config.onboarding import Study1Onboarding, Study2Onboarding
 
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 LICENSE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
@@ -372,6 +373,11 @@ class Study1Config(_Section):
     seconds is marked too fast in the collection artifacts (writing an explained answer takes
     longer). The time per answer is the gap between consecutive submissions, the first counted
     from the claim (see :mod:`crowdpref.work_quality`). 0: no flag."""
+    onboarding: Study1Onboarding | None = None
+    """Onboarding before the work (:mod:`crowdpref.onboarding`): an introduction, worked
+    examples (a question with a strong and a weak answer), practice with feedback and a
+    qualification quiz, run by the portal before the claim. None (absent): off, as in the
+    published study."""
 
     @model_validator(mode="after")
     def _check(self) -> Study1Config:
@@ -439,6 +445,11 @@ class Study2Config(_Section):
     marked too fast in the collection artifacts (reading two answers takes longer). The time
     per pair is the gap between consecutive submissions, the first counted from the claim
     (see :mod:`crowdpref.work_quality`). 0: no flag."""
+    onboarding: Study2Onboarding | None = None
+    """Onboarding before the work (:mod:`crowdpref.onboarding`): an introduction, worked
+    examples (a pair with the rating the team would give, and why), practice with feedback and
+    a qualification quiz, run by the portal before the claim. None (absent): off, as in the
+    published study."""
 
     @field_validator("pairs", mode="before")
     @classmethod
@@ -456,6 +467,11 @@ class Study2Config(_Section):
                            "use an even number such as 8, so there is no neutral midpoint")
         if self.username_prefix is not None:
             _check_slug("username_prefix", self.username_prefix, "a prefix")
+        for i, example in enumerate(self.onboarding.examples if self.onboarding is not None else ()):
+            if not 1 <= example.rating <= n:
+                raise _problem(f"onboarding.examples[{i}].rating", f"is {example.rating}, off the "
+                               f"{n}-point scale", f"use 1 (strong preference for A) to {n} "
+                               "(strong preference for B)")
         return self
 
     @property

@@ -28,6 +28,7 @@ from crowdpref.config.explain import (
     describe_study1,
     describe_study2,
 )
+from crowdpref.config.onboarding import check_onboarding
 from crowdpref.config.plan import Batches, ProlificCost, StudyPlan, _check_batches
 from crowdpref.config.sections import (
     AggregationConfig,
@@ -137,6 +138,7 @@ class StudyConfig(_Section):
             if part.max_places is not None and part.places is not None and part.max_places < part.places:
                 raise _problem(f"prolific.{key}.max_places", f"{part.max_places} is below the first places "
                                f"({part.places})", f"set max_places >= {part.places}, or remove it")
+        check_onboarding(self)  # a Prolific quiz pays those it screens out, below the study reward
         r = self.study1.responses_per_question
         if r < 2:
             raise _problem("study1.responses_per_question",
