@@ -14,7 +14,9 @@ it is made of one part per domain:
                                       exclusion, reopening, withdrawal, releases;
 - :mod:`~crowdpref.store.platform`    platform sessions and studies (Prolific), webhook
                                       deliveries, store-wide secrets;
-- :mod:`~crowdpref.store.monitoring`  the event log, reported activity, whom a pass reads.
+- :mod:`~crowdpref.store.monitoring`  the event log, reported activity, whom a pass reads;
+- :mod:`~crowdpref.store.onboarding`  onboarding before the claim: steps, practice, quiz
+                                      attempts and scores, passed or screened out.
 
 :mod:`~crowdpref.store.schema` holds the tables (the Alembic migrations in
 ``crowdpref/store/migrations`` create exactly these), :mod:`~crowdpref.store.statuses` the
@@ -31,6 +33,7 @@ from crowdpref.store.claims import CheckPlanner, ClaimsStore, Source
 from crowdpref.store.engine import STORE_FILE, StoreError, default_url, settings_url, upgrade
 from crowdpref.store.lifecycle import LifecycleStore
 from crowdpref.store.monitoring import MonitoringStore
+from crowdpref.store.onboarding import OnboardingStore
 from crowdpref.store.platform import PlatformStore
 from crowdpref.store.pool import PoolStore
 from crowdpref.store.results import (
@@ -41,6 +44,7 @@ from crowdpref.store.results import (
     CollectionInfo,
     Full,
     ItemCounts,
+    OnboardingState,
     ParticipantState,
     PlatformStudy,
     Refused,
@@ -73,12 +77,12 @@ __all__ = [
     "ACTIVE", "BOUND", "COMPLETE", "CREATING", "EXCLUDED", "FAILED", "FINISHED", "HELD", "IN_FLIGHT_OR_DONE",
     "PASSED", "READY", "RELEASED", "RELEASING", "REOPENED", "STORE_FILE", "SUBMITTED", "UNANSWERED", "WITHDRAWN",
     "Account", "AccountState", "Assignment", "AssignmentStatus", "CheckPlanner", "CheckVerdict", "ClaimResult",
-    "Claimed", "CollectionInfo", "Full", "ItemCounts", "ParticipantState", "ParticipantStatus", "PlatformStudy",
-    "Refused", "Source", "Store", "StoreError", "default_url", "open_store", "upgrade",
+    "Claimed", "CollectionInfo", "Full", "ItemCounts", "OnboardingState", "OnboardingStore", "ParticipantState",
+    "ParticipantStatus", "PlatformStudy", "Refused", "Source", "Store", "StoreError", "default_url", "open_store", "upgrade",
 ]
 
 
-class Store(ClaimsStore, PoolStore, LifecycleStore, PlatformStore, MonitoringStore):
+class Store(ClaimsStore, PoolStore, LifecycleStore, PlatformStore, MonitoringStore, OnboardingStore):
     """Open (and create or upgrade) the store at ``url`` (``Store(url, clock=time.time)``)."""
 
 

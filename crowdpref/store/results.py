@@ -167,3 +167,26 @@ class ItemCounts:
     excluded: Counter[str] = field(default_factory=Counter)
     reopened: Counter[str] = field(default_factory=Counter)
     withdrawn: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class OnboardingState:
+    """One person's way through a study's onboarding (:mod:`crowdpref.onboarding`), known by the
+    salted hash of their key (never the key): ``status`` in_progress | passed | screened_out;
+    ``step`` introduction | practice | quiz | done; practice answered (each item once) and right;
+    quiz attempts used and their scores; when they started and finished, and the time spent
+    (the gaps between their steps, each counted up to 30 minutes)."""
+
+    key_hash: str
+    source: str
+    status: str
+    step: str
+    practice_answered: int
+    practice_correct: int
+    attempts_used: int
+    last_score: int | None
+    best_score: int | None
+    started_at: float
+    finished_at: float | None
+    seconds_spent: float
+    session_hash: str | None = None

@@ -31,6 +31,10 @@ without a migration fails. The values of the state and status columns are the me
 - ``webhook_deliveries`` webhook events received (de-duplicated on their event id): ``done``,
                    or ``pending`` - replied to, their work (a release) not finished yet, which
                    the portal runs after the reply and again when it starts.
+- ``onboarding``   one row per person (collection, salted key hash) who began a study's
+                   onboarding, before any claim: their step, practice answered (each item
+                   once), quiz attempts and scores, status in_progress -> passed |
+                   screened_out, and the time spent.
 - ``meta``         store-wide values and secrets (the key salt, the portal's signing key, the
                    Prolific webhook secret).
 """
@@ -224,4 +228,26 @@ webhook_deliveries = Table(
     Column("collection_id", Integer),  # the participant a pending delivery acts on
     Column("participant_id", Integer),
     Column("platform_status", String(30)),  # RETURNED, TIMED-OUT, REJECTED
+)
+
+onboarding = Table(
+    "onboarding",
+    metadata,
+    Column("collection_id", Integer, ForeignKey("collections.id"), primary_key=True),
+    Column("key_hash", String(64), primary_key=True),  # salted hash of their key, never the key
+    Column("source", String(20), nullable=False),  # simulated | prolific | invite
+    Column("status", String(20), nullable=False),  # in_progress | passed | screened_out
+    Column("step", String(20), nullable=False),  # introduction | practice | quiz | done
+    Column("practice_done", Text, nullable=False),  # practice item indexes answered, "0,2"
+    Column("practice_answered", Integer, nullable=False, server_default="0"),
+    Column("practice_correct", Integer, nullable=False, server_default="0"),
+    Column("attempts_used", Integer, nullable=False, server_default="0"),
+    Column("last_score", Integer),
+    Column("best_score", Integer),
+    Column("started_at", Float, nullable=False),
+    Column("seen_at", Float, nullable=False),  # their last step: the time spent counts from it
+    Column("finished_at", Float),
+    Column("seconds_spent", Float, nullable=False, server_default="0"),
+    Column("session_hash", String(64)),  # salted hash of the platform session (Prolific SESSION_ID)
+    Index("ix_onboarding_status", "collection_id", "status"),
 )
