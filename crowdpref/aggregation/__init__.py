@@ -5,6 +5,8 @@ Its modules, from the lowest (each imports only those above it):
 - :mod:`~crowdpref.aggregation.pairs`: primitives on rated pairs: :func:`unswap` (a rating in the
   pair's fixed orientation), the per-pair summary :func:`summarise_pairs` (:data:`PAIR_STATS`),
   the position bias (:func:`position_bias`) and the A/B order balance (:func:`order_balance`);
+- :mod:`~crowdpref.aggregation.bias`: how much the ratings follow answer length
+  (:func:`length_bias`, :class:`LengthBias`);
 - :mod:`~crowdpref.aggregation.agreement`: Krippendorff's alpha (:func:`krippendorff_alpha`);
 - :mod:`~crowdpref.aggregation.inputs`: the stage's input checks and their one-line errors, and
   the provenance counts (:func:`source_counts`);
@@ -22,6 +24,7 @@ Every name below is importable from ``crowdpref.aggregation`` itself.
 """
 
 from crowdpref.aggregation.agreement import krippendorff_alpha
+from crowdpref.aggregation.bias import LengthBias, describe_length_bias, length_bias
 from crowdpref.aggregation.bradley_terry import BT_ALPHA, bradley_terry, bradley_terry_extremes
 from crowdpref.aggregation.inputs import source_counts
 from crowdpref.aggregation.pairs import (
@@ -54,6 +57,7 @@ __all__ = [
     "RATER_COLUMNS",
     "AggregationResult",
     "AggregationStats",
+    "LengthBias",
     "OrderBalance",
     "PositionBias",
     "RaterSummary",
@@ -63,10 +67,12 @@ __all__ = [
     "aggregate",
     "bradley_terry",
     "bradley_terry_extremes",
+    "describe_length_bias",
     "check_truth",
     "fit_raters",
     "fit_reliability",
     "krippendorff_alpha",
+    "length_bias",
     "order_balance",
     "position_bias",
     "source_counts",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crowdpref.aggregation.bias import LengthBias
 from crowdpref.aggregation.pairs import OrderBalance, PositionBias
 from crowdpref.aggregation.truth import TruthCheck
 
@@ -84,6 +85,9 @@ class AggregationStats:
     """Mean ``p_chosen`` over the preference rows (NaN when there are none)."""
     median_interval_width: float = math.nan
     """Median width of the rows' mean_rating interval (scale points)."""
+    length_bias: LengthBias | None = None
+    """How much this crowd's choices and ratings follow answer length (a measurement of the
+    crowd, reported next to ``position_bias``; :mod:`crowdpref.aggregation.bias`)."""
     withdrawn_participants: int = 0
     """Participants who withdrew, whose rows the inputs left out (:mod:`crowdpref.withdrawals`);
     a release build refuses preferences computed before a later withdrawal."""

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from crowdpref.aggregation.agreement import krippendorff_alpha
+from crowdpref.aggregation.bias import LengthBias, length_bias
 from crowdpref.aggregation.bradley_terry import bradley_terry, bradley_terry_extremes
 from crowdpref.aggregation.inputs import (
     _check_inputs,
@@ -140,6 +141,8 @@ def aggregate(
         chosen_flagged=int(preferences["chosen_flagged"].sum()),
         rejected_flagged=int(preferences["rejected_flagged"].sum()),
         position_bias=position_bias(used.raw, u, used.swapped, k),
+        length_bias=_length_bias(stats, status, checked, responses, decision, midpoint, config,
+                                 seed),
         order_balance=order_balance(used.codes, used.swapped, len(pairs), measured=status.rated),
         answer_sources=source_counts(responses["source"]),
         rating_sources=source_counts(ratings["source"][used.use]),
@@ -336,6 +339,17 @@ def _preference_frame(stats: pd.DataFrame, rows: np.ndarray, first_chosen: np.nd
         "mean_rating_low": interval_low,
         "mean_rating_high": interval_high,
     }, copy=False)[PREFERENCES]
+
+
+def _length_bias(stats: pd.DataFrame, status: _Status, checked: _Checked,
+                 responses: pd.DataFrame, decision: np.ndarray, midpoint: float,
+                 config: AggregationConfig, seed: int) -> LengthBias:
+    """The crowd's length bias (:func:`crowdpref.aggregation.bias.length_bias`): the choice of
+    every preference row, and the plain mean of every rated pair, against the answers' lengths."""
+    lengths = responses["text"].fillna("").astype(str).str.len().to_numpy(dtype=float)
+    mean = np.where(status.rated, stats["mean"].to_numpy(dtype=float), np.nan)
+    return length_bias(lengths[checked.first], lengths[checked.second], mean, status.kept,
+                       decision < midpoint, midpoint, level=config.interval_level, seed=seed)
 
 
 def _duplicate_rater_ratings(ratings: pd.DataFrame, used: _Used) -> int:

@@ -389,6 +389,7 @@ def dataset_card(
          "(negative favours A)", _get(bias, "raw_shift") if isinstance(bias, Mapping) else None),
         ("Rated pairs shown in balanced A/B orders (position bias cancels within them)"
          + balance_note, _balance_cell(balance)),
+        *_length_rows(_get(aggregation, "length_bias")),
     ]
     out += ["| Measure | Value |", "|---|---|"]
     out += [f"| {label} | {fmt(value)} |" for label, value in rows]
@@ -533,6 +534,31 @@ def dataset_card(
     else:
         out += ["No citation has been given for this dataset yet.", ""]
     return "\n".join(out)
+
+
+def _length_rows(length: Any) -> list[tuple[str, Any]]:
+    """The length-bias rows of the Agreement table (:mod:`crowdpref.aggregation.bias`), worded
+    as measurements of this crowd; one row saying so when the aggregation predates them."""
+    if not isinstance(length, Mapping):
+        return [("Length preference of this crowd", "not measured (aggregation.json predates it)")]
+
+    def interval(low: Any, high: Any) -> str:
+        return "" if low is None or high is None else f" ({fmt(low)} to {fmt(high)})"
+
+    level = length.get("interval_level")
+    lvl = f"{level:.0%} bootstrap interval" if isinstance(level, (int, float)) else "bootstrap interval"
+    return [
+        (f"Length preference of this crowd: share of decided pairs (answers of different length) "
+         f"whose chosen answer is the longer one, {lvl}; 0.5 = length did not predict the choice",
+         None if length.get("longer_chosen_share") is None else
+         f"{fmt(length.get('longer_chosen_share'))}{interval(length.get('longer_chosen_low'), length.get('longer_chosen_high'))}"
+         f" of {length.get('decided_pairs')}"),
+        ("Length preference of this crowd: change of a pair's mean rating, in scale points, per "
+         "unit of normalised length difference (second minus first over their sum); 0 = no "
+         "dependence",
+         None if length.get("slope") is None else
+         f"{fmt(length.get('slope'))}{interval(length.get('slope_low'), length.get('slope_high'))}"),
+    ]
 
 
 def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
