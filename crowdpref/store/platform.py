@@ -168,3 +168,12 @@ class PlatformStore(StoreBase):
         info = self._info(cid)
         digest = hashlib.sha256(f"{self._salt}\x1fcompletion\x1f{info.study}\x1f{info.key}".encode()).hexdigest()
         return "C" + digest[:7].upper()
+
+    def screen_out_code(self, cid: int) -> str:
+        """The collection's screen-out completion code (Prolific's FIXED_SCREEN_OUT_PAYMENT, for
+        people the onboarding quiz turns away): derived like :meth:`completion_code` from the
+        store's salt, with its own purpose and the prefix "S", so it never equals the completion
+        code and nothing new is stored."""
+        info = self._info(cid)
+        digest = hashlib.sha256(f"{self._salt}\x1fscreen-out\x1f{info.study}\x1f{info.key}".encode()).hexdigest()
+        return "S" + digest[:7].upper()
