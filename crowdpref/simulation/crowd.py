@@ -23,6 +23,12 @@ stays gone across visits, and a rerun answers exactly what is still pending:
   instructions, and ``random_clicker_rate`` of raters click at random, so they fail checks by
   chance. A rater's view of a pair is stable: seeing the same two answers again (a repeated
   pair, in the other order) gives the same judgement plus a little noise.
+- onboarding (:mod:`crowdpref.onboarding`): the same people are careless there. Someone who
+  never reads instructions (a careless writer, a random clicker) guesses among each practice
+  and quiz item's options; a careful one reads and answers right, except in a moment of low
+  effort (``low_effort_rate``), when they guess too (:func:`quiz_answers`,
+  :func:`practice_answers`, :func:`walk_onboarding`). Their pass rate follows from that and from
+  the quiz (options, pass mark, attempts); no pass rate is handed to them.
 
 Offline, answers come from phrase banks below (our own wording); with ``crowd.llm`` and an
 OpenAI-compatible endpoint configured, an LLM writes them instead.
@@ -34,7 +40,7 @@ import hashlib
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +50,7 @@ from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.checks import is_check
 from crowdpref.collection import Collection
 from crowdpref.config import CrowdConfig, StudyConfig
+from crowdpref.onboarding import ChoiceItem, OnboardingConfig, grade, passes
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
@@ -122,6 +129,65 @@ def perceived_quality(text: str) -> float:
     score += 0.2 * any(marker in lowered for marker in _REASONING)
     score -= 0.5 * any(rude in lowered for rude in _RUDE_WORDS)
     return min(1.0, max(0.0, score))
+
+
+@dataclass(frozen=True)
+class ParticipantProfile:
+    """How a simulated person goes through onboarding, from the crowd's behaviour: ``careless``
+    (never reads instructions: a careless writer in study 1, a random clicker in study 2) and
+    ``lapse_rate``, the share of moments a careful person puts in low effort (the crowd's
+    ``low_effort_rate``)."""
+
+    careless: bool
+    lapse_rate: float
+
+
+@dataclass(frozen=True)
+class OnboardingRun:
+    """What a simulated person did in onboarding: their practice answers, their quiz attempts
+    (1-based option numbers; they stop at the first pass or when the attempts are used up),
+    and whether they passed (True as well when the onboarding has no quiz)."""
+
+    practice: list[int]
+    attempts: list[list[int]]
+    passed: bool
+
+
+def _choose(profile: ParticipantProfile, item: ChoiceItem, rng: random.Random) -> int:
+    """One answer: someone who does not read (careless, or in a lapse) guesses among the
+    options; a careful reader answers what the onboarding taught."""
+    if profile.careless or rng.random() < profile.lapse_rate:
+        return rng.randint(1, len(item.options))
+    return item.answer
+
+
+def quiz_answers(profile: ParticipantProfile, items: Sequence[ChoiceItem], rng: random.Random) -> list[int]:
+    """A simulated person's answers to the quiz ``items`` (1-based option numbers)."""
+    return [_choose(profile, item, rng) for item in items]
+
+
+def practice_answers(profile: ParticipantProfile, items: Sequence[ChoiceItem], rng: random.Random) -> list[int]:
+    """A simulated person's answers to the practice ``items`` (1-based option numbers): the same
+    behaviour as in the quiz (practice never counts)."""
+    return [_choose(profile, item, rng) for item in items]
+
+
+def walk_onboarding(profile: ParticipantProfile, onboarding: OnboardingConfig,
+                    rng: Callable[[str], random.Random]) -> OnboardingRun:
+    """A simulated person's whole onboarding, pure: the practice, then quiz attempts until one
+    passes or the attempts are used up. ``rng(part)`` gives the random source of each part
+    (``practice``, ``quiz-1``, ``quiz-2`` ...), so a person answers the same way on every run."""
+    practice = practice_answers(profile, onboarding.practice, rng("practice"))
+    quiz = onboarding.quiz
+    if quiz is None:
+        return OnboardingRun(practice, [], True)
+    attempts: list[list[int]] = []
+    for n in range(1, quiz.attempts + 1):
+        answers = quiz_answers(profile, quiz.items, rng(f"quiz-{n}"))
+        attempts.append(answers)
+        if passes(quiz, grade(quiz.items, answers)):
+            return OnboardingRun(practice, attempts, True)
+    return OnboardingRun(practice, attempts, False)
 
 
 def _rng(*parts: object) -> random.Random:
@@ -261,6 +327,7 @@ class SimulatedCrowd:
         self.forced_dropouts = set(dropouts) if dropouts is not None else None
         self.forced_careless = set(careless) if careless is not None else None
         self.writer = writer or (lambda question, category, rng: template_answer(rng, crowd))
+        self._keys: dict[str, str] = {}  # username -> participant key, once known (:meth:`bind`)
 
     @staticmethod
     def key(study_key: str, n: int) -> str:
@@ -276,12 +343,43 @@ class SimulatedCrowd:
             return key in self.forced_dropouts
         return _rng(self.seed, "dropout", key).random() < self.crowd.dropout_rate
 
+    def bind(self, key: str, username: str) -> None:
+        """Remember that the participant ``key`` works as ``username``: from then on their
+        carelessness is decided by their key, so the person careless in onboarding (before they
+        had an account) is the one careless in their batch."""
+        self._keys[username] = key
+
     def is_careless(self, username: str) -> bool:
         """A participant who never reads instructions (``careless_rate``; or the ``careless``
         usernames given)."""
         if self.forced_careless is not None:
             return username in self.forced_careless
-        return _rng(self.seed, "careless", username).random() < self.crowd.careless_rate
+        return _rng(self.seed, "careless", self._keys.get(username, username)).random() < self.crowd.careless_rate
+
+    def profile(self, key: str, study_key: str, careless: bool | None = None) -> ParticipantProfile:
+        """How the participant ``key`` behaves in study ``study_key``'s onboarding: careless when
+        they never read instructions (study 1: ``careless_rate``, study 2: ``random_clicker_rate``;
+        the same draw as :meth:`is_careless` / :meth:`is_random_clicker` once :meth:`bind` links
+        the key to their account); ``careless`` overrides it."""
+        if careless is None:
+            if study_key == "study2":
+                careless = self._clicks_at_random(key)
+            elif self.forced_careless is not None:
+                careless = key in self.forced_careless or any(
+                    k == key and u in self.forced_careless for u, k in self._keys.items())
+            else:
+                careless = _rng(self.seed, "careless", key).random() < self.crowd.careless_rate
+        return ParticipantProfile(careless=careless, lapse_rate=self.crowd.low_effort_rate)
+
+    def rng(self, key: str, *parts: object) -> random.Random:
+        """The random source of one part of the participant ``key``'s onboarding (deterministic
+        per seed, key and part)."""
+        return _rng(self.seed, "onboarding", key, *parts)
+
+    def onboard(self, key: str, study_key: str, onboarding: OnboardingConfig) -> OnboardingRun:
+        """The participant ``key``'s way through ``onboarding`` (:func:`walk_onboarding`)."""
+        return walk_onboarding(self.profile(key, study_key), onboarding,
+                               lambda part: self.rng(key, study_key, part))
 
     def answers_before_leaving(self, key: str, assigned: int) -> int:
         """How many items a drop-out answers before going quiet (1 .. assigned-1)."""
@@ -327,6 +425,7 @@ class SimulatedCrowd:
                 if arrival is None or arrival.participant.status != "active":
                     continue
                 participant = arrival.participant
+                self.bind(key, participant.username)  # bookkeeping: the key's behaviour follows them
                 session = AnnotatorSession(api_url, participant.username, arrival.password)
                 try:
                     dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
@@ -428,7 +527,10 @@ class SimulatedCrowd:
         return report
 
     def is_random_clicker(self, username: str) -> bool:
-        return _rng(self.seed, "clicker", username).random() < self.crowd.random_clicker_rate
+        return self._clicks_at_random(self._keys.get(username, username))
+
+    def _clicks_at_random(self, who: str) -> bool:
+        return _rng(self.seed, "clicker", who).random() < self.crowd.random_clicker_rate
 
     def rating(self, username: str, pair_id: str, quality_a: float, quality_b: float, scale_points: int,
                view: str | None = None, flipped: bool = False) -> int:
