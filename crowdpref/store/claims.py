@@ -90,7 +90,7 @@ class ClaimsStore(StoreBase):
 
     def claim(self, info: CollectionInfo, key: str, source: str, *,
               exclude_collection: CollectionInfo | None = None,
-              checks: CheckPlanner | None = None) -> ClaimResult:
+              checks: CheckPlanner | None = None, key_hash: str | None = None) -> ClaimResult:
         """Give the participant known by ``key`` their Q items, in one transaction.
 
         The items with the most copies still missing come first (ties broken by each item's
@@ -105,10 +105,12 @@ class ClaimsStore(StoreBase):
         ``checks``: the quality checks to add to the batch, given the items chosen, their
         display orders and the participant's key hash (held like items, so the participant
         finishes only when they are answered too, and a release deletes them; they are not
-        items of the collection and never count towards R)."""
+        items of the collection and never count towards R). ``key_hash``: the person's key hash
+        (:meth:`key_hash`) when the caller knows only that (the portal after onboarding, whose
+        cookie holds the hash, never the raw id); ``key`` may then be ""."""
         if source not in SOURCES:
             raise StoreError(f"unknown participant source '{source}': use one of {', '.join(SOURCES)}")
-        key_hash = self.key_hash(key)
+        key_hash = key_hash or self.key_hash(key)
         now = self.clock()
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         with self._write(info.id) as conn:
