@@ -43,10 +43,32 @@ with a consistent position bias is not penalised (the bias is modelled, not coun
 Slopes are kept at or above ``SLOPE_MIN`` (an anti-correlated rater is treated as uninformative,
 never as a flipped signal).
 
+Gold anchor
+-----------
+Agreement alone cannot tell a careful majority from a majority that shares a bias unrelated to
+quality (e.g. 40% of raters preferring the longer answer): weighting by agreement then rewards
+the biased raters. Study 2's gold pairs (:mod:`crowdpref.checks`: a clearly good and a clearly
+bad answer, graded pass/fail) have a known answer. Given each rater's gold outcomes, the fit
+(``aggregation.method: gold_anchored``) computes an anchor per rater
+
+    c_j = (passed_j - failed_j + GOLD_PRIOR * c_0) / (answered_j + GOLD_PRIOR)    in (-1, 1)
+
+(``c_0``: the same over all raters' gold; a rater with no gold answered gets ``c_0``) and uses the
+EFFECTIVE slope ``a_j * |c_j|`` when the agreement slope ``a_j`` and ``c_j`` have the same sign,
+``SLOPE_MIN`` otherwise, in the E-step and in the weights. So the sign of a rater comes from gold
+(slopes may go negative: a rater who reads the scale backwards and fails gold is flipped, not
+just ignored), a rater at chance on gold (``c_j`` near 0) is down-weighted however well they
+agree with the others, and the consensus the slopes are fitted against is driven by raters who
+are right on gold. It is a heuristic blend, not a likelihood: with a few gold pairs per rater
+``c_j`` is coarse (4 of 5 passed is ``c`` about 0.5). It cannot help where the gold pairs
+themselves are easy for the biased raters (e.g. a length-swayed rater passes gold whose good
+answer is also the longer one). Without gold outcomes the fit is the agreement-only model above.
+
 Reliability-weighted aggregation (:func:`crowdpref.aggregation.stage.aggregate` with
 ``aggregation.method: reliability_weighted``) weights each bias-corrected rating ``u_i - s_i b_j``
-by ``a_j / v_j``: the sign of that weighted mean relative to ``M`` is the sign of the posterior
-mean of ``t_p``, i.e. the decision of the model.
+by ``a_j / v_j`` (a negative weight, possible only under the gold anchor, flips the rating about
+``M``): the sign of that weighted mean relative to ``M`` is the sign of the posterior mean of
+``t_p``, i.e. the decision of the model.
 
 Why this model and not crowd-kit or choix
 -----------------------------------------
@@ -82,6 +104,8 @@ __all__ = [
     "ReliabilityFit",
     "fit_raters",
     "fit_reliability",
+    "gold_anchor",
+    "gold_tally",
 ]
 
 RATER_COLUMNS = [*RATERS, "noise_sd", "slope", "bias"]
@@ -98,6 +122,8 @@ BIAS_PRIOR_SD = 0.5
 """Prior sd (scale points) of a rater's position bias around the study's mean bias."""
 SLOPE_MIN = 1e-3
 """Smallest slope: a rater never gets a negative (flipped) or exactly zero weight."""
+GOLD_PRIOR = 2.0
+"""Weight, in gold pairs, of the prior that pulls a rater's gold anchor toward the study's."""
 MAX_ITER = 300
 TOL = 1e-6
 """Convergence: largest change of any slope, bias or log-variance between two rounds."""
@@ -118,6 +144,16 @@ class ReliabilityFit:
     """b_0: the raters' n-weighted mean position bias (displayed scale points, + toward B)."""
     iterations: int
     converged: bool
+    anchor: np.ndarray | None = None
+    """Per rater: the gold anchor ``c_j`` (None: fitted on agreement alone). ``slope`` is then the
+    effective, gold-anchored slope (negative: flipped by gold)."""
+    gold_answered: np.ndarray | None = None
+    gold_passed: np.ndarray | None = None
+
+    @property
+    def anchored(self) -> bool:
+        """True when gold outcomes anchored the fit."""
+        return self.anchor is not None
 
     @property
     def reliability(self) -> np.ndarray:
@@ -126,7 +162,8 @@ class ReliabilityFit:
         return signal / (signal + self.variance)
 
     def weights(self, rater_codes: np.ndarray) -> np.ndarray:
-        """Per rating: the aggregation weight ``a_j / v_j`` of its rater (always > 0)."""
+        """Per rating: the aggregation weight ``a_j / v_j`` of its rater (> 0, except for a
+        rater the gold anchor flipped: < 0)."""
         return (self.slope / self.variance)[np.asarray(rater_codes, dtype=np.int64)]
 
     def corrected(self, unswapped: np.ndarray, swapped: np.ndarray,
@@ -147,11 +184,33 @@ class ReliabilityFit:
         })[RATER_COLUMNS]
 
 
+def gold_anchor(answered: np.ndarray, passed: np.ndarray) -> np.ndarray | None:
+    """Per rater: ``c_j`` of the module (None when nobody answered a gold pair)."""
+    answered = np.asarray(answered, dtype=float)
+    passed = np.asarray(passed, dtype=float)
+    if answered.sum() <= 0:
+        return None
+    net = 2 * passed - answered  # passed - failed
+    c0 = float(net.sum() / answered.sum())
+    return (net + GOLD_PRIOR * c0) / (answered + GOLD_PRIOR)
+
+
+def _effective(slope: np.ndarray, anchor: np.ndarray | None) -> np.ndarray:
+    if anchor is None:
+        return slope
+    return np.where(slope * anchor > 0, slope * np.abs(anchor), SLOPE_MIN)
+
+
 def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.ndarray,
                     rater_codes: np.ndarray, rater_keys: np.ndarray, scale_points: int,
-                    *, max_iter: int = MAX_ITER, tol: float = TOL) -> ReliabilityFit:
+                    *, gold_answered: np.ndarray | None = None,
+                    gold_passed: np.ndarray | None = None,
+                    max_iter: int = MAX_ITER, tol: float = TOL) -> ReliabilityFit:
     """Fit the model of this module from integer codes (pair and rater per rating, both >= 0)
-    and the un-swapped ratings. ``rater_keys[c]`` names rater code ``c``."""
+    and the un-swapped ratings. ``rater_keys[c]`` names rater code ``c``. With
+    ``gold_answered``/``gold_passed`` (per rater code: gold pairs answered and passed) the fit
+    is gold-anchored (see the module); without them, or when nobody answered gold, it rests on
+    agreement alone."""
     p = np.asarray(pair_codes, dtype=np.int64)
     r = np.asarray(rater_codes, dtype=np.int64)
     n_raters = len(rater_keys)
@@ -160,9 +219,19 @@ def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.n
     s = np.where(np.asarray(swapped, dtype=bool), -1.0, 1.0)
     n = np.bincount(r, minlength=n_raters).astype(float)
     slope, bias = np.ones(n_raters), np.zeros(n_raters)
+    anchor = None
+    if gold_answered is not None and gold_passed is not None:
+        gold_answered = np.asarray(gold_answered, dtype=np.int64)
+        gold_passed = np.asarray(gold_passed, dtype=np.int64)
+        anchor = gold_anchor(gold_answered, gold_passed)
+    if anchor is None:
+        gold_answered = gold_passed = None
+    slope_min = -np.inf if anchor is not None else SLOPE_MIN
+    eff = _effective(slope, anchor)
     if len(x) == 0:
         return ReliabilityFit(np.asarray(rater_keys, dtype=object), n.astype(np.int64), slope,
-                              bias, np.ones(n_raters), 1.0, 0.0, 0, True)
+                              bias, np.ones(n_raters), 1.0, 0.0, 0, True, anchor,
+                              gold_answered, gold_passed)
     rated = np.bincount(p, minlength=n_pairs) > 0
     # start: every rater alike, the pair means as latent preferences
     pair_mean = np.bincount(p, weights=x, minlength=n_pairs) / np.maximum(
@@ -174,7 +243,7 @@ def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.n
     converged, iterations = False, 0
     for iterations in range(1, max_iter + 1):
         # E-step: posterior of each pair's latent preference
-        a_i, v_i, b_i = slope[r], variance[r], bias[r]
+        a_i, v_i, b_i = eff[r], variance[r], bias[r]
         precision = 1.0 / tau2 + np.bincount(p, weights=a_i * a_i / v_i, minlength=n_pairs)
         post_mean = np.bincount(p, weights=a_i * (x - s * b_i) / v_i, minlength=n_pairs) / precision
         post_var = 1.0 / precision
@@ -192,7 +261,7 @@ def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.n
         det = a11 * a22 - s_ts * s_ts
         new_slope = (r1 * a22 - s_ts * r2) / det
         new_bias = (a11 * r2 - s_ts * r1) / det
-        low = new_slope < SLOPE_MIN
+        low = new_slope < slope_min
         new_slope[low] = SLOPE_MIN
         new_bias[low] = (r2[low] - s_ts[low] * SLOPE_MIN) / a22[low]
         # noise variance per rater: expected squared residuals, shrunk toward the pooled value
@@ -203,22 +272,48 @@ def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.n
         new_variance = np.maximum((ss + PRIOR_RATINGS * pooled) / (n + PRIOR_RATINGS), VARIANCE_FLOOR)
         # study-level: latent variance, mean bias; slopes rescaled to an n-weighted mean of 1
         tau2 = max(float(np.mean((post_mean**2 + post_var)[rated])), 1e-6)
-        scale = float(np.sum(n * new_slope) / n.sum())
-        new_slope = np.maximum(new_slope / scale, SLOPE_MIN)
+        new_eff = _effective(new_slope, anchor)
+        scale = max(float(np.sum(n * np.abs(new_eff)) / n.sum()), 1e-6)
+        new_slope = new_slope / scale
+        if anchor is None:
+            new_slope = np.maximum(new_slope, SLOPE_MIN)
+        new_eff = _effective(new_slope, anchor)
         tau2 *= scale * scale
         b0 = float(np.sum(n * new_bias) / n.sum())
         change = max(float(np.max(np.abs(new_slope - slope))), float(np.max(np.abs(new_bias - bias))),
                      float(np.max(np.abs(np.log(new_variance) - np.log(variance)))))
-        slope, bias, variance = new_slope, new_bias, new_variance
+        slope, bias, variance, eff = new_slope, new_bias, new_variance, new_eff
         if change < tol:
             converged = True
             break
-    return ReliabilityFit(np.asarray(rater_keys, dtype=object), n.astype(np.int64), slope, bias,
-                          variance, tau2, b0, iterations, converged)
+    return ReliabilityFit(np.asarray(rater_keys, dtype=object), n.astype(np.int64), eff, bias,
+                          variance, tau2, b0, iterations, converged, anchor, gold_answered,
+                          gold_passed)
 
 
-def fit_raters(ratings: pd.DataFrame, scale_points: int, file: str = "ratings.parquet") -> tuple[ReliabilityFit, np.ndarray]:
-    """Fit the model over a ratings frame (pair_id, rater_key, rating as displayed, swapped).
+def gold_tally(gold: pd.DataFrame | None, rater_keys: np.ndarray,
+               file: str = "gold checks") -> tuple[np.ndarray, np.ndarray] | None:
+    """Per rater of ``rater_keys``: gold pairs answered and passed, from ``gold`` (one row per
+    answered gold pair: ``rater_key``, ``passed``). Rows of raters without ratings are ignored.
+    None when ``gold`` is None or empty."""
+    if gold is None or len(gold) == 0:
+        return None
+    missing = [c for c in ("rater_key", "passed") if c not in gold.columns]
+    if missing:
+        raise CrowdprefError(f"{file} lacks columns {missing}: the gold anchor needs one row per "
+                             "answered gold pair (rater_key, passed)")
+    at = pd.Index(np.asarray(rater_keys, dtype=object)).get_indexer(gold["rater_key"].astype(object))
+    known = at >= 0
+    passed = gold["passed"].fillna(False).to_numpy(dtype=bool)
+    answered = np.bincount(at[known], minlength=len(rater_keys))
+    ok = np.bincount(at[known], weights=passed[known].astype(float), minlength=len(rater_keys))
+    return answered.astype(np.int64), ok.astype(np.int64)
+
+
+def fit_raters(ratings: pd.DataFrame, scale_points: int, file: str = "ratings.parquet",
+               gold: pd.DataFrame | None = None) -> tuple[ReliabilityFit, np.ndarray]:
+    """Fit the model over a ratings frame (pair_id, rater_key, rating as displayed, swapped);
+    gold-anchored when ``gold`` (rater_key, passed; one row per answered gold pair) is given.
 
     Returns the fit and each rating's rater code. Raises a one-line :class:`CrowdprefError` when
     a column is missing, a rater_key is empty or a rating is outside 1..K.
@@ -244,6 +339,9 @@ def fit_raters(ratings: pd.DataFrame, scale_points: int, file: str = "ratings.pa
     pair_codes = pd.factorize(ratings["pair_id"], sort=True)[0]
     swapped = ratings["swapped"].to_numpy(dtype=bool)
     u = unswap(values.astype(np.int64), swapped, scale_points)
-    fit = fit_reliability(pair_codes, u, swapped, rater_codes, np.asarray(rater_keys, dtype=object),
-                          scale_points)
+    keys_arr = np.asarray(rater_keys, dtype=object)
+    tally = gold_tally(gold, keys_arr)
+    fit = fit_reliability(pair_codes, u, swapped, rater_codes, keys_arr, scale_points,
+                          gold_answered=None if tally is None else tally[0],
+                          gold_passed=None if tally is None else tally[1])
     return fit, rater_codes.astype(np.int64)

@@ -32,6 +32,13 @@ class RaterSummary:
     decisions_changed: int
     """Rated pairs whose side (first, second or tie) differs between the plain mean and the
     reliability-weighted mean, whichever method decided."""
+    weighting: str = "agreement"
+    """What the rater weights rest on: ``agreement`` (between raters alone) or ``gold`` (anchored
+    on study 2's gold pairs, :mod:`crowdpref.aggregation.reliability`)."""
+    gold_raters: int = 0
+    """Raters with at least one answered gold pair behind the anchor."""
+    flipped: int = 0
+    """Raters the gold anchor flipped (they rated gold pairs backwards: negative slope)."""
 
 
 @dataclass
@@ -76,7 +83,8 @@ class AggregationStats:
     bradley_terry_questions: int | None = None
     truth: TruthCheck | None = None
     method: str = "mean"
-    """``aggregation.method``: what decided chosen/rejected (``mean`` or ``reliability_weighted``)."""
+    """``aggregation.method``: what decided chosen/rejected (``mean``, ``reliability_weighted`` or
+    ``gold_anchored``)."""
     reliability: RaterSummary | None = None
     """The rater reliability fit (None when the ratings carry no rater keys)."""
     bootstrap_samples: int = 0

@@ -66,7 +66,10 @@ from crowdpref.contracts import PREFERENCES
 from crowdpref.errors import CrowdprefError
 from crowdpref.uncertainty import TIE_TOLERANCE, bootstrap_pairs
 
-__all__ = ["aggregate"]
+__all__ = ["WEIGHTED_METHODS", "aggregate"]
+
+WEIGHTED_METHODS = ("reliability_weighted", "gold_anchored")
+"""``aggregation.method`` values decided by the rater model's weighted mean."""
 
 
 def aggregate(
@@ -82,6 +85,7 @@ def aggregate(
     excluded_response_ids: Collection[str] = (),
     seed: int = 0,
     withdrawn_participants: int = 0,
+    gold: pd.DataFrame | None = None,
 ) -> AggregationResult:
     """Turn ratings into preference rows (contracts.PREFERENCES) and study statistics.
 
@@ -92,18 +96,25 @@ def aggregate(
     ``withdrawn_participants``: how many withdrawals the inputs already leave out (recorded in
     the statistics; :func:`crowdpref.withdrawals.leave_out_all` removes their rows). Raises
     :class:`CrowdprefError` (one line) on bad input, including ratings without a rater_key
-    under ``aggregation.method: reliability_weighted``.
+    under ``aggregation.method: reliability_weighted`` or ``gold_anchored``.
+
+    ``gold``: study 2's gold-pair outcomes, one row per answered gold pair (``rater_key`` as in
+    ratings.parquet, ``passed``). Under ``aggregation.method: gold_anchored`` they anchor each
+    rater's slope and sign (:mod:`crowdpref.aggregation.reliability`, "Gold anchor"); without
+    them that method weights by agreement alone, like ``reliability_weighted``, and the
+    statistics (``reliability.weighting``) say so. Ignored under the other methods.
     """
     config = config or AggregationConfig()
     k = scale_points
     midpoint = (k + 1) / 2
-    weighted = config.method == "reliability_weighted"
+    weighted = config.method in WEIGHTED_METHODS
+    anchored = config.method == "gold_anchored"
     pairs = pairs.reset_index(drop=True)
     ratings = ratings.reset_index(drop=True)
     responses = responses.reset_index(drop=True)
     questions = questions.reset_index(drop=True)
     checked = _check_inputs(ratings, pairs, responses, questions, k)
-    fit, rater_codes, rater_note = _fit_raters(ratings, k, weighted)
+    fit, rater_codes, rater_note = _fit_raters(ratings, k, weighted, gold if anchored else None)
     used = _used_ratings(ratings, responses, checked, excluded_response_ids, k)
     answer_flagged = _answer_flags(responses, checked, used.excluded_pair, screening)
     stats, values, weights = _decide_pairs(used, pairs, fit, rater_codes, k, weighted)
@@ -246,8 +257,11 @@ def _decide_pairs(used: _Used, pairs: pd.DataFrame, fit: ReliabilityFit | None,
     weighted_mean = np.full(len(pairs), np.nan)
     if fit is not None and rater_codes is not None:
         used_raters = rater_codes[used.use]
-        rating_weights = fit.weights(used_raters)
-        corrected = fit.corrected(u, used.swapped, used_raters)
+        signed = fit.weights(used_raters)
+        # a rater flipped by the gold anchor (negative weight) counts mirrored about the midpoint
+        rating_weights = np.abs(signed)
+        midpoint = (k + 1) / 2
+        corrected = midpoint + np.sign(signed) * (fit.corrected(u, used.swapped, used_raters) - midpoint)
         with np.errstate(invalid="ignore", divide="ignore"):
             weighted_mean = np.clip(
                 np.bincount(used.codes, weights=rating_weights * corrected, minlength=len(pairs))
@@ -391,11 +405,15 @@ def _rater_summary(fit: ReliabilityFit, raters: pd.DataFrame, stats: pd.DataFram
         iterations=fit.iterations,
         converged=fit.converged,
         decisions_changed=int((rated & (plain_side != weighted_side)).sum()),
+        weighting="gold" if fit.anchored else "agreement",
+        gold_raters=0 if fit.gold_answered is None else int((fit.gold_answered > 0).sum()),
+        flipped=int((fit.slope < 0).sum()),
     )
 
 
-def _fit_raters(ratings: pd.DataFrame, scale_points: int,
-                weighted: bool) -> tuple[ReliabilityFit | None, np.ndarray | None, str | None]:
+def _fit_raters(ratings: pd.DataFrame, scale_points: int, weighted: bool,
+                gold: pd.DataFrame | None = None,
+                ) -> tuple[ReliabilityFit | None, np.ndarray | None, str | None]:
     """The rater reliability fit over ALL ratings of study 2 (excluded pairs' too: they say as
     much about the rater), its rater code per rating, and a note when it is skipped. Under
     ``reliability_weighted`` missing rater keys are an error; under ``mean`` a note."""
@@ -409,9 +427,9 @@ def _fit_raters(ratings: pd.DataFrame, scale_points: int,
                                 "reliability fitted (raters.parquet not written)")
     elif "rater_key" not in ratings.columns:
         raise CrowdprefError("ratings.parquet lacks columns ['rater_key']: aggregation.method "
-                             "reliability_weighted needs the rater of every rating (re-export the "
-                             "ratings, or set aggregation.method: mean)")
-    fit, rater_codes = fit_raters(ratings, scale_points)
+                             "reliability_weighted/gold_anchored needs the rater of every rating "
+                             "(re-export the ratings, or set aggregation.method: mean)")
+    fit, rater_codes = fit_raters(ratings, scale_points, gold=gold)
     return fit, rater_codes, None
 
 
@@ -444,6 +462,9 @@ def _anomalies(stats: pd.DataFrame, s: AggregationStats, config: AggregationConf
     out: list[str] = []
     ties = stats.loc[stats["status"] == "tie", "pair_id"]
     what = "mean rating" if s.method == "mean" else "reliability-weighted mean rating"
+    if s.method == "gold_anchored" and s.reliability is not None and s.reliability.weighting != "gold":
+        out.append("aggregation.method is gold_anchored but no gold-pair outcomes reached the "
+                   "aggregation: the weighting rests on agreement between raters alone")
     if len(ties):
         out.append(f"{len(ties)} pairs have a {what} exactly on the midpoint {s.midpoint:g} "
                    f"(e.g. {_examples(ties)}): reported as ties, left out of the preferences")

@@ -561,6 +561,28 @@ def _length_rows(length: Any) -> list[tuple[str, Any]]:
     ]
 
 
+def weighting_text(method: str, reliability: Any, gold_pairs: int) -> str:
+    """What the rater weights rest on, and what the aggregation was tested on (issue 21)."""
+    basis = reliability.get("weighting") if isinstance(reliability, Mapping) else None
+    if method == "gold_anchored" and basis == "gold":
+        flipped = reliability.get("flipped", 0) if isinstance(reliability, Mapping) else 0
+        text = ("Each rater's weight and sign were anchored on their gold pairs (known answers): "
+                "a rater at chance on gold counts little however well they agree with others, and "
+                f"{flipped} rater(s) who rated gold backwards were counted mirrored. ")
+    else:
+        why = ("study 2 had no gold pairs" if gold_pairs == 0 else
+               "no gold-pair outcomes reached the aggregation" if method == "gold_anchored" else
+               "this method does not use the gold pairs")
+        text = (f"The weighting rests on agreement between raters alone ({why}): if many raters "
+                "share a preference unrelated to quality (answer length, for example), agreement "
+                "rewards it. ")
+    return (text + "In simulations (benchmarks/aggregation_quality.py: simulated raters, including "
+            "heavy-tailed, extreme, central-tendency, length-swayed, backwards and random ones) "
+            "weighting by agreement alone fell below the plain mean where a large share of raters "
+            "followed length; the gold anchor held up there only because the simulated gold "
+            "pairs' good answers were not systematically the longer ones. ")
+
+
 def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
                     aggregation: Mapping[str, Any] | None) -> list[str]:
     """The card's "Quality checks, reliability and uncertainty" section: what each study's
@@ -597,7 +619,8 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
     out += [("Each pair was decided by the plain mean of its ratings, as in the published method. "
              if method == "mean" else
              "Each pair was decided by the reliability-weighted mean of its ratings, each rating "
-             "corrected for its rater's A/B position bias. ")
+             "corrected for its rater's A/B position bias. "
+             + weighting_text(method, (aggregation or {}).get("reliability"), s2.gold_pairs))
             + "Rater reliability (the `raters` configuration) comes from a one-factor model fitted "
             "over every counted rating (before the preregistered filters); `p_chosen` is the share of bootstrap resamples of a pair's own "
             "ratings that land on the chosen side, and `mean_rating_low` / `mean_rating_high` "
