@@ -88,9 +88,37 @@ def default_places(collection: Any) -> int:
     return int(collection.spec.batches.participants)
 
 
+def screen_out_terms(config: StudyConfig, key: str, places: int) -> tuple[int, int] | None:
+    """(fixed screen-out reward, slots) of study ``key``'s Prolific screen-out completion code;
+    None when nobody can be screened out (no onboarding quiz). The reward is the onboarding's
+    ``screen_out_reward`` (pence/cents); a simulated study without one pays the onboarding's
+    share of the study's time (the figure ``crowdpref validate`` suggests). Slots (how many
+    screen-outs Prolific pays before it pauses the study): the study's ``places`` - at most one
+    screen-out per place it opens with (raise them on Prolific to go on).
+    ConfigError (one line) when the reward is not below the study's reward (Prolific refuses it)."""
+    from crowdpref.errors import ConfigError
+
+    onboarding = getattr(getattr(config, key), "onboarding", None)
+    if onboarding is None or getattr(onboarding, "quiz", None) is None:
+        return None
+    part = config.prolific.study1 if key == "study1" else config.prolific.study2
+    reward = getattr(onboarding, "screen_out_reward", None)
+    if reward is None:
+        minutes = max(1, part.estimated_completion_minutes)
+        reward = max(1, min(part.reward - 1, part.reward * onboarding.minutes // minutes))
+    if not 0 < reward < part.reward:
+        raise ConfigError(f"{key}.onboarding.screen_out_reward: {reward} is not below the study reward "
+                          f"(prolific.{key}.reward: {part.reward}); Prolific requires it to be less: lower it")
+    return reward, max(1, int(places))
+
+
 def study_payload(config: StudyConfig, key: str, settings: Any, completion_code: str, *, places: int,
-                  completers_group: str | None = None, blocklist_group: str | None = None) -> dict[str, Any]:
-    """The body of ``POST /studies/`` for one collection."""
+                  completers_group: str | None = None, blocklist_group: str | None = None,
+                  screen_out_code: str | None = None) -> dict[str, Any]:
+    """The body of ``POST /studies/`` for one collection. With an onboarding quiz and a
+    ``screen_out_code`` (:meth:`~crowdpref.store.Store.screen_out_code`), a second completion code
+    (``SCREENED_OUT``, action ``FIXED_SCREEN_OUT_PAYMENT``: :func:`screen_out_terms`) pays the
+    people the quiz turns away."""
     from crowdpref.portal.links import prolific_entry_url
 
     part = config.prolific.study1 if key == "study1" else config.prolific.study2
@@ -105,6 +133,12 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
     ]
     if key == "study2" and blocklist_group:
         filters.append({"filter_id": "participant_group_blocklist", "selected_values": [blocklist_group]})
+    codes: list[dict[str, Any]] = [{"code": completion_code, "code_type": "COMPLETED", "actions": actions}]
+    terms = screen_out_terms(config, key, places)
+    if terms is not None and screen_out_code:
+        reward, slots = terms
+        codes.append({"code": screen_out_code, "code_type": "SCREENED_OUT", "actions": [
+            {"action": "FIXED_SCREEN_OUT_PAYMENT", "fixed_screen_out_reward": reward, "slots": slots}]})
     what = ("write short answers to questions about everyday social situations" if key == "study1"
             else "compare pairs of answers to questions about everyday social situations")
     return {
@@ -114,7 +148,7 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
                        f"{config.description}".strip(),
         "external_study_url": prolific_entry_url(settings, config.name, key),
         "prolific_id_option": "url_parameters",
-        "completion_codes": [{"code": completion_code, "code_type": "COMPLETED", "actions": actions}],
+        "completion_codes": codes,
         "total_available_places": places,
         "estimated_completion_time": part.estimated_completion_minutes,
         "reward": part.reward,
@@ -195,7 +229,8 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
             payload = study_payload(config, key, settings, store.completion_code(cid),
                                     places=places or default_places(collection),
                                     completers_group=group if key == "study1" else None,
-                                    blocklist_group=group if key == "study2" else None)
+                                    blocklist_group=group if key == "study2" else None,
+                                    screen_out_code=store.screen_out_code(cid))
             try:
                 study = client.create_study(payload)
             except ProlificAmbiguous:  # sent, reply lost: it may exist - adopt it, never create twice
@@ -415,7 +450,7 @@ def places_needed(places: int, submissions: list[Any], unclaimed: int, per_parti
     if unclaimed <= 0:
         return None
     needed = math.ceil(unclaimed / max(1, per_participant))
-    free = max(0, places - sum(1 for s in submissions if s.status not in FREEING))
+    free = max(0, places - sum(1 for s in submissions if s.status not in FREEING + ("SCREENED OUT",)))
     return places + (needed - free) if needed > free else None
 
 

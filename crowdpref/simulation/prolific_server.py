@@ -8,7 +8,8 @@ Part of the simulation: the demo runs it, and the tests use it.
 
 Serves ``/api/v1/`` (token auth) on 127.0.0.1: studies (draft -> ACTIVE -> PAUSED / COMPLETED,
 places only up once published, paginated lists), submissions with their statuses (RESERVED,
-ACTIVE, TIMED-OUT, AWAITING REVIEW, APPROVED, RETURNED, REJECTED), approve / reject / bulk
+ACTIVE, TIMED-OUT, AWAITING REVIEW, APPROVED, RETURNED, REJECTED; SCREENED OUT through a
+FIXED_SCREEN_OUT_PAYMENT code, paid and counted against its slots), approve / reject / bulk
 approve, participant groups, bonuses, webhook secrets and subscriptions (confirm handshake).
 Every status change of a submission is delivered to the confirmed ``submission.status.change``
 subscriptions, signed like Prolific (base64 HMAC-SHA256 over timestamp + body - computed here
@@ -72,6 +73,8 @@ if TYPE_CHECKING:  # the contract module (openapi-core) is imported when a fake 
 
 DEFAULT_TOKEN = "fake-prolific-token"
 FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
+# a screened-out submission holds no place either: its own limit is the screen-out code's slots
+NOT_HOLDING = FREEING + ("SCREENED OUT",)
 # GET /studies/{id}/submissions/counts/ (SubmissionsCountResponse): every status and the TOTAL
 COUNTED = ("ACTIVE", "APPROVED", "AWAITING REVIEW", "REJECTED", "RESERVED", "RETURNED", "TIMED-OUT",
            "PARTIALLY APPROVED", "SCREENED OUT")
@@ -157,6 +160,9 @@ class FakeProlific:
         self.subscriptions: dict[str, dict[str, Any]] = {}
         self.deliveries: list[tuple[str, str, int, int | None]] = []  # event id, status, attempt, http status
         self.completion_visits: list[str] = []
+        #: (study id, submission id, fixed reward) of every submission completed with a
+        #: FIXED_SCREEN_OUT_PAYMENT code (what Prolific pays those the study screens out)
+        self.screen_out_payments: list[tuple[str, str, int]] = []
         self.requests: list[tuple[str, str]] = []  # method, path of every API request
         self.contract: ProlificContract | None = None
         if contract:
@@ -437,11 +443,32 @@ class FakeProlific:
         places = body.get("total_available_places")
         if not isinstance(places, int) or isinstance(places, bool) or places < 1:
             problems.append("total_available_places must be an integer of at least 1")
+        problems += self._screen_out_problems(body)
         if problems:
             raise ApiError(400, "; ".join(problems))
         study = dict(body, id=_hex_id(), status="UNPUBLISHED", places_taken=0)
         self.studies[study["id"]] = study
         return study
+
+    @staticmethod
+    def _screen_out_problems(body: dict[str, Any]) -> list[str]:
+        """The rules the document states in prose for completion codes: a code is unique within
+        the study; a FIXED_SCREEN_OUT_PAYMENT's reward is less than the study reward and its
+        slots at least 1 (the schema checks the fields are there and are integers)."""
+        codes = [c for c in body.get("completion_codes") or [] if isinstance(c, dict)]
+        names = [c.get("code") for c in codes if c.get("code") is not None]
+        problems = ["completion_codes: the code must be unique within the study"] if len(names) != len(set(names)) else []
+        reward = body.get("reward")
+        for code in codes:
+            for action in code.get("actions") or []:
+                if not isinstance(action, dict) or action.get("action") != "FIXED_SCREEN_OUT_PAYMENT":
+                    continue
+                fixed, slots = action.get("fixed_screen_out_reward"), action.get("slots")
+                if not isinstance(fixed, int) or fixed < 1 or (isinstance(reward, int) and fixed >= reward):
+                    problems.append(f"fixed_screen_out_reward {fixed!r} must be at least 1 and less than the study reward")
+                if not isinstance(slots, int) or slots < 1:
+                    problems.append(f"slots {slots!r} must be at least 1")
+        return problems
 
     def _patch_study(self, study: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         if study["status"] != "UNPUBLISHED":
@@ -487,7 +514,7 @@ class FakeProlific:
         raise ApiError(400, f"unknown action {action!r}")
 
     def _taken(self, study_id: str) -> int:
-        return sum(1 for s in self.submissions.values() if s["study_id"] == study_id and s["status"] not in FREEING)
+        return sum(1 for s in self.submissions.values() if s["study_id"] == study_id and s["status"] not in NOT_HOLDING)
 
     # --- participants (test control) ------------------------------------------------------------------
     def arrive(self, study_id: str, participant_id: str | None = None) -> dict[str, Any]:
@@ -540,6 +567,17 @@ class FakeProlific:
                 raise ApiError(409, f"submission is {sub['status']}")
             sub["study_code"] = code
             sub["completed_at"] = _now()
+            screen_out = next((a for a in match.get("actions") or [] if a.get("action") == "FIXED_SCREEN_OUT_PAYMENT"), None)
+            if screen_out is not None:
+                # screened out: paid the fixed reward at once, the place is free again; when the
+                # screen-outs reach the code's slots with places unfilled, the study pauses
+                self._set_status(sub, "SCREENED OUT")
+                self.screen_out_payments.append((study["id"], sub["id"], int(screen_out["fixed_screen_out_reward"])))
+                screened = sum(1 for p in self.screen_out_payments if p[0] == study["id"])
+                if screened >= int(screen_out["slots"]) and study["status"] == "ACTIVE" \
+                        and self._taken(study["id"]) < int(study["total_available_places"]):
+                    study["status"] = "PAUSED"
+                return sub
             self._set_status(sub, "AWAITING REVIEW")
             for action in match.get("actions") or []:
                 if action.get("action") == "ADD_TO_PARTICIPANT_GROUP":

@@ -1,0 +1,175 @@
+"""Prolific's screen-out code (issue 20): a study whose onboarding has a quiz is created on
+Prolific with a second completion code - ``SCREENED_OUT``, action ``FIXED_SCREEN_OUT_PAYMENT``
+with the config's fixed reward and slots - so the people the quiz turns away are paid. The
+code is derived from the store's salt (``Store.screen_out_code``); the request validates
+against Prolific's published document; the fake Prolific pays a screen-out, frees the place and
+pauses the study when the slots are used up."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from crowdpref.config import Batches, StudyConfig, parse_study
+from crowdpref.prolific import ProlificClient, ProlificError
+from crowdpref.recruitment import ensure_prolific_study, places_needed, screen_out_terms, study_payload
+from crowdpref.simulation.prolific_server import FakeProlific
+from crowdpref.store import Store, default_url
+from tests.conftest import isolated_settings
+
+PORTAL = "https://portal.example.org"
+
+
+def _item(answer: int = 1) -> dict[str, Any]:
+    return {"prompt": "Which answer gives a reason?", "options": ["Because it is kind.", "Yes."],
+            "answer": answer, "explanation": "It says why."}
+
+
+def _config(quiz: bool = True, participants: str = "prolific", screen_out_reward: int | None = 90) -> StudyConfig:
+    onboarding: dict[str, Any] = {"introduction": "What the study is for; about 5 minutes.", "minutes": 5,
+                                  "practice": [_item()]}
+    if quiz:
+        onboarding["quiz"] = {"items": [_item(), _item(2)], "pass_mark": 2, "attempts": 2}
+    if screen_out_reward is not None:
+        onboarding["screen_out_reward"] = screen_out_reward
+    return parse_study({
+        "name": "screen-test", "title": "Social reasoning", "participants": participants,
+        "study1": {"responses_per_question": 2, "questions_per_participant": 3, "onboarding": onboarding},
+        "study2": {"ratings_per_pair": 3, "pairs_per_participant": 6},
+        "prolific": {"enabled": participants == "prolific", "study1": {"reward": 500, "estimated_completion_minutes": 25},
+                     "study2": {"reward": 300, "estimated_completion_minutes": 15}},
+    })
+
+
+@pytest.fixture()
+def settings(tmp_path: Path):
+    return isolated_settings(tmp_path / "home", portal_url=PORTAL, prolific_workspace_id="ws-1")
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store(default_url(tmp_path))
+    yield store
+    store.close()
+
+
+@pytest.fixture()
+def fake() -> Iterator[FakeProlific]:
+    with FakeProlific(page_size=2, retry_delay_s=0.05) as fake:
+        yield fake
+
+
+@pytest.fixture()
+def client(fake: FakeProlific) -> Iterator[ProlificClient]:
+    with ProlificClient(fake.base_url, fake.token, backoff_s=0.0, sleep=lambda _s: None) as client:
+        yield client
+
+
+def _collection(config: StudyConfig, store: Store, key: str = "study1", participants: int = 4) -> SimpleNamespace:
+    """What ensure_prolific_study reads: the store, the collection and the batch plan."""
+    info = store.collection(config.name, key, [f"item-{i}" for i in range(6)], copies=2, per_participant=3,
+                            seed=0, username_prefix="p")
+    return SimpleNamespace(store=store, info=info,
+                           spec=SimpleNamespace(key=key, batches=Batches(participants * 3, 3)))
+
+
+# --- the code -----------------------------------------------------------------------------------------
+def test_the_screen_out_code_is_stable_salted_and_never_the_completion_code(tmp_path: Path, store: Store) -> None:
+    one = store.collection("a", "study1", ["x"], copies=1, per_participant=1, seed=0, username_prefix="p")
+    two = store.collection("a", "study2", ["x"], copies=1, per_participant=1, seed=0, username_prefix="q")
+    code = store.screen_out_code(one.id)
+    assert code == store.screen_out_code(one.id) and code.startswith("S") and len(code) == 8 and code.isalnum()
+    assert code != store.completion_code(one.id)[0] + code[1:]  # not the completion code with another prefix
+    assert code[1:] != store.completion_code(one.id)[1:]
+    assert code != store.screen_out_code(two.id)
+    other = Store(default_url(tmp_path / "elsewhere"))  # another salt: another code
+    try:
+        info = other.collection("a", "study1", ["x"], copies=1, per_participant=1, seed=0, username_prefix="p")
+        assert other.screen_out_code(info.id) != code
+    finally:
+        other.close()
+
+
+# --- the payload ---------------------------------------------------------------------------------------
+def test_a_quiz_adds_a_fixed_screen_out_payment_code(settings) -> None:
+    body = study_payload(_config(), "study1", settings, "C1234567", places=4, screen_out_code="S7654321")
+    assert body["completion_codes"][1] == {"code": "S7654321", "code_type": "SCREENED_OUT", "actions": [
+        {"action": "FIXED_SCREEN_OUT_PAYMENT", "fixed_screen_out_reward": 90, "slots": 4}]}
+    assert body["completion_codes"][0]["code_type"] == "COMPLETED"
+    # no quiz (nobody is screened out), or the other study: one code only
+    no_quiz = study_payload(_config(quiz=False), "study1", settings, "C1", places=4, screen_out_code="S1")
+    study2 = study_payload(_config(), "study2", settings, "C2", places=4, screen_out_code="S2")
+    assert [c["code_type"] for c in no_quiz["completion_codes"]] == ["COMPLETED"]
+    assert [c["code_type"] for c in study2["completion_codes"]] == ["COMPLETED"]
+
+
+def test_a_simulated_study_without_a_reward_pays_the_onboardings_share_of_the_time() -> None:
+    config = _config(participants="simulated", screen_out_reward=None)
+    assert screen_out_terms(config, "study1", 7) == (500 * 5 // 25, 7)  # 5 of 25 minutes of 500
+    assert screen_out_terms(_config(quiz=False), "study1", 7) is None
+
+
+def test_the_request_validates_against_prolifics_published_schema(settings) -> None:
+    from crowdpref.simulation.prolific_contract import ProlificContract
+
+    contract = ProlificContract.load()
+    body = study_payload(_config(), "study1", settings, "C1234567", places=4, screen_out_code="S7654321")
+    headers = {"Content-Type": "application/json", "Authorization": "Token x"}
+
+    def problems(payload: dict[str, Any]) -> list[str]:
+        return [str(v) for v in contract.check_request("POST", "/api/v1/studies/", {}, headers,
+                                                       json.dumps(payload).encode())]
+
+    assert problems(body) == []
+    # the schema is really checked: without slots (required), or with a code type Prolific does not know
+    action = body["completion_codes"][1]["actions"][0]
+    del action["slots"]
+    assert problems(body)
+    action["slots"] = 4
+    body["completion_codes"][1]["code_type"] = "SCREEN_OUT"
+    assert problems(body)
+
+
+# --- on the fake Prolific --------------------------------------------------------------------------------
+def test_the_study_is_created_with_both_codes_and_a_screen_out_is_paid_and_frees_the_place(
+        settings, store: Store, fake: FakeProlific, client: ProlificClient) -> None:
+    config = _config()
+    collection = _collection(config, store, participants=2)
+    platform = ensure_prolific_study(collection, config, settings, client)
+    study = fake.studies[platform.external_id]
+    cid = collection.info.id
+    assert [(c["code"], c["code_type"]) for c in study["completion_codes"]] == [
+        (store.completion_code(cid), "COMPLETED"), (store.screen_out_code(cid), "SCREENED_OUT")]
+    assert study["status"] == "ACTIVE" and study["total_available_places"] == 2
+    first = fake.arrive(platform.external_id)
+    second = fake.arrive(platform.external_id)
+    fake.complete(first["session_id"], store.screen_out_code(cid))
+    assert fake.submissions[first["session_id"]]["status"] == "SCREENED OUT"
+    assert fake.screen_out_payments == [(platform.external_id, first["session_id"], 90)]
+    assert study["status"] == "ACTIVE"  # 1 screen-out of 2 slots
+    third = fake.arrive(platform.external_id)  # the screened-out person's place is free again
+    fake.complete(second["session_id"], store.completion_code(cid))
+    assert fake.submissions[second["session_id"]]["status"] == "AWAITING REVIEW"
+    fake.complete(third["session_id"], store.screen_out_code(cid))
+    assert study["status"] == "PAUSED"  # the slots are used up with a place unfilled: Prolific pauses
+    assert len(fake.screen_out_payments) == 2
+    # the sync's arithmetic: a screened-out submission holds no place
+    subs = client.list_submissions(platform.external_id)
+    assert places_needed(2, subs, unclaimed=3, per_participant=3) is None
+
+
+def test_the_fake_refuses_a_screen_out_reward_not_below_the_study_reward(settings, fake, client) -> None:
+    body = study_payload(_config(), "study1", settings, "C1234567", places=4, screen_out_code="S7654321")
+    body["completion_codes"][1]["actions"][0]["fixed_screen_out_reward"] = 500
+    with pytest.raises(ProlificError, match="less than the study reward"):
+        client.create_study(body)
+    body["completion_codes"][1]["actions"][0]["fixed_screen_out_reward"] = 90
+    body["completion_codes"][1]["code"] = "C1234567"
+    with pytest.raises(ProlificError, match="unique within the study"):
+        client.create_study(body)
+    assert fake.studies == {}
