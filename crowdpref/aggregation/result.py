@@ -85,6 +85,9 @@ class AggregationStats:
     method: str = "mean"
     """``aggregation.method``: what decided chosen/rejected (``mean``, ``reliability_weighted`` or
     ``gold_anchored``)."""
+    decided_by: str = "mean"
+    """What actually decided: ``mean``, ``reliability_weighted`` (agreement alone) or
+    ``gold_anchored``; ``gold_anchored`` without gold outcomes falls back to ``mean``."""
     reliability: RaterSummary | None = None
     """The rater reliability fit (None when the ratings carry no rater keys)."""
     bootstrap_samples: int = 0

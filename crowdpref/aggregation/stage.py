@@ -101,20 +101,26 @@ def aggregate(
     ``gold``: study 2's gold-pair outcomes, one row per answered gold pair (``rater_key`` as in
     ratings.parquet, ``passed``). Under ``aggregation.method: gold_anchored`` they anchor each
     rater's slope and sign (:mod:`crowdpref.aggregation.reliability`, "Gold anchor"); without
-    them that method weights by agreement alone, like ``reliability_weighted``, and the
-    statistics (``reliability.weighting``) say so. Ignored under the other methods.
+    them (no gold pairs, or none by a rater of these ratings) that method decides by the PLAIN
+    MEAN - weighting by agreement alone can make the data worse than the mean (issue 21) - and
+    ``decided_by`` and an anomaly line say so. Ignored under the other methods.
     """
     config = config or AggregationConfig()
     k = scale_points
     midpoint = (k + 1) / 2
-    weighted = config.method in WEIGHTED_METHODS
     anchored = config.method == "gold_anchored"
+    has_gold = gold is not None and len(gold) > 0
+    weighted = config.method == "reliability_weighted" or (anchored and has_gold)
     pairs = pairs.reset_index(drop=True)
     ratings = ratings.reset_index(drop=True)
     responses = responses.reset_index(drop=True)
     questions = questions.reset_index(drop=True)
     checked = _check_inputs(ratings, pairs, responses, questions, k)
     fit, rater_codes, rater_note = _fit_raters(ratings, k, weighted, gold if anchored else None)
+    if anchored and fit is not None and not fit.anchored:
+        weighted = False  # gold given, but no rater of these ratings answered any
+    decided_by = ("mean" if not weighted else
+                  "gold_anchored" if fit is not None and fit.anchored else "reliability_weighted")
     used = _used_ratings(ratings, responses, checked, excluded_response_ids, k)
     answer_flagged = _answer_flags(responses, checked, used.excluded_pair, screening)
     stats, values, weights = _decide_pairs(used, pairs, fit, rater_codes, k, weighted)
@@ -159,6 +165,7 @@ def aggregate(
         rating_sources=source_counts(ratings["source"][used.use]),
         per_category=_per_category(stats, status, used.excluded_pair, preferences),
         method=config.method,
+        decided_by=decided_by,
         bootstrap_samples=config.bootstrap_samples,
         interval_level=config.interval_level,
         mean_p_chosen=float(np.mean(p_chosen)) if len(rows) else math.nan,
@@ -461,10 +468,11 @@ def _decide_by(stats: pd.DataFrame, decision: np.ndarray, pairs: pd.DataFrame,
 def _anomalies(stats: pd.DataFrame, s: AggregationStats, config: AggregationConfig) -> list[str]:
     out: list[str] = []
     ties = stats.loc[stats["status"] == "tie", "pair_id"]
-    what = "mean rating" if s.method == "mean" else "reliability-weighted mean rating"
-    if s.method == "gold_anchored" and s.reliability is not None and s.reliability.weighting != "gold":
-        out.append("aggregation.method is gold_anchored but no gold-pair outcomes reached the "
-                   "aggregation: the weighting rests on agreement between raters alone")
+    what = "mean rating" if s.decided_by == "mean" else "reliability-weighted mean rating"
+    if s.method == "gold_anchored" and s.decided_by == "mean":
+        out.append("aggregation.method is gold_anchored but no gold-pair outcomes of these raters "
+                   "reached the aggregation: pairs were decided by the plain mean (weighting by "
+                   "agreement alone is aggregation.method: reliability_weighted)")
     if len(ties):
         out.append(f"{len(ties)} pairs have a {what} exactly on the midpoint {s.midpoint:g} "
                    f"(e.g. {_examples(ties)}): reported as ties, left out of the preferences")

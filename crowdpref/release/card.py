@@ -616,8 +616,12 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
                      "their work excluded.")
         out += [line, ""]
     method = (aggregation or {}).get("method", "mean")
+    decided_by = (aggregation or {}).get("decided_by", method)
     out += [("Each pair was decided by the plain mean of its ratings, as in the published method. "
-             if method == "mean" else
+             + ("The method was gold_anchored, but no gold-pair outcomes reached the aggregation, "
+                "so it fell back to the plain mean rather than weight raters by agreement alone. "
+                if method == "gold_anchored" else "")
+             if decided_by == "mean" else
              "Each pair was decided by the reliability-weighted mean of its ratings, each rating "
              "corrected for its rater's A/B position bias. "
              + weighting_text(method, (aggregation or {}).get("reliability"), s2.gold_pairs))

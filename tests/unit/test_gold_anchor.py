@@ -88,11 +88,16 @@ def test_without_gold_the_statistics_say_weighting_rests_on_agreement(backwards)
                     scale_points=8, ratings_per_pair=3, config=GOLD)
     assert res.stats.reliability is not None
     assert res.stats.reliability.weighting == "agreement"
-    assert any("agreement between raters alone" in line for line in res.anomalies)
+    assert res.stats.decided_by == "mean"  # agreement alone can do worse than the mean
+    plain = aggregate(backwards.ratings, backwards.pairs, backwards.responses, backwards.questions,
+                      scale_points=8, ratings_per_pair=3, config=AggregationConfig(bootstrap_samples=100))
+    pd.testing.assert_frame_equal(res.preferences, plain.preferences)
+    assert any("decided by the plain mean" in line for line in res.anomalies)
     with_gold = aggregate(backwards.ratings, backwards.pairs, backwards.responses,
                           backwards.questions, scale_points=8, ratings_per_pair=3, config=GOLD,
                           gold=backwards.gold)
     assert with_gold.stats.reliability.weighting == "gold"
+    assert with_gold.stats.decided_by == "gold_anchored"
     assert with_gold.stats.reliability.flipped > 0
     assert with_gold.stats.to_dict()["reliability"]["weighting"] == "gold"
 
