@@ -7,6 +7,14 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   the ids (with Prolific: the submission must name this person and this study), refuse the
   excluded, claim the work (the same work when they come back), set a signed cookie and send
   them to the welcome page - a clean URL, so their ids leave the address bar after one hop.
+- ``GET  /s/<study>/<key>/onboarding`` (when the study has an ``onboarding:`` section and the
+  person has claimed nothing yet; the cookie then holds their key hash, never the raw id): the
+  step they are at - the introduction with worked examples, a practice question, the quiz, the
+  screened-out page - so someone who comes back resumes there. ``POST .../onboarding/next``
+  goes on from the introduction or the practice; ``POST .../onboarding/practice`` answers one
+  practice question (feedback at once, never counted); ``POST .../onboarding/quiz`` is one quiz
+  attempt: a pass claims their work and goes on to the welcome page, a fail says what was wrong
+  (try again) or, on the last attempt, screens them out (on Prolific: the screen-out code).
 - ``GET  /s/<study>/<key>/welcome``: the guidelines and what to expect; *Start* posts to
 - ``POST /s/<study>/<key>/start``: where the portal and Argilla share an origin (the public
   profile), a page that stores an Argilla session minted for them (no password, no bcrypt; the
@@ -52,7 +60,17 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from crowdpref.portal import argilla_session, links, pages
-from crowdpref.portal.service import COOKIE_MAX_AGE_S, KEYS, AlreadyFinished, Portal, Refusal, TokenSignIn
+from crowdpref.portal.service import (
+    COOKIE_MAX_AGE_S,
+    KEYS,
+    AlreadyFinished,
+    InOnboarding,
+    Onboarded,
+    Onboarder,
+    Portal,
+    Refusal,
+    TokenSignIn,
+)
 
 log = logging.getLogger("crowdpref.portal")
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
@@ -181,6 +199,21 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
                  (time.perf_counter() - started) * 1000)
         return response
 
+    @app.exception_handler(InOnboarding)
+    async def _in_onboarding(request: Request, exc: InOnboarding) -> Response:
+        study, key = request.path_params.get("study", ""), request.path_params.get("key", "")
+        return RedirectResponse(f"/s/{study}/{key}/onboarding", status_code=303, headers=NO_STORE)
+
+    @app.exception_handler(Onboarded)
+    async def _onboarded(request: Request, exc: Onboarded) -> Response:
+        study, key = request.path_params.get("study", ""), request.path_params.get("key", "")
+        return RedirectResponse(f"/s/{study}/{key}/welcome", status_code=303, headers=NO_STORE)
+
+    def with_cookie(response: Response, study: str, key: str, cookie: str) -> Response:
+        response.set_cookie(cookie_name(study, key), cookie, path=f"/s/{study}/{key}", httponly=True,
+                            samesite="lax", secure=secure, max_age=COOKIE_MAX_AGE_S)
+        return response
+
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> HTMLResponse:
         return HTMLResponse(pages.message(exc.title, str(exc)), status_code=exc.status, headers=NO_STORE)
@@ -202,10 +235,84 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             done = entered.finished
             return HTMLResponse(pages.already_done(done.code if done.completion_url else None, done.completion_url),
                                 headers=NO_STORE)
-        response = RedirectResponse(f"/s/{study}/{key}/welcome", status_code=303, headers=NO_STORE)
-        response.set_cookie(cookie_name(study, key), entered.cookie, path=f"/s/{study}/{key}", httponly=True,
-                            samesite="lax", secure=secure, max_age=COOKIE_MAX_AGE_S)
-        return response
+        where = "onboarding" if entered.onboarding is not None else "welcome"
+        return with_cookie(RedirectResponse(f"/s/{study}/{key}/{where}", status_code=303, headers=NO_STORE),
+                           study, key, entered.cookie)
+
+    def onboarding_page(study: str, key: str, ob: Onboarder) -> Response:
+        """The page of the step the person is at (what a reload or a return shows)."""
+        base = f"/s/{study}/{key}/onboarding"
+        state, onboarding = ob.state, ob.onboarding
+        title = ob.config.title or ob.config.name
+        if state.status == "passed":  # passed (maybe in another tab): claim and go on to the work
+            cookie = portal.onboarding_claim(study, _key(key), ob)
+            return with_cookie(RedirectResponse(f"/s/{study}/{key}/welcome", status_code=303, headers=NO_STORE),
+                               study, key, cookie)
+        if state.status == "screened_out":
+            code, url = portal.screened_out(study, _key(key), ob)
+            return HTMLResponse(pages.screened_out(code, url), headers=NO_STORE)
+        quiz = onboarding.quiz
+        if state.step == "introduction":
+            return HTMLResponse(pages.onboarding_intro(
+                title, onboarding.introduction, onboarding.minutes, _examples(ob), len(onboarding.practice),
+                (len(quiz.items), quiz.pass_mark, quiz.attempts) if quiz else None, f"{base}/next"), headers=NO_STORE)
+        if state.step == "practice":
+            index, total = state.practice_answered, len(onboarding.practice)
+            if index < total:
+                item = onboarding.practice[index]
+                return HTMLResponse(pages.practice_item(title, index, total, item.prompt, list(item.options),
+                                                        f"{base}/practice", quiz is not None), headers=NO_STORE)
+            return HTMLResponse(pages.practice_done(title, state.practice_answered, state.practice_correct,
+                                                    f"{base}/next", "Go to the quiz" if quiz else "Go to the work",
+                                                    quiz is not None), headers=NO_STORE)
+        assert quiz is not None  # step quiz
+        return HTMLResponse(pages.quiz(title, [(i.prompt, list(i.options)) for i in quiz.items], quiz.pass_mark,
+                                       state.attempts_used + 1, quiz.attempts, f"{base}/quiz",
+                                       bool(onboarding.practice)), headers=NO_STORE)
+
+    @app.get("/s/{study}/{key}/onboarding")
+    def onboarding(study: str, key: str, request: Request) -> Response:
+        return onboarding_page(study, key, portal.onboarder(study, _key(key), request.cookies.get(cookie_name(study, key))))
+
+    @app.post("/s/{study}/{key}/onboarding/next")
+    def onboarding_next(study: str, key: str, request: Request) -> Response:
+        portal.onboarding_next(study, _key(key), request.cookies.get(cookie_name(study, key)))
+        return RedirectResponse(f"/s/{study}/{key}/onboarding", status_code=303, headers=NO_STORE)
+
+    @app.post("/s/{study}/{key}/onboarding/practice")
+    async def onboarding_practice(study: str, key: str, request: Request) -> Response:
+        form = _form(await request.body())
+        cookie = request.cookies.get(cookie_name(study, key))
+        ob, answer = await run_in_threadpool(portal.onboarding_practice, study, _key(key), cookie,
+                                             _int(form.get("index")) or 0, _int(form.get("choice")))
+        item = ob.onboarding.practice[answer.index]
+        base = f"/s/{study}/{key}/onboarding"
+        if answer.index + 1 < len(ob.onboarding.practice):  # the onboarding page shows the next question now
+            action, label, method = base, "Next practice question", "get"
+        else:
+            action, label, method = f"{base}/next", "Go to the quiz" if ob.onboarding.quiz else "Go to the work", "post"
+        return HTMLResponse(pages.practice_feedback(
+            ob.config.title or ob.config.name, answer.index, len(ob.onboarding.practice), item.prompt,
+            list(item.options), answer.choice, item.answer, item.explanation, action, label,
+            ob.onboarding.quiz is not None, method), headers=NO_STORE)
+
+    @app.post("/s/{study}/{key}/onboarding/quiz")
+    async def onboarding_quiz(study: str, key: str, request: Request) -> Response:
+        form = _form(await request.body())
+        cookie = request.cookies.get(cookie_name(study, key))
+        answers = [_int(form.get(f"q{i}")) for i in range(64)]
+        while answers and answers[-1] is None:
+            answers.pop()
+        ob, result = await run_in_threadpool(portal.onboarding_quiz, study, _key(key), cookie, answers)
+        if result is None or result.passed or ob.state.status == "screened_out":
+            return await run_in_threadpool(onboarding_page, study, key, ob)
+        quiz = ob.onboarding.quiz
+        assert quiz is not None
+        wrong = [quiz.items[i].prompt for i in result.graded.wrong]
+        return HTMLResponse(pages.quiz_failed(ob.config.title or ob.config.name, result.graded.score,
+                                              result.graded.total, quiz.pass_mark, wrong,
+                                              quiz.attempts - ob.state.attempts_used,
+                                              f"/s/{study}/{key}/onboarding"), headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/welcome")
     def welcome(study: str, key: str, request: Request) -> HTMLResponse:
@@ -217,9 +324,14 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         prolific = config.prolific.study1 if is1 else config.prolific.study2
         minutes = prolific.estimated_completion_minutes if config.participants != "invite" else None
         what = "answer in writing (and rate each question)" if is1 else "compare two answers each"
+        invited = config.participants == "invite"
+        guidelines = STUDY1 if is1 else STUDY2
+        if invited:  # an invited participant has no Prolific ID
+            guidelines = guidelines.replace("without your name or Prolific ID", "without your name")
+        section = config.study1 if is1 else config.study2
         body = pages.welcome(config.title or config.name, what, len(participant.assignments), minutes,
-                             STUDY1 if is1 else STUDY2, f"/s/{study}/{key}/start",
-                             links.finish_url(portal.settings, study, key))
+                             guidelines, f"/s/{study}/{key}/start", links.finish_url(portal.settings, study, key),
+                             inactive_minutes=section.inactive_after_minutes, invited=invited)
         return HTMLResponse(body, headers=NO_STORE)
 
     @app.post("/s/{study}/{key}/start")
@@ -238,7 +350,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     def done(study: str, key: str, request: Request) -> Response:
         finish = portal.finish(study, _key(key), request.cookies.get(cookie_name(study, key)))
         if finish.done:
-            return HTMLResponse(pages.finished(finish.code or "", finish.completion_url), headers=NO_STORE)
+            return HTMLResponse(pages.finished(finish.code, finish.completion_url), headers=NO_STORE)
         return HTMLResponse(pages.not_finished(finish.submitted, finish.total, finish.argilla_url,
                                                f"/s/{study}/{key}/start"), headers=NO_STORE)
 
@@ -256,6 +368,38 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     app.add_middleware(BodyLimit)  # added last: the outermost layer, before anything reads a body
     return app
+
+
+def _form(body: bytes) -> dict[str, str]:
+    """An urlencoded form (the onboarding pages' radio buttons): the first value of each field."""
+    from urllib.parse import parse_qs
+
+    try:
+        return {k: v[0] for k, v in parse_qs(body.decode("utf-8"), max_num_fields=100).items()}
+    except (UnicodeDecodeError, ValueError):
+        raise Refusal(400, "Form not readable", "Please go back and send the form again.") from None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _examples(ob: Onboarder) -> list[str]:
+    from crowdpref.onboarding import AnswerExample
+
+    out = []
+    points = ob.config.study2.scale_points
+    labels = ob.config.study2.scale_labels
+    for n, ex in enumerate(ob.onboarding.examples, start=1):
+        if isinstance(ex, AnswerExample):
+            out.append(pages.answer_example(n, ex.question, ex.strong, ex.strong_why, ex.weak, ex.weak_why))
+        else:
+            label = labels[ex.rating - 1] if 1 <= ex.rating <= len(labels) else ""
+            out.append(pages.pair_example(n, ex.question, ex.answer_a, ex.answer_b, ex.rating, label, points, ex.why))
+    return out
 
 
 def _key(key: str) -> Any:

@@ -17,6 +17,12 @@ h1{font-size:1.5rem;margin:.5rem 0 1rem}h2,h3{font-size:1.15rem;margin:1.25rem 0
 .button{display:inline-block;background:#1f5fbf;color:#fff;border:0;border-radius:.4rem;padding:.8rem 1.4rem;
 font-size:1.05rem;text-decoration:none;cursor:pointer}
 .muted{color:#555;font-size:.95rem}
+fieldset{border:0;padding:0;margin:0 0 1.25rem}legend{font-weight:600;padding:0;margin-bottom:.25rem}
+.option{display:flex;align-items:flex-start;gap:.75rem;background:#fff;border:1px solid #bbb;border-radius:.4rem;
+padding:.8rem 1rem;margin:.5rem 0;min-height:2.75rem;cursor:pointer}
+.option input{width:1.35rem;height:1.35rem;margin:.1rem 0 0;flex:none}
+.right{border-left:.35rem solid #1b6e2e}.wrong{border-left:.35rem solid #a61b1b}
+.steps{color:#555;font-size:.95rem;margin:-.5rem 0 1rem}
 """
 
 
@@ -79,15 +85,18 @@ def markdown(text: str) -> str:
 
 
 def welcome(title: str, what: str, items: int, minutes: int | None, guidelines: str, start_action: str,
-            finish_url: str) -> str:
+            finish_url: str, inactive_minutes: float | None = None, invited: bool = False) -> str:
     expect = (f"<li>You will get <strong>{items} items</strong> to {html.escape(what)}, in Argilla, "
               "an annotation tool that opens when you press Start (you are logged in automatically).</li>")
     if minutes:
         expect += f"<li>It takes about <strong>{minutes} minutes</strong>.</li>"
     expect += ("<li>Submit each item. You can stop and come back through the same link: your work is kept. "
-               "If you stay inactive for a long time, your remaining items go to someone else.</li>"
-               f"<li>When every item is submitted, open <a href=\"{html.escape(finish_url)}\">the finish page</a> "
-               "(the link is also in the guidelines inside Argilla) to get your completion code.</li>")
+               + (f"If you stay inactive for more than {inactive_minutes:g} minutes, your remaining items go to "
+                  "someone else.</li>" if inactive_minutes else
+                  "If you stay inactive for a long time, your remaining items go to someone else.</li>")
+               + f"<li>When every item is submitted, open <a href=\"{html.escape(finish_url)}\">the finish page</a> "
+               + ("(the link is also in the guidelines inside Argilla) to tell us you are done.</li>" if invited else
+                  "(the link is also in the guidelines inside Argilla) to get your completion code.</li>"))
     body = (f"<div class=\"box\"><h2>What to expect</h2><ul>{expect}</ul>"
             f"<form method=\"post\" action=\"{html.escape(start_action)}\">"
             "<button class=\"button\" type=\"submit\">Start</button></form></div>"
@@ -95,7 +104,17 @@ def welcome(title: str, what: str, items: int, minutes: int | None, guidelines: 
     return page(title, body)
 
 
-def finished(code: str, completion_url: str | None) -> str:
+INVITE_NEXT = ("<p>Your answers are saved: there is nothing else to do, and you can close this page.</p>"
+               "<p class=\"muted\">What happens next: the research team collects everyone's answers when the "
+               "study closes, and contacts you the way they invited you if they need anything more. You do not "
+               "need a completion code.</p>")
+
+
+def finished(code: str | None, completion_url: str | None) -> str:
+    """The finish page: with a code (Prolific) the code and the way back; without one (an
+    invitation) thanks and what happens next."""
+    if not code:
+        return page("Finished", "<p>Thank you! Every item is submitted.</p>" + f"<div class=\"box\">{INVITE_NEXT}</div>")
     body = f"<p>Thank you! Every item is submitted.</p><div class=\"box\"><p>Your completion code:</p>" \
            f"<p class=\"code\">{html.escape(code)}</p>"
     if completion_url:
@@ -111,6 +130,8 @@ def already_done(code: str | None, completion_url: str | None) -> str:
     """An old study or invitation link opened after the participant completed: they are done
     (with their completion code and the way back to Prolific when the study has them)."""
     body = "<p>You have already finished this study. Thank you! There is nothing more to do.</p>"
+    if not code:
+        body += f"<div class=\"box\">{INVITE_NEXT}</div>"
     if code:
         body += (f"<div class=\"box\"><p>Your completion code:</p><p class=\"code\">{html.escape(code)}</p>"
                  + (f"<p><a class=\"button\" href=\"{html.escape(completion_url)}\">Back to Prolific</a></p>"
@@ -149,3 +170,150 @@ def argilla_session(token: str, expires: int, target: str, token_key: str, expir
             "<noscript><p>Argilla needs JavaScript: please turn it on, then press Back and Start again.</p></noscript>"
             f"<script>{script}</script>")
     return page("Opening Argilla", body)
+
+
+# --- onboarding (before any work is claimed) --------------------------------------------------------
+def _steps(current: str, has_practice: bool, has_quiz: bool) -> str:
+    names = ["Introduction"] + (["Practice"] if has_practice else []) + (["Quiz"] if has_quiz else []) + ["The work"]
+    at = names.index(current) + 1 if current in names else 1
+    path = " \u2192 ".join(html.escape(n) for n in names)
+    return f"<p class=\"steps\">Step {at} of {len(names)}: {path}</p>"
+
+
+def _button_form(action: str, label: str, method: str = "post") -> str:
+    return (f"<form method=\"{method}\" action=\"{html.escape(action)}\">"
+            f"<button class=\"button\" type=\"submit\">{html.escape(label)}</button></form>")
+
+
+def answer_example(n: int, question: str, strong: str, strong_why: str, weak: str, weak_why: str) -> str:
+    """A worked study-1 example: a question, a strong and a weak answer, each with its reason."""
+    return (f"<div class=\"box\"><h3>Example {n}</h3><p><strong>Question:</strong></p>{markdown(question)}"
+            f"<div class=\"box right\"><p><strong>A strong answer</strong></p>{markdown(strong)}"
+            f"<p class=\"muted\"><strong>Why it is strong:</strong> {html.escape(strong_why)}</p></div>"
+            f"<div class=\"box wrong\"><p><strong>A weak answer</strong></p>{markdown(weak)}"
+            f"<p class=\"muted\"><strong>Why it is weak:</strong> {html.escape(weak_why)}</p></div></div>")
+
+
+def pair_example(n: int, question: str, answer_a: str, answer_b: str, rating: int, label: str, points: int,
+                 why: str) -> str:
+    """A worked study-2 example: a pair, the rating the team would give on the scale, and why."""
+    return (f"<div class=\"box\"><h3>Example {n}</h3><p><strong>Question:</strong></p>{markdown(question)}"
+            f"<div class=\"box\"><p><strong>Answer A</strong></p>{markdown(answer_a)}</div>"
+            f"<div class=\"box\"><p><strong>Answer B</strong></p>{markdown(answer_b)}</div>"
+            f"<p><strong>Our rating: {rating} of {points}</strong> ({html.escape(label)}; 1 = strong preference "
+            f"for A, {points} = strong preference for B).</p>"
+            f"<p class=\"muted\"><strong>Why:</strong> {html.escape(why)}</p></div>")
+
+
+def onboarding_intro(title: str, introduction: str, minutes: int, examples: list[str], practice: int,
+                     quiz: tuple[int, int, int] | None, action: str) -> str:
+    """The first onboarding page: what the study is for, what comes before the work, and the
+    worked examples. ``quiz``: (items, pass mark, attempts) when there is one."""
+    plan = f"<li>This introduction takes about <strong>{minutes} minutes</strong>, practice included.</li>"
+    if practice:
+        plan += (f"<li>Then <strong>{practice} practice question{'s' * (practice != 1)}</strong>: you see at once "
+                 "whether you were right, and why. Practice never counts.</li>")
+    if quiz:
+        n, mark, attempts = quiz
+        plan += (f"<li>Then a short quiz: <strong>{n} question{'s' * (n != 1)}</strong>; get <strong>{mark}</strong> "
+                 f"right to go on to the work. You have <strong>{attempts} attempt{'s' * (attempts != 1)}</strong>."
+                 "</li>")
+    plan += "<li>No work is given to you until you finish these steps.</li>"
+    body = (_steps("Introduction", bool(practice), bool(quiz)) + f"<div class=\"box\">{markdown(introduction)}</div>"
+            f"<div class=\"box\"><h2>Before the work</h2><ul>{plan}</ul></div>")
+    if examples:
+        body += "<h2>Worked examples</h2>" + "".join(examples)
+    body += _button_form(action, "Continue")
+    return page(f"{title}: introduction", body)
+
+
+def _options(name: str, options: list[str], chosen: int | None = None) -> str:
+    out = []
+    for i, option in enumerate(options, start=1):
+        checked = " checked" if chosen == i else ""
+        out.append(f"<label class=\"option\"><input type=\"radio\" name=\"{html.escape(name)}\" value=\"{i}\" "
+                   f"required{checked}><span>{html.escape(option)}</span></label>")
+    return "".join(out)
+
+
+def practice_item(title: str, index: int, total: int, prompt: str, options: list[str], action: str,
+                  has_quiz: bool) -> str:
+    """One practice question (answered here, never counted)."""
+    body = (_steps("Practice", True, has_quiz)
+            + f"<form method=\"post\" action=\"{html.escape(action)}\">"
+            f"<input type=\"hidden\" name=\"index\" value=\"{index}\">"
+            f"<fieldset><legend>Practice question {index + 1} of {total}</legend>{markdown(prompt)}"
+            f"{_options('choice', options)}</fieldset>"
+            "<button class=\"button\" type=\"submit\">Check my answer</button></form>"
+            "<p class=\"muted\">Practice never counts: it is here so that you know what we ask for.</p>")
+    return page(f"{title}: practice", body)
+
+
+def practice_feedback(title: str, index: int, total: int, prompt: str, options: list[str], chosen: int | None,
+                      answer: int, explanation: str, next_action: str, next_label: str, has_quiz: bool,
+                      next_method: str = "post") -> str:
+    """The immediate feedback on a practice answer: right or not, the right option, and why."""
+    right = chosen == answer
+    verdict = ("<p><strong>Right!</strong></p>" if right else
+               f"<p><strong>Not quite.</strong> You chose: {html.escape(options[chosen - 1]) if chosen else '(nothing)'}"
+               "</p>")
+    body = (_steps("Practice", True, has_quiz)
+            + f"<p class=\"muted\">Practice question {index + 1} of {total}</p>{markdown(prompt)}"
+            f"<div class=\"box {'right' if right else 'wrong'}\" role=\"status\">{verdict}"
+            f"<p>The best answer: <strong>{html.escape(options[answer - 1])}</strong></p>{markdown(explanation)}</div>"
+            + _button_form(next_action, next_label, next_method))
+    return page(f"{title}: practice", body)
+
+
+def practice_done(title: str, answered: int, correct: int, action: str, label: str, has_quiz: bool) -> str:
+    body = (_steps("Practice", True, has_quiz)
+            + f"<p>You answered all {answered} practice questions ({correct} right on the first try). "
+            "Practice never counts.</p>" + _button_form(action, label))
+    return page(f"{title}: practice", body)
+
+
+def quiz(title: str, items: list[tuple[str, list[str]]], pass_mark: int, attempt: int, attempts: int,
+         action: str, has_practice: bool, wrong: list[int] | None = None) -> str:
+    """The qualification quiz: every question on one form. ``wrong``: the questions (0-based)
+    the last attempt got wrong (named, their answers not given away)."""
+    n = len(items)
+    intro = (f"<p>Answer all {n} question{'s' * (n != 1)}; <strong>{pass_mark}</strong> right answers take you on "
+             f"to the work. This is attempt <strong>{attempt} of {attempts}</strong>.</p>")
+    if wrong:
+        intro = (f"<div class=\"box wrong\" role=\"status\"><p><strong>Not passed yet.</strong> These questions were "
+                 f"not right: {', '.join(str(i + 1) for i in wrong)}. Read them again carefully.</p></div>" + intro)
+    fields = "".join(f"<fieldset><legend>Question {i + 1} of {n}</legend>{markdown(prompt)}"
+                     f"{_options(f'q{i}', options)}</fieldset>" for i, (prompt, options) in enumerate(items))
+    body = (_steps("Quiz", has_practice, True) + intro
+            + f"<form method=\"post\" action=\"{html.escape(action)}\">{fields}"
+            "<button class=\"button\" type=\"submit\">Submit my answers</button></form>")
+    return page(f"{title}: quiz", body)
+
+
+def quiz_failed(title: str, score: int, total: int, pass_mark: int, wrong: list[str], attempts_left: int,
+                retry_url: str) -> str:
+    """A failed attempt with attempts left: what was wrong, and try again."""
+    items = "".join(f"<li>{html.escape(prompt)}</li>" for prompt in wrong)
+    body = (f"<div class=\"box wrong\" role=\"status\"><p>You got <strong>{score} of {total}</strong> right; "
+            f"<strong>{pass_mark}</strong> are needed.</p><p>Not right this time:</p><ul>{items}</ul></div>"
+            f"<p>You have <strong>{attempts_left} more attempt{'s' * (attempts_left != 1)}</strong>. "
+            "Take a moment with the introduction's examples, then try again.</p>"
+            f"<p><a class=\"button\" href=\"{html.escape(retry_url)}\">Try again</a></p>")
+    return page(f"{title}: not passed yet", body)
+
+
+def screened_out(code: str | None, completion_url: str | None) -> str:
+    """The polite page for someone the quiz turned away. On Prolific: the screen-out code and
+    the way back (a fixed payment for their time); elsewhere: thanks, no code."""
+    body = ("<p>Thank you for taking the time to go through the introduction and the quiz.</p>"
+            "<p>This time the quiz did not go well enough for us to give you the study's work, and it cannot be "
+            "taken again. This says nothing about you: the task is narrow, and the quiz is strict on purpose.</p>")
+    if code and completion_url:
+        body += (f"<div class=\"box\"><p>You are paid a fixed amount for your time. Your completion code:</p>"
+                 f"<p class=\"code\">{html.escape(code)}</p>"
+                 f"<p><a class=\"button\" href=\"{html.escape(completion_url)}\">Back to Prolific</a></p>"
+                 "<p class=\"muted\">The button takes you to Prolific with this code filled in. Please do not "
+                 "return the study: submit it with this code.</p></div>")
+    else:
+        body += "<p>There is nothing else to do: you can close this page. Thank you again!</p>"
+    return page("Thank you", body)

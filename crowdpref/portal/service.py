@@ -33,7 +33,11 @@ from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_hooks, argilla_session, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
+from crowdpref.onboarding import Graded, OnboardingConfig, grade, onboarding_of, passes
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
+from crowdpref.store.engine import StoreError
+from crowdpref.store.onboarding import PASSED, SCREENED_OUT
+from crowdpref.store.results import OnboardingState
 
 Key = Literal["study1", "study2"]
 KEYS: tuple[Key, ...] = ("study1", "study2")
@@ -152,9 +156,40 @@ class Visitor:
 class Entered:
     study: str
     key: Key
-    participant: ParticipantState
-    cookie: str  # signed: collection id + username ("" when ``finished``)
+    participant: ParticipantState | None  # None while they are in onboarding (nothing claimed yet)
+    cookie: str  # signed: collection id + username; in onboarding: collection id + key hash + source
     finished: Finish | None = None  # they are done already: show this, no cookie, no sign-in
+    onboarding: OnboardingState | None = None  # set: they go through onboarding first, nothing claimed
+
+
+@dataclass(frozen=True)
+class Onboarder:
+    """A person in a study's onboarding, as the portal's cookie names them: their key hash
+    (never the raw id), where they came from, and where they stand."""
+
+    collection: Collection
+    config: StudyConfig
+    onboarding: OnboardingConfig
+    key_hash: str
+    source: str
+    state: OnboardingState
+
+    def __repr__(self) -> str:
+        return f"Onboarder(source={self.source!r}, status={self.state.status!r}, step={self.state.step!r})"
+
+
+@dataclass(frozen=True)
+class PracticeAnswer:
+    index: int
+    choice: int | None
+    correct: bool
+
+
+@dataclass(frozen=True)
+class QuizResult:
+    graded: Graded
+    passed: bool
+    state: OnboardingState
 
 
 @dataclass(frozen=True)
@@ -168,6 +203,14 @@ class TokenSignIn:
 
     def __repr__(self) -> str:
         return f"TokenSignIn(expires={self.expires}, target={self.target!r})"
+
+
+class InOnboarding(CrowdprefError):
+    """The cookie names a person still in onboarding (no work claimed): their onboarding page."""
+
+
+class Onboarded(CrowdprefError):
+    """The cookie names a participant who claimed already: the welcome page is theirs."""
 
 
 class AlreadyFinished(CrowdprefError):
@@ -439,14 +482,48 @@ class Portal:
         known = self.store.participant_by_key(collection.info.id, visitor.key)
         if known is not None and known.status == COMPLETE:  # an old link: "you are done", no sign-in
             return Entered(study, key, known, "", self._finished(study, key, collection, known))
+        config, _ = self.config(study, key)
+        onboarding = onboarding_of(config, key)
+        if known is None and onboarding is not None:
+            self._refuse_excluded(collection, visitor.key)  # before they spend time on onboarding
+            state = self.store.onboarding_state(collection.info.id, person)
+            if state is None or state.status != PASSED:  # onboarding first: nothing is claimed
+                if state is None:
+                    state = self.store.onboarding_start(collection.info.id, person, visitor.source, visitor.session_id)
+                cookie = self.cookies.dumps({"c": collection.info.id, "h": person, "src": visitor.source})
+                return Entered(study, key, None, cookie, onboarding=state)
         with self._person_locks[int(person[:8], 16) % len(self._person_locks)]:  # two tabs: one claim
-            try:
-                result = collection.claim(visitor.key, visitor.source, refill=True)
-            except Refusal:
-                raise
-            except (CrowdprefError, httpx.TransportError) as exc:  # Argilla down, or dropped the connection
-                raise _unavailable(f"claim failed: {_one_line(exc)}", "Something went wrong while preparing your "
-                                   "work. Please wait a minute and open the link again.") from exc
+            result = self._claim(collection, visitor.key, visitor.source)
+        participant = self._claimed(result)
+        if participant.status == COMPLETE:  # finished between the look-up and the claim
+            return Entered(study, key, participant, "", self._finished(study, key, collection, participant))
+        if visitor.session_id and participant.session_hash != self.store.key_hash(visitor.session_id):
+            self.store.record_session(collection.info.id, participant.id, visitor.session_id)
+        self.store.log_event(collection.info.id, "entered", participant.id, source=visitor.source,
+                             new=isinstance(result, Claimed) and result.new)
+        cookie = self.cookies.dumps({"c": collection.info.id, "u": participant.username})
+        return Entered(study, key, participant, cookie)
+
+    def _claim(self, collection: Collection, key: str, source: str, key_hash: str | None = None) -> Any:
+        try:
+            return collection.claim(key, source, refill=True, key_hash=key_hash)
+        except Refusal:
+            raise
+        except (CrowdprefError, httpx.TransportError) as exc:  # Argilla down, or dropped the connection
+            raise _unavailable(f"claim failed: {_one_line(exc)}", "Something went wrong while preparing your "
+                               "work. Please wait a minute and open the link again.") from exc
+
+    def _refuse_excluded(self, collection: Collection, key: str) -> None:
+        """Study 2 refuses who took part in study 1: said before onboarding, not after it."""
+        if collection.spec.exclude_from is None:
+            return
+        other = self.store.find_collection(collection.spec.study_name, collection.spec.exclude_from)
+        if other is not None and self.store.participant_by_key(other.id, key) is not None:
+            raise Refusal(403, "Not eligible", "You took part in the first part of this project, so you cannot "
+                          "take part in this one. " + RETURN_WORDING)
+
+    def _claimed(self, result: Any) -> ParticipantState:
+        """The participant a claim gave work to, or the Refusal that says why not."""
         if isinstance(result, Full):
             raise Refusal(409, "Study full", "Sorry: all the work in this study is taken right now. " + RETURN_WORDING)
         if isinstance(result, Refused):
@@ -456,14 +533,7 @@ class Portal:
             raise Refusal(410, "Place given back", "Your place in this study was given back (the study was returned, "
                           "timed out, or inactive for too long), so it cannot continue. " + RETURN_WORDING)
         assert isinstance(result, Claimed)
-        participant = result.participant
-        if participant.status == COMPLETE:  # finished between the look-up and the claim
-            return Entered(study, key, participant, "", self._finished(study, key, collection, participant))
-        if visitor.session_id and participant.session_hash != self.store.key_hash(visitor.session_id):
-            self.store.record_session(collection.info.id, participant.id, visitor.session_id)
-        self.store.log_event(collection.info.id, "entered", participant.id, source=visitor.source, new=result.new)
-        cookie = self.cookies.dumps({"c": collection.info.id, "u": participant.username})
-        return Entered(study, key, participant, cookie)
+        return result.participant
 
     def throttle(self, study: str, key: str, params: Mapping[str, str], client: str | None = None) -> None:
         """The entry limits, checked BEFORE any Prolific call, study look-up or allocation:
@@ -514,7 +584,111 @@ class Portal:
         if not isinstance(data, dict) or data.get("c") != collection.info.id:
             raise Refusal(401, "Please start from your study link",
                           "This browser belongs to another study. Please open the study from its link again.")
+        if "u" not in data:  # still in onboarding: nothing claimed yet
+            raise InOnboarding("the cookie names a person in onboarding")
         return collection, self.store.participant(collection.info.id, str(data["u"]))
+
+    # onboarding (before the claim; the cookie holds the key hash, never the raw id) ---------------
+    def onboarder(self, study: str, key: Key, cookie: str | None) -> Onboarder:
+        """The person in onboarding the cookie names. :class:`Onboarded` when the cookie is a
+        participant's (they claimed already: the welcome page is theirs)."""
+        collection = self.collection(study, key)
+        try:
+            data = self.cookies.loads(cookie or "", max_age=COOKIE_MAX_AGE_S)
+        except BadSignature:
+            raise Refusal(401, "Please start from your study link",
+                          "We do not recognise this browser. Please open the study from Prolific (or your "
+                          "invitation) again: where you were is kept.") from None
+        if not isinstance(data, dict) or data.get("c") != collection.info.id:
+            raise Refusal(401, "Please start from your study link",
+                          "This browser belongs to another study. Please open the study from its link again.")
+        if "u" in data:
+            raise Onboarded("the cookie names a participant who claimed their work")
+        config, _ = self.config(study, key)
+        onboarding = onboarding_of(config, key)
+        if onboarding is None:  # switched off meanwhile: the entry link claims as before
+            raise Refusal(409, "Please start from your study link",
+                          "Please open the study from its link again to get your work.")
+        person, source = str(data["h"]), str(data.get("src", ""))
+        state = self.store.onboarding_state(collection.info.id, person)
+        if state is None:
+            state = self.store.onboarding_start(collection.info.id, person, source)
+        return Onboarder(collection, config, onboarding, person, source, state)
+
+    def onboarding_next(self, study: str, key: Key, cookie: str | None) -> Onboarder:
+        """The person goes on from the step they are at (introduction -> practice -> quiz; the
+        last step without a quiz passes them)."""
+        ob = self.onboarder(study, key, cookie)
+        state = ob.state
+        if state.status != "in_progress":
+            return ob
+        after = {"introduction": ["practice", "quiz", "done"], "practice": ["quiz", "done"]}.get(state.step, [])
+        if state.step == "practice" and state.practice_answered < len(ob.onboarding.practice):
+            return ob  # practice first (each question once)
+        has = {"practice": bool(ob.onboarding.practice), "quiz": ob.onboarding.quiz is not None, "done": True}
+        following = next((step for step in after if has[step]), None)
+        if following is None:
+            return ob
+        state = self.store.onboarding_step(ob.collection.info.id, ob.key_hash, following)
+        return Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state)
+
+    def onboarding_practice(self, study: str, key: Key, cookie: str | None, index: int,
+                            choice: int | None) -> tuple[Onboarder, PracticeAnswer]:
+        """One practice answer, graded at once and recorded (never counted towards the study)."""
+        ob = self.onboarder(study, key, cookie)
+        items = ob.onboarding.practice
+        if not 0 <= index < len(items):
+            raise Refusal(400, "Question not found", "This practice question does not exist. Please go back and "
+                          "answer the question shown.")
+        correct = choice == items[index].answer
+        state = ob.state
+        if state.status == "in_progress":
+            state = self.store.onboarding_practice(ob.collection.info.id, ob.key_hash, index, correct)
+        return (Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state),
+                PracticeAnswer(index, choice, correct))
+
+    def onboarding_quiz(self, study: str, key: Key, cookie: str | None,
+                        answers: list[int | None]) -> tuple[Onboarder, QuizResult | None]:
+        """Grade one quiz attempt and record it (one transaction: two tabs cannot use more
+        attempts than the study allows). None: no attempt counted (they already passed, were
+        screened out, or have no quiz); the Onboarder's state says where they are."""
+        ob = self.onboarder(study, key, cookie)
+        quiz = ob.onboarding.quiz
+        if quiz is None or ob.state.status != "in_progress" or ob.state.step != "quiz":
+            return ob, None
+        graded = grade(quiz.items, answers[: len(quiz.items)])
+        passed = passes(quiz, graded)
+        try:
+            state = self.store.onboarding_attempt(ob.collection.info.id, ob.key_hash, graded.score, passed,
+                                                  quiz.attempts)
+        except StoreError:  # used up, or passed, in another tab meanwhile
+            state = self.store.onboarding_state(ob.collection.info.id, ob.key_hash) or ob.state
+            return Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state), None
+        return (Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state),
+                QuizResult(graded, passed, state))
+
+    def onboarding_claim(self, study: str, key: Key, ob: Onboarder) -> str:
+        """Someone who passed claims their work by their key hash (as at the entry); returns
+        the participant's cookie. Refused (nothing claimed) unless they passed."""
+        if ob.state.status != PASSED:
+            raise Refusal(403, "Onboarding not finished", "Please finish the introduction and the quiz first.")
+        collection = ob.collection
+        with self._person_locks[int(ob.key_hash[:8], 16) % len(self._person_locks)]:
+            result = self._claim(collection, "", ob.source, key_hash=ob.key_hash)
+        participant = self._claimed(result)
+        if isinstance(result, Claimed) and result.new:
+            self.store.log_event(collection.info.id, "entered", participant.id, source=ob.source, new=True,
+                                 onboarding=True)
+        return self.cookies.dumps({"c": collection.info.id, "u": participant.username})
+
+    def screened_out(self, study: str, key: Key, ob: Onboarder) -> tuple[str | None, str | None]:
+        """The screened-out page's code and way back: on Prolific the SCREEN-OUT completion code
+        (a fixed payment); with an invitation neither."""
+        if ob.state.status != SCREENED_OUT or ob.config.participants == "invite":
+            return None, None
+        code = self.store.screen_out_code(ob.collection.info.id)
+        target = prolific_target(ob.config, self.settings)
+        return code, links.completion_url(self.settings, code, target.app_url if target else None)
 
     @property
     def token_sign_in(self) -> bool:
@@ -583,9 +757,11 @@ class Portal:
         Prolific (an invite study: no way back)."""
         total, submitted = len(participant.assignments), len(participant.submitted)
         config, _ = self.config(study, key)
-        code = self.store.completion_code(collection.info.id)
+        code: str | None = self.store.completion_code(collection.info.id)
         completion = None
-        if config.participants != "invite":
+        if config.participants == "invite":  # an invitation needs no code: thanks, and what happens next
+            code = None
+        else:
             target = prolific_target(config, self.settings)
             completion = links.completion_url(self.settings, code, target.app_url if target else None)
         if not any(e["participant_id"] == participant.id for e in

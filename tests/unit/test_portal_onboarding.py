@@ -1,0 +1,204 @@
+"""The portal's onboarding before the claim (issue 20), through its pages, over a real SQLite
+store and the real study-1 collection (Argilla and Prolific stand-ins, see
+``test_portal_entry``): the introduction with worked examples, practice with immediate
+feedback that never counts, the quiz graded through the form, attempts used up in the store,
+a person who comes back resuming at their step, someone screened out getting no work (no
+participant row, no account bound) and, on Prolific, the screen-out code; and the finish page
+of an invited participant, which shows no completion code."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fastapi.testclient import TestClient
+
+from crowdpref.portal import service
+from crowdpref.portal.app import cookie_name, create_app
+from crowdpref.store import COMPLETE
+from tests.unit.test_portal_entry import _allocated, _ids, _published, _write, rig  # noqa: F401 - the fixture
+
+PRACTICE = [
+    {"prompt": "Which answer **explains** the feeling?", "options": ["She is sad.", "She is sad because her friend left."],
+     "answer": 2, "explanation": "A good answer says why, not only what."},
+    {"prompt": "How long should an answer be?", "options": ["A few full sentences", "One word", "A page"],
+     "answer": 1, "explanation": "A few sentences are enough to give the reasons."},
+]
+QUIZ = {"items": [
+    {"prompt": "Quiz one?", "options": ["right one", "wrong one"], "answer": 1, "explanation": "e1"},
+    {"prompt": "Quiz two?", "options": ["wrong two", "right two"], "answer": 2, "explanation": "e2"},
+], "pass_mark": 2, "attempts": 2}
+ONBOARDING = {
+    "introduction": "# What this study is for\nWe study how people explain feelings. About **5 minutes**.",
+    "minutes": 5,
+    "examples": [{"question": "Why might Ana be quiet at dinner?", "strong": "She may be tired after a long shift.",
+                  "strong_why": "It gives a reason.", "weak": "Dunno.", "weak_why": "It says nothing."}],
+    "practice": PRACTICE,
+    "quiz": QUIZ,
+}
+
+
+def _study(rig: Any, name: str, participants: str = "invite", **onboarding: Any) -> Path:
+    path = _write(rig.studies, name, participants=participants)
+    data = yaml.safe_load(path.read_text())
+    data["study1"]["onboarding"] = {**ONBOARDING, **onboarding}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _invited(rig: Any, name: str, who: str = "inv-1") -> tuple[TestClient, str]:
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    link = rig.portal.invite_link(name, "study1", who).split(rig.settings.portal_public_url, 1)[1]
+    return client, link
+
+
+def _state(rig: Any, name: str, key: str) -> Any:
+    cid = rig.portal.collection(name, "study1").info.id
+    return rig.store.onboarding_state(cid, rig.store.key_hash(key))
+
+
+def test_practice_feedback_quiz_grading_and_a_pass_that_claims(rig):
+    name = "onb-pass"
+    _study(rig, name)
+    client, link = _invited(rig, name)
+    cid = rig.portal.collection(name, "study1").info.id
+    entry = client.get(link, follow_redirects=False)
+    assert entry.status_code == 303 and entry.headers["location"] == f"/s/{name}/study1/onboarding"
+    assert _allocated(rig.store, cid) == (0, 0)  # onboarding first: nothing is claimed
+    intro = client.get(f"/s/{name}/study1/onboarding")
+    assert intro.status_code == 200 and "What this study is for" in intro.text and "Why might Ana" in intro.text
+    assert "2 practice questions" in intro.text and "You have <strong>2 attempts</strong>" in intro.text
+    # the welcome page is not theirs yet: it sends them back to onboarding
+    assert client.get(f"/s/{name}/study1/welcome", follow_redirects=False).headers["location"].endswith("/onboarding")
+    practice = client.post(f"/s/{name}/study1/onboarding/next")
+    assert "Practice question 1 of 2" in practice.text and 'type="radio" name="choice"' in practice.text
+    wrong = client.post(f"/s/{name}/study1/onboarding/practice", data={"index": "0", "choice": "1"})
+    assert "Not quite" in wrong.text and "A good answer says why" in wrong.text
+    assert "She is sad because her friend left." in wrong.text
+    again = client.post(f"/s/{name}/study1/onboarding/practice", data={"index": "0", "choice": "2"})
+    assert "Right!" in again.text
+    state = _state(rig, name, "invite:inv-1")
+    assert (state.practice_answered, state.practice_correct) == (1, 0)  # the first answer stands, once
+    assert "Practice question 2 of 2" in client.get(f"/s/{name}/study1/onboarding").text
+    assert client.post(f"/s/{name}/study1/onboarding/next").text.count("Practice question 2 of 2") == 1  # not skipped
+    last = client.post(f"/s/{name}/study1/onboarding/practice", data={"index": "1", "choice": "1"})
+    assert "Right!" in last.text and "Go to the quiz" in last.text
+    quiz = client.post(f"/s/{name}/study1/onboarding/next")
+    assert "Question 1 of 2" in quiz.text and "Question 2 of 2" in quiz.text and "attempt <strong>1 of 2</strong>" in quiz.text
+    failed = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "1"})
+    assert "1 of 2</strong> right" in failed.text and "Quiz two?" in failed.text and "Quiz one?" not in failed.text
+    assert "1 more attempt" in failed.text and "Try again" in failed.text
+    assert _allocated(rig.store, cid) == (0, 0)
+    retry = client.get(f"/s/{name}/study1/onboarding")
+    assert "attempt <strong>2 of 2</strong>" in retry.text
+    passed = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
+    assert passed.status_code == 303 and passed.headers["location"] == f"/s/{name}/study1/welcome"
+    assert _allocated(rig.store, cid)[0] == 1  # the pass claimed their work, by their key hash
+    assert rig.store.participant_by_key(cid, "invite:inv-1") is not None
+    state = _state(rig, name, "invite:inv-1")
+    assert (state.status, state.attempts_used, state.last_score, state.best_score) == ("passed", 2, 2, 2)
+    welcome = client.get(f"/s/{name}/study1/welcome")
+    assert welcome.status_code == 200 and "Start" in welcome.text
+    assert "more than 60 minutes" in welcome.text and "Prolific ID" not in welcome.text
+    # the entry link again: straight on as today, no second claim
+    back = client.get(link, follow_redirects=False)
+    assert back.headers["location"] == f"/s/{name}/study1/welcome" and _allocated(rig.store, cid)[0] == 1
+
+
+def test_a_returning_person_resumes_at_their_step_in_another_browser(rig):
+    name = "onb-resume"
+    _study(rig, name)
+    client, link = _invited(rig, name, "inv-r")
+    client.get(link)
+    client.post(f"/s/{name}/study1/onboarding/next")
+    client.post(f"/s/{name}/study1/onboarding/practice", data={"index": "0", "choice": "2"})
+    other = TestClient(create_app(rig.portal), base_url="http://portal.test")  # the link again, elsewhere
+    resumed = other.get(link)
+    assert resumed.status_code == 200 and "Practice question 2 of 2" in resumed.text
+    state = _state(rig, name, "invite:inv-r")
+    assert (state.step, state.practice_answered, state.practice_correct) == ("practice", 1, 1)
+
+
+def _prolific_entry(rig: Any, name: str) -> tuple[TestClient, str, dict[str, str]]:
+    _published(rig, name)
+    ids = _ids()
+    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    return client, f"/s/{name}/study1?" + "&".join(f"{k}={v}" for k, v in ids.items()), ids
+
+
+def test_the_last_failed_attempt_screens_out_with_the_screen_out_code_and_allocates_nothing(rig):
+    name = "onb-out"
+    _study(rig, name, participants="prolific", screen_out_reward=50)
+    client, entry_url, ids = _prolific_entry(rig, name)
+    cid = rig.portal.collection(name, "study1").info.id
+    entry = client.get(entry_url, follow_redirects=False)
+    assert entry.status_code == 303 and entry.headers["location"] == f"/s/{name}/study1/onboarding"
+    cookie = entry.cookies.get(cookie_name(name, "study1")) or client.cookies.get(cookie_name(name, "study1"))
+    payload = rig.portal.cookies.loads(cookie.strip('"'))
+    assert ids["PROLIFIC_PID"] not in cookie and ids["PROLIFIC_PID"] not in json.dumps(payload)  # the hash only
+    assert payload == {"c": cid, "h": rig.store.key_hash(ids["PROLIFIC_PID"]), "src": "prolific"}
+    client.post(f"/s/{name}/study1/onboarding/next")
+    for i in range(2):
+        client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
+    client.post(f"/s/{name}/study1/onboarding/next")
+    client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2", "q1": "1"})
+    out = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2"})
+    code = rig.store.screen_out_code(cid)
+    assert out.status_code == 200 and "Thank you" in out.text and code in out.text
+    assert f"submissions/complete?cc={code}" in out.text and rig.store.completion_code(cid) not in out.text
+    assert ids["PROLIFIC_PID"] not in out.text
+    state = _state(rig, name, ids["PROLIFIC_PID"])
+    assert (state.status, state.attempts_used) == ("screened_out", 2)
+    # no retake: another attempt counts nothing; the entry link and the cookie lead to this page
+    assert code in client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}).text
+    assert _state(rig, name, ids["PROLIFIC_PID"]).attempts_used == 2
+    assert code in client.get(entry_url).text
+    assert code in client.get(f"/s/{name}/study1/welcome").text
+    # nothing allocated: no participant row, no account bound, nothing sent to Argilla
+    assert _allocated(rig.store, cid) == (0, 0) and rig.owner.logged == 0
+    ob = rig.portal.onboarder(name, "study1", client.cookies.get(cookie_name(name, "study1")))
+    try:
+        rig.portal.onboarding_claim(name, "study1", ob)
+        raise AssertionError("a screened-out person claimed work")
+    except service.Refusal as refusal:
+        assert refusal.status == 403
+    assert _allocated(rig.store, cid) == (0, 0)
+
+
+def test_an_invited_person_screened_out_is_thanked_without_a_code(rig):
+    name = "onb-inv-out"
+    _study(rig, name, quiz={**QUIZ, "attempts": 1})
+    client, link = _invited(rig, name, "inv-o")
+    cid = rig.portal.collection(name, "study1").info.id
+    client.get(link)
+    client.post(f"/s/{name}/study1/onboarding/next")
+    for i in range(2):
+        client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
+    client.post(f"/s/{name}/study1/onboarding/next")
+    out = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2", "q1": "1"})
+    assert "Thank you" in out.text and "cannot be taken again" in out.text
+    assert rig.store.screen_out_code(cid) not in out.text and "Prolific" not in out.text
+    assert _allocated(rig.store, cid) == (0, 0)
+
+
+def test_an_invited_participant_finishes_without_a_completion_code(rig):
+    name = "inv-finish"
+    _write(rig.studies, name, participants="invite")
+    client, link = _invited(rig, name, "inv-f")
+    assert client.get(link, follow_redirects=False).headers["location"] == f"/s/{name}/study1/welcome"
+    collection = rig.portal.collection(name, "study1")
+    participant = rig.store.participants(collection.info.id)[0]
+    rig.store.record_progress(collection.info.id, participant.id, {i: time.time() for i in participant.held}, None)
+    assert rig.store.participant(collection.info.id, participant.username).status == COMPLETE
+    collection.refresh = lambda p: rig.store.participant(collection.info.id, p.username)  # type: ignore[method-assign]
+    done = client.get(f"/s/{name}/study1/done")
+    code = rig.store.completion_code(collection.info.id)
+    assert done.status_code == 200 and "Every item is submitted" in done.text
+    assert code not in done.text and "completion code" not in done.text.replace("do not need a completion code", "")
+    assert "What happens next" in done.text
+    again = TestClient(create_app(rig.portal), base_url="http://portal.test").get(link)
+    assert "You are done" in again.text and code not in again.text and "What happens next" in again.text
