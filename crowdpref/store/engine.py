@@ -134,10 +134,11 @@ class StoreBase:
 
     def _event(self, conn: Connection, cid: int, kind: str, participant_id: int | None = None,
                item_id: str | None = None, at: float | None = None, **detail: Any) -> None:
-        conn.execute(insert(t.events).values(
-            collection_id=cid, at=self.clock() if at is None else at, kind=kind, participant_id=participant_id,
-            item_id=item_id, detail=json.dumps(detail, sort_keys=True) if detail else None,
-        ))
+        conn.execute(_INSERT_EVENT, {  # one prebuilt statement: events are written on every path
+            "collection_id": cid, "at": self.clock() if at is None else at, "kind": kind,
+            "participant_id": participant_id, "item_id": item_id,
+            "detail": json.dumps(detail, sort_keys=True) if detail else None,
+        })
 
     def _key_salt(self) -> str:
         """The store's key salt: read without the write lock (every open but the first), made once."""
@@ -253,6 +254,9 @@ class StoreBase:
 
 
 # --- engine, migrations --------------------------------------------------------------------------
+_INSERT_EVENT = insert(t.events)
+
+
 def _cannot_open(url: str, exc: BaseException) -> str:
     """One line for a store that exists but cannot be used. Never advice that loses data: the
     store is the study's ledger (who holds and answered what, account passwords)."""
