@@ -34,9 +34,10 @@ rating, ``--seeds`` studies per cell. Each study is aggregated with
             a random clicker: (K^2 - 1) / 12, the variance of a uniform rating).
 
 Printed per cell: the share of pairs whose chosen answer has the higher hidden quality (a tie
-counts half; pairs of two equally good answers left out), averaged over the seeds. Targets:
-weighted within 2 points of the oracle in every cell (above it counts as within), and never
-more than 1 point below the plain mean.
+counts half; pairs of two equally good answers left out), averaged over the seeds. Targets on
+these on-model cells: weighted within 2 points of the oracle (above it counts as within), and
+never more than 1 point below the plain mean - targets about the model's own assumptions, which
+the off-model part is there to question.
 """
 
 from __future__ import annotations

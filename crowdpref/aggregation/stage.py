@@ -14,6 +14,14 @@ but decides nothing. Each preference row also carries ``p_chosen`` and the
 ``mean_rating_low``/``mean_rating_high`` interval: a seeded bootstrap of the deciding statistic
 over the pair's own ratings (:func:`crowdpref.uncertainty.bootstrap_pairs`).
 
+Under ``aggregation.method: gold_anchored`` with gold-pair outcomes (``aggregate(gold=...)``)
+the weights are anchored on gold (:mod:`crowdpref.aggregation.reliability`, "Gold anchor");
+without them that method decides by the plain mean. Agreement-only weighting
+(``reliability_weighted``) was tested in simulation only (``benchmarks/aggregation_quality.py``)
+and is known to do worse than the plain mean when a large share of raters share a bias unrelated
+to quality (e.g. answer length); the gold anchor held up there in simulation as long as the gold
+pairs' good answer was not also the longer one.
+
 Ties are reported and left out of the preference rows; pairs with fewer ratings than
 ``ratings_per_pair`` are reported and kept or dropped (``aggregation.incomplete_pairs``); pairs
 with no rating are always left out. Bad input (ratings of unknown pairs, ratings outside 1..K,
@@ -22,7 +30,8 @@ outside :data:`crowdpref.contracts.SOURCES`, ...) raises a one-line
 :class:`~crowdpref.errors.CrowdprefError` (:mod:`crowdpref.aggregation.inputs`).
 
 Study-level statistics (:class:`~crowdpref.aggregation.result.AggregationStats`): Krippendorff's
-alpha (ordinal) over the un-swapped ratings, the position bias (raw vs un-swapped), the order
+alpha (ordinal) over the un-swapped ratings, the position bias (raw vs un-swapped), the length
+bias (:mod:`crowdpref.aggregation.bias`), the order
 balance (:func:`~crowdpref.aggregation.pairs.order_balance`: how many pairs were shown to their
 raters in balanced A/B orders, so that position bias cancels inside the pair), the provenance of
 answers and ratings (their ``source``, :data:`crowdpref.contracts.SOURCES`), per-category counts,
