@@ -360,15 +360,40 @@ def _print_status(rows: list[Any]) -> None:
 @friendly_errors
 def validate(study: Path = typer.Argument(..., help="A study config, e.g. studies/demo.yaml.")) -> None:
     """Check a study config and print what it will do. Exit 2 with one line if it is invalid."""
+    _validate(study)
+
+
+def _validate(study: Path) -> None:
     from crowdpref.config import load_study
+    from crowdpref.config.explain import dropout_warnings, validation_rows
 
     config = load_study(study)
     table = Table(title=f"{study}: valid")
     table.add_column("setting")
     table.add_column("value")
-    for label, value in config.summary_rows():
+    for label, value in validation_rows(config):
         table.add_row(label, str(value))
     console.print(table)
+    for line in dropout_warnings(config):  # a warning, not an error: the config is valid
+        print(line, file=sys.stderr)
+
+
+@app.command("new-study")
+@friendly_errors
+def new_study(
+    name: str = typer.Argument(..., help="The study's name, e.g. my-pilot (its config file is NAME.yaml)."),
+    participants: str = typer.Option(..., "--participants", help="invite (links you hand out) or prolific."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write it (a file or a folder); default: the "
+                                    "portal's studies folder (setting portal_studies), where the portal serves it."),
+) -> None:
+    """Write a config for a study with real people - a drop-out window of 45 minutes, onboarding
+    on, no simulated crowd - refusing to overwrite a file, then validate it."""
+    from crowdpref.config.templates import write_new_study
+
+    folder = out if out is not None else Path(_settings().portal_studies).expanduser()
+    path = write_new_study(name, participants, folder)
+    print(f"wrote {path}")
+    _validate(path)
 
 
 @app.command()
@@ -778,10 +803,28 @@ def invite(
     store = open_store(settings)
     try:
         portal = Portal(settings, store)
+        _refuse_unservable(study, config.name, portal, settings)
         for _ in range(count):
             print(portal.invite_link(config.name, key, secrets.token_hex(6)))  # type: ignore[arg-type]
     finally:
         store.close()
+
+
+def _refuse_unservable(study: Path, name: str, portal: Any, settings: Settings) -> None:
+    """ConfigError (one line) when the portal would answer this study's links with "Study not
+    found": it serves a study by the ``name:`` inside a config of its studies folder
+    (``portal_studies``), so the config must be there, and be the one it finds under that name."""
+    from crowdpref.errors import ConfigError
+
+    folder = Path(settings.portal_studies).expanduser()
+    served = portal.registry.path(name)
+    if served is None:
+        raise ConfigError(f"{study}: the portal cannot serve study '{name}': no config named '{name}' in its studies "
+                          f"folder {folder} (setting portal_studies): copy {study} there, or point "
+                          "CROWDPREF_PORTAL_STUDIES at its folder, then run invite again")
+    if Path(served).resolve() != study.resolve():
+        raise ConfigError(f"{study}: the portal serves study '{name}' from {served}, not from this file: give every "
+                          "study its own name:, or invite with that file")
 
 
 @app.command()

@@ -6,7 +6,9 @@ Each function describes one section (or the plan) as the value of one summary ro
 
 from __future__ import annotations
 
-from crowdpref.config.plan import StudyPlan
+from typing import Any
+
+from crowdpref.config.plan import ScreenOutCost, StudyPlan
 from crowdpref.config.sections import (
     AggregationConfig,
     CrowdConfig,
@@ -22,7 +24,13 @@ from crowdpref.config.sections import (
 )
 
 __all__ = [
+    "INVITED_PEOPLE",
+    "MIN_REAL_DROPOUT_MINUTES",
     "UNVERIFIED_PILOT",
+    "dropout_warnings",
+    "real_people",
+    "screen_out_cost",
+    "validation_rows",
     "describe_aggregation",
     "describe_crowd",
     "describe_filters",
@@ -39,6 +47,69 @@ __all__ = [
 UNVERIFIED_PILOT = ("UNVERIFIED pilot (prolific.verify: false): arrivals are not checked with "
                     "Prolific, anyone who forms a link with a made-up id gets work, nothing is paid or "
                     "reviewed through the API, and the data card marks the data as unverified")
+
+
+#: The participants row of a study with ``participants: invite``: real people, no simulated crowd.
+INVITED_PEOPLE = "real people through invitation links (`crowdpref invite STUDY.yaml`)"
+
+#: Real people get at least this long without activity before their work goes to someone else.
+MIN_REAL_DROPOUT_MINUTES = 10.0
+
+
+def real_people(config: Any) -> bool:
+    """Whether the study's participants are real people (Prolific or invitation links)."""
+    return config.participants in ("prolific", "invite")
+
+
+def dropout_warnings(config: Any) -> list[str]:
+    """One line per study whose drop-out window is too short for real people (a slow reader
+    would lose their work to someone else); none for the simulated crowd."""
+    if not real_people(config):
+        return []
+    source = config.source or "study config"
+    lines = []
+    for key in ("study1", "study2"):
+        minutes = getattr(config, key).inactive_after_minutes
+        if minutes < MIN_REAL_DROPOUT_MINUTES:
+            lines.append(f"warning: {source}: {key}.inactive_after_minutes: {minutes:g} min is short for real people "
+                         f"(participants: {config.participants}): a slow participant's work would go to someone "
+                         f"else: use tens of minutes, e.g. 45")
+    return lines
+
+
+def screen_out_cost(config: Any, n_questions: int) -> ScreenOutCost | None:
+    """The most the onboarding quizzes' screen-outs can cost on Prolific (see
+    :class:`~crowdpref.config.plan.ScreenOutCost`); None when no study screens anyone out on
+    Prolific. The slots are the places each Prolific study opens with
+    (:func:`crowdpref.recruitment.screen_out_terms`)."""
+    if not (config.participants == "prolific" and config.prolific.enabled):
+        return None
+    rewards: list[int | None] = []
+    for key in ("study1", "study2"):
+        onboarding = getattr(getattr(config, key), "onboarding", None)
+        quiz = getattr(onboarding, "quiz", None) if onboarding is not None else None
+        rewards.append(getattr(onboarding, "screen_out_reward", None) if quiz is not None else None)
+    if not any(rewards):
+        return None
+    cost = config.prolific_cost(n_questions)
+    return ScreenOutCost(slots=cost.places, rewards=(rewards[0], rewards[1]), fee_rate=cost.fee_rate)
+
+
+def validation_rows(config: Any, n_questions: int | None = None) -> list[tuple[str, str]]:
+    """The rows ``crowdpref validate`` prints: the config's summary, where a study of real
+    people says nothing about the simulated crowd, and the money summary includes the most the
+    onboarding quizzes' screen-outs can cost."""
+    n = n_questions if n_questions is not None else config.questions.expected_questions
+    rows: list[tuple[str, str]] = []
+    for label, value in config.summary_rows(n):
+        if real_people(config) and label == "Participants":  # the summary's simulated-crowd row
+            value = INVITED_PEOPLE
+        rows.append((label, value))
+        if label == "Cost on Prolific" and n is not None:
+            extra = screen_out_cost(config, n)
+            if extra is not None:
+                rows.append(("Screen-outs on Prolific", extra.describe()))
+    return rows
 
 
 def describe_questions(q: QuestionsConfig) -> str:

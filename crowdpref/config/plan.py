@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from crowdpref.config.base import _problem
 
-__all__ = ["Batches", "ProlificCost", "StudyPlan"]
+__all__ = ["Batches", "ProlificCost", "ScreenOutCost", "StudyPlan"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,26 @@ class ProlificCost:
         parts = [f"study {i + 1}: {p} places x {r / 100:.2f}" for i, (p, r) in enumerate(zip(self.places, self.rewards))]
         return (f"{'; '.join(parts)}; + fee {self.fee_rate:.1%} = {self.planned:,.2f} (workspace currency); "
                 f"at most {self.at_cap:,.2f} if places are raised to their caps ({self.caps[0]}, {self.caps[1]})")
+
+
+@dataclass(frozen=True)
+class ScreenOutCost:
+    """What paying the people an onboarding quiz screens out can cost on Prolific, in major units
+    of the workspace currency. Nobody knows beforehand how many will fail, so this is the
+    MAXIMUM: every slot of each study's screen-out code used (Prolific pauses the study there),
+    each paid the fixed reward, plus the fee. ``rewards[i]`` None: that study screens nobody out."""
+
+    slots: tuple[int, int]
+    rewards: tuple[int | None, int | None]  # minor units per screen-out
+    fee_rate: float
+
+    @property
+    def maximum(self) -> float:
+        return sum(s * r for s, r in zip(self.slots, self.rewards) if r) / 100 * (1 + self.fee_rate)
+
+    def describe(self) -> str:
+        parts = [f"study {i + 1}: at most {s} x {r / 100:.2f}" for i, (s, r) in enumerate(zip(self.slots, self.rewards))
+                 if r]
+        return (f"{'; '.join(parts)}; + fee {self.fee_rate:.1%} = at most {self.maximum:,.2f} (workspace currency): "
+                "the maximum, every screen-out slot used (slots = the study's places; Prolific pauses the study "
+                "when they are used up)")

@@ -695,7 +695,8 @@ def test_cli_invite_prints_signed_links_for_invite_studies_only(cli_env: Path) -
     from crowdpref.settings import load_settings
     from crowdpref.store import open_store
 
-    study = _study_file(cli_env, name="invited", participants="invite")
+    (cli_env / "studies").mkdir()  # the portal's studies folder (portal_studies): it serves the study from there
+    study = _study_file(cli_env / "studies", name="invited", participants="invite")
     result = CliRunner().invoke(app, ["invite", study, "--key", "study2", "-n", "3"])
     assert result.exit_code == 0, result.output
     links = result.output.split()
