@@ -315,6 +315,7 @@ class SyncReport:
     approvals_unconfirmed: int = 0  # approvals sent whose reply was lost (the next sync reads them back)
     places_capped_at: int | None = None  # the budget cap (prolific.studyN.max_places) stopped the raise
     places_short: int = 0  # ... and this many more places would be needed
+    screened_out: int = 0  # paid the fixed screen-out reward: the onboarding quiz turned them away
 
     def budget_note(self) -> str | None:
         """In words, when the budget cap stops the places from rising; None otherwise."""
@@ -330,7 +331,8 @@ class SyncReport:
                 "rejected now": self.rejected_now,
                 "places raised to": self.places_raised_to or "", "to review": len(self.review or []),
                 "approvals unconfirmed": self.approvals_unconfirmed,
-                "places capped at": self.places_capped_at or "", "places short": self.places_short}
+                "places capped at": self.places_capped_at or "", "places short": self.places_short,
+                "screened out": self.screened_out}
 
 
 CAP_META = "prolific-places-capped:{cid}"  # the last sync's budget-cap note ("" when not capped)
@@ -490,6 +492,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         report.timed_out += status == "TIMED-OUT"
         report.rejected += status == "REJECTED"
         report.approved += status == "APPROVED"
+        report.screened_out += status == "SCREENED OUT"
         participant = store.participant_by_key(cid, submission.participant_id)
         if status == "APPROVED" and participant is not None and participant.id in sent - confirmed:
             # an approval whose reply was lost (or a run killed after sending): done - counted

@@ -161,6 +161,7 @@ def test_the_study_is_created_with_both_codes_and_a_screen_out_is_paid_and_frees
     # the sync's arithmetic: a screened-out submission holds no place
     subs = client.list_submissions(platform.external_id)
     assert places_needed(2, subs, unclaimed=3, per_participant=3) is None
+    assert places_needed(2, subs, unclaimed=6, per_participant=3) == 3  # 1 held, 2 needed
 
 
 def test_the_fake_refuses_a_screen_out_reward_not_below_the_study_reward(settings, fake, client) -> None:
@@ -173,3 +174,20 @@ def test_the_fake_refuses_a_screen_out_reward_not_below_the_study_reward(setting
     with pytest.raises(ProlificError, match="unique within the study"):
         client.create_study(body)
     assert fake.studies == {}
+
+
+def test_the_sync_counts_screen_outs_and_leaves_them_alone(settings, store: Store, fake: FakeProlific,
+                                                           client: ProlificClient) -> None:
+    from crowdpref.recruitment import sync_prolific
+
+    config = _config()
+    collection = _collection(config, store, participants=2)
+    collection.progress = lambda: SimpleNamespace(complete=False, unclaimed=0)
+    platform = ensure_prolific_study(collection, config, settings, client)
+    arrival = fake.arrive(platform.external_id)
+    fake.complete(arrival["session_id"], store.screen_out_code(collection.info.id))
+    before = len(fake.requests)
+    report = sync_prolific(collection, config, client)
+    assert (report.screened_out, report.awaiting_review, report.approved_now, report.review) == (1, 0, 0, [])
+    assert report.row()["screened out"] == 1
+    assert not [r for r in fake.requests[before:] if r[0] != "GET"]  # nothing approved, rejected or raised
