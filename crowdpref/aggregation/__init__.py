@@ -41,6 +41,7 @@ from crowdpref.aggregation.reliability import (
     ReliabilityFit,
     fit_raters,
     fit_reliability,
+    gold_frame,
 )
 from crowdpref.aggregation.result import AggregationResult, AggregationStats, RaterSummary
 from crowdpref.aggregation.stage import aggregate
@@ -71,6 +72,7 @@ __all__ = [
     "check_truth",
     "fit_raters",
     "fit_reliability",
+    "gold_frame",
     "krippendorff_alpha",
     "length_bias",
     "order_balance",

@@ -117,3 +117,13 @@ def test_card_says_when_weighting_rests_on_agreement_alone():
     assert "agreement between raters alone" in weighting_text("reliability_weighted", None, 3)
     anchored = weighting_text("gold_anchored", {"weighting": "gold", "flipped": 2}, 3)
     assert "anchored on their gold pairs" in anchored and "2 rater(s)" in anchored
+
+
+def test_gold_frame_keeps_only_gold_checks():
+    from crowdpref.aggregation import gold_frame
+
+    frame = gold_frame([("p1", "check-g-aaaa", True), ("p1", "check-r-pr_1", False),
+                        ("p2", "check-i-bbbb", False), ("p2", "check-g-cccc", False),
+                        ("p2", "pr_2", True)])
+    assert frame.to_dict("records") == [{"rater_key": "p1", "passed": True},
+                                        {"rater_key": "p2", "passed": False}]
