@@ -191,3 +191,14 @@ def test_the_sync_counts_screen_outs_and_leaves_them_alone(settings, store: Stor
     assert (report.screened_out, report.awaiting_review, report.approved_now, report.review) == (1, 0, 0, [])
     assert report.row()["screened out"] == 1
     assert not [r for r in fake.requests[before:] if r[0] != "GET"]  # nothing approved, rejected or raised
+
+
+def test_a_screen_out_reward_not_below_the_reward_is_refused_in_one_line_before_prolific_is_asked(settings) -> None:
+    from crowdpref.errors import ConfigError
+
+    config = _config()
+    object.__setattr__(config.study1.onboarding, "screen_out_reward", 500)  # past the config's own check
+    with pytest.raises(ConfigError) as err:
+        study_payload(config, "study1", settings, "C1", places=4, screen_out_code="S1")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("study1.onboarding.screen_out_reward: 500 is not below")
