@@ -163,5 +163,6 @@ def write_new_study(name: str, participants: str, path: Path) -> Path:
         with target.open("x", encoding="utf-8") as handle:
             handle.write(text)
     except FileExistsError:
-        raise ConfigError(f"{target}: exists already: refusing to overwrite it; choose another NAME or --out PATH") from None
+        raise ConfigError(f"{target}: exists already: refusing to overwrite it; "
+                          "choose another NAME or --out PATH") from None
     return target

@@ -457,7 +457,8 @@ class FakeProlific:
         slots at least 1 (the schema checks the fields are there and are integers)."""
         codes = [c for c in body.get("completion_codes") or [] if isinstance(c, dict)]
         names = [c.get("code") for c in codes if c.get("code") is not None]
-        problems = ["completion_codes: the code must be unique within the study"] if len(names) != len(set(names)) else []
+        unique = len(names) == len(set(names))
+        problems = [] if unique else ["completion_codes: the code must be unique within the study"]
         reward = body.get("reward")
         for code in codes:
             for action in code.get("actions") or []:
@@ -465,7 +466,8 @@ class FakeProlific:
                     continue
                 fixed, slots = action.get("fixed_screen_out_reward"), action.get("slots")
                 if not isinstance(fixed, int) or fixed < 1 or (isinstance(reward, int) and fixed >= reward):
-                    problems.append(f"fixed_screen_out_reward {fixed!r} must be at least 1 and less than the study reward")
+                    problems.append(f"fixed_screen_out_reward {fixed!r} must be at least 1 and less than the "
+                                    "study reward")
                 if not isinstance(slots, int) or slots < 1:
                     problems.append(f"slots {slots!r} must be at least 1")
         return problems
@@ -567,7 +569,8 @@ class FakeProlific:
                 raise ApiError(409, f"submission is {sub['status']}")
             sub["study_code"] = code
             sub["completed_at"] = _now()
-            screen_out = next((a for a in match.get("actions") or [] if a.get("action") == "FIXED_SCREEN_OUT_PAYMENT"), None)
+            screen_out = next((a for a in match.get("actions") or []
+                               if a.get("action") == "FIXED_SCREEN_OUT_PAYMENT"), None)
             if screen_out is not None:
                 # screened out: paid the fixed reward at once, the place is free again; when the
                 # screen-outs reach the code's slots with places unfilled, the study pauses

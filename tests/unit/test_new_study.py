@@ -42,7 +42,8 @@ def _lines(text: str) -> list[str]:
 
 # --- new-study ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("participants", ["invite", "prolific"])
-def test_new_study_writes_a_valid_config_for_real_people_into_the_portals_folder(cli_env: Path, participants: str) -> None:
+def test_new_study_writes_a_valid_config_for_real_people_into_the_portals_folder(cli_env: Path,
+                                                                                participants: str) -> None:
     result = _run("new-study", "My Pilot", "--participants", participants)
     assert result.exit_code == 0, result.output
     path = cli_env / "studies" / "my-pilot.yaml"  # the portal's studies folder (portal_studies' default)

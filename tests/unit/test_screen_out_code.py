@@ -41,7 +41,8 @@ def _config(quiz: bool = True, participants: str = "prolific", screen_out_reward
         "name": "screen-test", "title": "Social reasoning", "participants": participants,
         "study1": {"responses_per_question": 2, "questions_per_participant": 3, "onboarding": onboarding},
         "study2": {"ratings_per_pair": 3, "pairs_per_participant": 6},
-        "prolific": {"enabled": participants == "prolific", "study1": {"reward": 500, "estimated_completion_minutes": 25},
+        "prolific": {"enabled": participants == "prolific",
+                     "study1": {"reward": 500, "estimated_completion_minutes": 25},
                      "study2": {"reward": 300, "estimated_completion_minutes": 15}},
     })
 
