@@ -11,7 +11,8 @@ Its modules, from the lowest (each imports only those above it):
 - :mod:`~crowdpref.aggregation.inputs`: the stage's input checks and their one-line errors, and
   the provenance counts (:func:`source_counts`);
 - :mod:`~crowdpref.aggregation.reliability`: the rater reliability model (:func:`fit_raters`,
-  :class:`ReliabilityFit`, ``raters.parquet``'s :data:`RATER_COLUMNS`);
+  :class:`ReliabilityFit`, ``raters.parquet``'s :data:`RATER_COLUMNS`), optionally anchored on
+  study 2's gold pairs (:func:`gold_frame`);
 - :mod:`~crowdpref.aggregation.bradley_terry`: Bradley-Terry strengths per answer
   (:func:`bradley_terry`, :func:`bradley_terry_extremes`);
 - :mod:`~crowdpref.aggregation.truth`: the simulation's truth check (:func:`check_truth`,
