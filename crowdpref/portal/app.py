@@ -21,8 +21,9 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   token is in this POST's answer, never in a URL) and opens their dataset in Argilla
   (:mod:`crowdpref.portal.argilla_session`); else 303 to Argilla's sign-in page with their
   credentials (the one hop that carries them; no-store, no referrer), which logs them in.
-- ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then the
-  completion code and the way back to Prolific, else how many are left.
+- ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then, on
+  Prolific, the completion code and the way back; with an invitation, thanks and what happens
+  next (no code: it would be of no use); else how many are left.
 - ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated), answered at once; a
   RETURNED, TIMED-OUT or REJECTED submission is recorded as pending and its unfinished work goes
   back to the pool right after the reply (what a portal that died left pending runs again when
