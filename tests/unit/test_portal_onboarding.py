@@ -202,3 +202,46 @@ def test_an_invited_participant_finishes_without_a_completion_code(rig):
     assert "What happens next" in done.text
     again = TestClient(create_app(rig.portal), base_url="http://portal.test").get(link)
     assert "You are done" in again.text and code not in again.text and "What happens next" in again.text
+
+
+def test_study_1_participants_are_refused_at_study_2_before_its_onboarding(rig, tmp_path):
+    from types import SimpleNamespace
+
+    from crowdpref.config import load_study
+    from crowdpref.portal.links import finish_url
+    from crowdpref.portal.service import Portal
+    from crowdpref.study1 import study1_collection
+    from tests.integration.test_study1_collection import _questions
+
+    name = "onb-excl"
+    path = _write(rig.studies, name, participants="invite")
+    data = yaml.safe_load(path.read_text())
+    data["study2"]["onboarding"] = {k: v for k, v in ONBOARDING.items() if k != "examples"}
+    path.write_text(yaml.safe_dump(data))
+    opened: dict[str, Any] = {}
+
+    def open_collection(p: Path, key: str) -> Any:  # study 2 stands in as a collection that excludes study 1's people
+        if key not in opened:
+            collection = study1_collection(load_study(p), _questions().head(6), rig.owner, tmp_path / f"run-{key}",
+                                           rig.store, finish_url(rig.settings, name, key))
+            collection.spec.dataset_settings = lambda: SimpleNamespace(guidelines="")  # type: ignore[method-assign]
+            collection.spec.record = lambda item, swapped=None: item  # type: ignore[method-assign]
+            if key == "study2":
+                collection.spec.key, collection.spec.exclude_from = "study2", "study1"
+                collection.spec.username_prefix = "s2"
+            opened[key] = collection
+        return opened[key]
+
+    portal = Portal(rig.settings, rig.store, open_collection=open_collection)
+    token = portal.invites.dumps
+    portal.enter(name, "study1", {"invite": token({"study": name, "key": "study1", "id": "both"})})
+    s2 = portal.collection(name, "study2").info.id
+    try:
+        portal.enter(name, "study2", {"invite": token({"study": name, "key": "study2", "id": "both"})})
+        raise AssertionError("a study-1 participant began study 2's onboarding")
+    except service.Refusal as refusal:
+        assert refusal.status == 403 and "first part" in str(refusal)
+    assert rig.store.onboarding_records(s2) == []  # refused before onboarding: nothing recorded
+    fresh = portal.enter(name, "study2", {"invite": token({"study": name, "key": "study2", "id": "new"})})
+    assert fresh.onboarding is not None and fresh.participant is None
+    assert len(rig.store.onboarding_records(s2)) == 1 and _allocated(rig.store, s2) == (0, 0)
