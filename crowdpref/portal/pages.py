@@ -17,6 +17,7 @@ h1{font-size:1.5rem;margin:.5rem 0 1rem}h2,h3{font-size:1.15rem;margin:1.25rem 0
 .button{display:inline-block;background:#1f5fbf;color:#fff;border:0;border-radius:.4rem;padding:.8rem 1.4rem;
 font-size:1.05rem;text-decoration:none;cursor:pointer}
 .muted{color:#555;font-size:.95rem}
+.box>:first-child{margin-top:0}.box>:last-child{margin-bottom:0}
 fieldset{border:0;padding:0;margin:0 0 1.25rem}legend{font-weight:600;padding:0;margin-bottom:.25rem}
 .option{display:flex;align-items:flex-start;gap:.75rem;background:#fff;border:1px solid #bbb;border-radius:.4rem;
 padding:.8rem 1rem;margin:.5rem 0;min-height:2.75rem;cursor:pointer}

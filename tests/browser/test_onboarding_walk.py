@@ -10,8 +10,9 @@ finished yet, opening Argilla) rendered as the portal renders them, is scanned w
 (npm ``axe-core``, installed into test-output/axe-core-cache when missing, injected by
 Playwright): 0 serious or critical violations.
 
-Screenshots: test-output/onboarding-<study>-<phone|desktop>-<page>.png; the phone and desktop
-introductions of study 1 are copied to docs/images/onboarding-phone.png and
+Screenshots: test-output/onboarding-<study>-<phone|desktop>-<page>.png (whole page) and
+...-<page>-screen.png (one screen); study 1's practice feedback on a phone and its introduction
+at desktop size (one screen each) are copied to docs/images/onboarding-phone.png and
 onboarding-desktop.png. The portal runs over a real SQLite store and the real study-1
 collection with an Argilla stand-in (onboarding needs no Argilla: nothing is claimed until the
 pass), served over HTTP by uvicorn."""
@@ -115,6 +116,7 @@ def _walk(page: Any, url: str, study_key: str, size: str, onboarding: Any, axe: 
     def shot(what: str) -> None:
         path = OUT / f"onboarding-{study_key}-{size}-{what}.png"
         page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(OUT / f"onboarding-{study_key}-{size}-{what}-screen.png"))  # what one screen shows
         shots.append(path)
 
     page.goto(url)
@@ -252,5 +254,5 @@ def test_the_whole_onboarding_of_both_studies_at_phone_and_desktop_size_with_axe
     assert report == {}, json.dumps(report, indent=1)
     images = ROOT / "docs" / "images"
     images.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(OUT / "onboarding-study1-phone-introduction.png", images / "onboarding-phone.png")
-    shutil.copyfile(OUT / "onboarding-study1-desktop-introduction.png", images / "onboarding-desktop.png")
+    shutil.copyfile(OUT / "onboarding-study1-phone-feedback-screen.png", images / "onboarding-phone.png")
+    shutil.copyfile(OUT / "onboarding-study1-desktop-introduction-screen.png", images / "onboarding-desktop.png")
