@@ -39,8 +39,9 @@ def simulate_crowd(
     play = simulate_study1_crowd if stage == "study1" else simulate_study2_crowd
     report = play(study, dropouts, force)
     print(f"{stage}: {report.arrived} arrived{' (study full)' if report.full else ''}, "
+          f"{report.screened_out} screened out by the onboarding quiz, "
           f"{report.participants_played} participants played, {report.answers_submitted} submitted, "
           f"{report.finished} finished with their code, {len(report.never_started)} never started, "
           f"{len(report.dropouts)} drop-outs, kinds {report.kinds}")
     return {"submitted": report.answers_submitted, "arrived": report.arrived, "left": report.left,
-            "finished": report.finished, "full": report.full}
+            "finished": report.finished, "full": report.full, "screened_out": report.screened_out}

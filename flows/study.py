@@ -94,7 +94,8 @@ def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: flo
         if status == "complete" or not simulate:
             break
         visit_report = simulate_crowd(study, stage=key)
-        if not (visit_report["submitted"] or visit_report["arrived"] or visit_report["left"]):
+        if not (visit_report["submitted"] or visit_report["arrived"] or visit_report["left"]
+                or visit_report.get("screened_out")):
             # nobody had anything left to do: only quiet participants hold work
             if not wait_for_release(study, key, max_wait_s, visit):
                 break

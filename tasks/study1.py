@@ -64,5 +64,5 @@ def simulate_study1_crowd(study: str, dropouts: list[str] | None = None, force: 
         settings.argilla_api_url,
         collection.spec.questions,  # type: ignore[attr-defined]
         run.private_dir / "crowd-truth-study1.parquet",
-        door=open_door(config, settings, collection),
+        door=open_door(config, settings, collection, onboard=crowd.onboarding_walker(config, "study1")),
     )

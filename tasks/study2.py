@@ -92,5 +92,5 @@ def simulate_study2_crowd(study: str, dropouts: list[str] | None = None, force: 
         settings.argilla_api_url,
         dict(zip(truth["response_id"], truth["hidden_quality"])),
         config.study2.scale_points,
-        door=open_door(config, settings, collection),
+        door=open_door(config, settings, collection, onboard=crowd.onboarding_walker(config, "study2")),
     )

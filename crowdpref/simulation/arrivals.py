@@ -20,6 +20,7 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,9 +43,26 @@ class Arrival:
     password: str = field(repr=False)
 
 
+@dataclass(frozen=True)
+class ScreenedOut:
+    """A newcomer the onboarding quiz turned away: nothing was allocated to them; on Prolific
+    they submitted the screen-out code (a fixed payment)."""
+
+    code: str | None = None
+
+
+Onboard = Callable[[str], Any]
+"""key -> what that simulated person does in onboarding
+(:class:`~crowdpref.simulation.crowd.OnboardingRun`: practice answers, quiz attempts)."""
+ONBOARDING_STEPS = 50
+"""Pages a simulated person walks in onboarding at most (a loop would be a portal bug)."""
+FORM = re.compile(r'<form method="(get|post)" action="([^"]+)"')
+
+
 class Door(Protocol):
-    def arrive(self, key: str) -> Arrival | None:
-        """A new participant comes in; None when there is no work for them (full / refused)."""
+    def arrive(self, key: str) -> Arrival | ScreenedOut | None:
+        """A new participant comes in; None when there is no work for them (full / refused);
+        :class:`ScreenedOut` when the onboarding quiz turned them away (the next one may pass)."""
 
     def known(self) -> int:
         """How many participants have arrived so far (the next newcomer gets number known + 1)."""
@@ -97,7 +115,7 @@ class ProlificDoor:
     """Through the fake Prolific and the portal, as a person's browser would go."""
 
     def __init__(self, collection: Collection, seed: int, portal_url: str, prolific: Any, fake_app_url: str,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, onboard: Onboard | None = None):
         self.collection = collection
         self.seed = seed
         self.portal_url = portal_url.rstrip("/")
@@ -107,6 +125,7 @@ class ProlificDoor:
         self._browsers: dict[str, httpx.Client] = {}  # one cookie jar per participant, this visit
         self.sleep = time.sleep
         self._sessions: dict[str, Any] | None = None
+        self.onboard = onboard  # what each person does in the portal's onboarding (the crowd sets it)
         platform = collection.store.platform_study(collection.info.id)
         if platform is None:
             raise CrowdprefError(f"{collection.dataset_name} has no Prolific study yet: run the recruit flow first")
@@ -122,7 +141,7 @@ class ProlificDoor:
             self._browsers[key] = httpx.Client(timeout=self.timeout_s, follow_redirects=False)
         return self._browsers[key]
 
-    def arrive(self, key: str) -> Arrival | None:
+    def arrive(self, key: str) -> Arrival | ScreenedOut | None:
         pid = simulated_prolific_id(self.seed, key)
         reply = self.fake.post(f"/_fake/studies/{self.study_id}/arrive", json={"participant_id": pid})
         if reply.status_code in (403, 409):  # no places / blocklisted: Prolific would not show the study
@@ -130,6 +149,8 @@ class ProlificDoor:
         reply.raise_for_status()
         self._sessions = None
         arrival = self._enter(key, reply.json()["url"])
+        if isinstance(arrival, ScreenedOut):
+            return arrival
         if arrival is None:  # the portal said full / not eligible: they return the study, as it asks
             self.fake.post(f"/_fake/submissions/{reply.json()['session_id']}/return").raise_for_status()
         return arrival
@@ -144,16 +165,23 @@ class ProlificDoor:
             return None
         url = (f"{self.portal_url}/s/{self.collection.spec.study_name}/{self.collection.spec.key}"
                f"?PROLIFIC_PID={submission.participant_id}&STUDY_ID={self.study_id}&SESSION_ID={submission.id}")
-        return self._enter(key, url)
+        arrival = self._enter(key, url)
+        return arrival if isinstance(arrival, Arrival) else None
 
-    def _enter(self, key: str, url: str) -> Arrival | None:
+    def _enter(self, key: str, url: str) -> Arrival | ScreenedOut | None:
         browser = self._browser(key)
         entry = self._open(browser, url)
         if entry.status_code != 303:
             if entry.status_code in (403, 409, 410):  # full, excluded, given back: the portal said no
                 return None
             raise CrowdprefError(f"the portal answered {entry.status_code} to a simulated arrival: see its log")
-        welcome = browser.get(_absolute(url, entry.headers["location"]))
+        location = _absolute(url, entry.headers["location"])
+        if urlsplit(location).path.endswith("/onboarding"):
+            walked = self._onboarding(key, browser, location)
+            if isinstance(walked, ScreenedOut):
+                return walked
+            location = walked
+        welcome = browser.get(location)
         if welcome.status_code != 200:
             raise CrowdprefError(f"the portal's welcome page answered {welcome.status_code}")
         action = _absolute(url, re.search(r'<form method="post" action="([^"]+)"', welcome.text).group(1))
@@ -164,6 +192,57 @@ class ProlificDoor:
         username, password = base64.b64decode(auth).decode().split(":", 1)
         participant = self.collection.store.participant(self.collection.info.id, username)
         return Arrival(participant, password)
+
+    def _onboarding(self, key: str, browser: httpx.Client, url: str) -> str | ScreenedOut:
+        """Walk the portal's onboarding as a person does, page by page, answering what
+        :attr:`onboard` says this person answers: the introduction's Continue, each practice
+        question, the quiz (again after a failed attempt while attempts are left). Returns the
+        welcome page's URL once they passed (the portal claimed their work), or
+        :class:`ScreenedOut` after they followed the screen-out code back to Prolific."""
+        if self.onboard is None:
+            raise CrowdprefError("the portal asks for onboarding but the simulated crowd was given no way through it")
+        run = self.onboard(key)
+        attempts = 0
+        for _ in range(ONBOARDING_STEPS):
+            page = browser.get(url)
+            if page.status_code == 303:
+                return _absolute(url, page.headers["location"])  # passed: on to the welcome page
+            if page.status_code != 200:
+                raise CrowdprefError(f"the portal's onboarding page answered {page.status_code}")
+            code = CODE_IN_PAGE.search(page.text)
+            if code is not None or "/onboarding/" not in page.text:  # the screened-out page
+                return self._screened_out(key, browser, page.text)
+            method, action = FORM.search(page.text).groups()
+            target = _absolute(url, action.replace("&amp;", "&"))
+            if action.endswith("/onboarding/practice"):
+                index = int(re.search(r'name="index" value="(\d+)"', page.text).group(1))
+                browser.post(target, data={"index": str(index), "choice": str(run.practice[index])})
+            elif action.endswith("/onboarding/quiz"):
+                answers = run.attempts[min(attempts, len(run.attempts) - 1)]
+                attempts += 1
+                reply = browser.post(target, data={f"q{i}": str(a) for i, a in enumerate(answers)})
+                if reply.status_code == 303:
+                    return _absolute(url, reply.headers["location"])
+                if CODE_IN_PAGE.search(reply.text) is not None or "Try again" not in reply.text:
+                    return self._screened_out(key, browser, reply.text)
+            elif method == "post":
+                browser.post(target)
+        raise CrowdprefError(f"a simulated person walked {ONBOARDING_STEPS} onboarding pages without an end")
+
+    def _screened_out(self, key: str, browser: httpx.Client, page: str) -> ScreenedOut:
+        """Follow the screen-out page's way back to Prolific with its code, as a person does."""
+        match = CODE_IN_PAGE.search(page)
+        if match is None:
+            return ScreenedOut()
+        href = re.search(r'href="([^"]*submissions/complete\?cc=[^"]+)"', page)
+        if href is not None:
+            browser.get(href.group(1).replace("&amp;", "&"))
+        submission = self._submissions().get(simulated_prolific_id(self.seed, key))
+        if submission is not None:
+            self.fake.post(f"/_fake/submissions/{submission.id}/complete",
+                           json={"code": match.group(1)}).raise_for_status()
+            self._sessions = None
+        return ScreenedOut(match.group(1))
 
     def _open(self, browser: httpx.Client, url: str) -> httpx.Response:
         """Open the study link as a person does: a 503 ("please wait and open the link again")
@@ -214,8 +293,9 @@ def _absolute(base: str, location: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{location}"
 
 
-def open_door(config: Any, settings: Any, collection: Collection) -> Door:
-    """The door the study's config asks for (``crowd.arrive_via``)."""
+def open_door(config: Any, settings: Any, collection: Collection, onboard: Onboard | None = None) -> Door:
+    """The door the study's config asks for (``crowd.arrive_via``). ``onboard``: what each
+    simulated person does in the portal's onboarding (:meth:`SimulatedCrowd.onboarding_walker`)."""
     if config.crowd.arrive_via == "direct":
         return DirectDoor(collection)
     from crowdpref.prolific import ProlificClient
@@ -226,4 +306,5 @@ def open_door(config: Any, settings: Any, collection: Collection) -> Door:
         raise CrowdprefError(f"study '{config.name}': the simulated crowd arrives only through the fake Prolific "
                              "(participants: simulated)")
     client = ProlificClient(target.api_url, target.token, timeout_s=30.0)
-    return ProlificDoor(collection, config.seed, settings.portal_public_url, client, target.app_url)
+    return ProlificDoor(collection, config.seed, settings.portal_public_url, client, target.app_url,
+                        onboard=onboard)

@@ -50,11 +50,11 @@ from crowdpref.argilla_client import AnnotatorSession
 from crowdpref.checks import is_check
 from crowdpref.collection import Collection
 from crowdpref.config import CrowdConfig, StudyConfig
-from crowdpref.onboarding import ChoiceItem, OnboardingConfig, grade, passes
+from crowdpref.onboarding import ChoiceItem, OnboardingConfig, grade, onboarding_of, passes
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
-from crowdpref.simulation.arrivals import DirectDoor, Door
+from crowdpref.simulation.arrivals import DirectDoor, Door, ScreenedOut
 from crowdpref.store import ParticipantState
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
@@ -287,6 +287,7 @@ class CrowdReport:
     answers_submitted: int = 0
     never_started: list[str] = field(default_factory=list)
     dropouts: list[str] = field(default_factory=list)
+    screened_out: int = 0  # newcomers the onboarding quiz turned away at this visit (nothing allocated)
     kinds: dict[str, int] = field(default_factory=dict)
 
 
@@ -376,6 +377,14 @@ class SimulatedCrowd:
         per seed, key and part)."""
         return _rng(self.seed, "onboarding", key, *parts)
 
+    def onboarding_walker(self, config: StudyConfig, study_key: str) -> Callable[[str], OnboardingRun] | None:
+        """What the door needs to walk the portal's onboarding for this crowd (key -> the
+        person's :class:`OnboardingRun`); None when the study has no onboarding."""
+        onboarding = onboarding_of(config, study_key)
+        if onboarding is None:
+            return None
+        return lambda key: self.onboard(key, study_key, onboarding)
+
     def onboard(self, key: str, study_key: str, onboarding: OnboardingConfig) -> OnboardingRun:
         """The participant ``key``'s way through ``onboarding`` (:func:`walk_onboarding`)."""
         return walk_onboarding(self.profile(key, study_key), onboarding,
@@ -406,14 +415,20 @@ class SimulatedCrowd:
         try:
             known = door.known()
             new_keys = set()
+            newcomers = 0  # arrivals, screened-out people included (they took a place too)
             for n in range(known + 1, known + 1 + (self.crowd.arrivals_per_visit if arrivals is None else arrivals)):
                 key = self.key(study_key, n)
-                if door.arrive(key) is None:
+                arrival = door.arrive(key)
+                if arrival is None:
                     report.full = True
                     break
+                newcomers += 1
+                if isinstance(arrival, ScreenedOut):
+                    report.screened_out += 1
+                    continue
                 report.arrived += 1
                 new_keys.add(key)
-            for n in range(1, known + report.arrived + 1):
+            for n in range(1, known + newcomers + 1):
                 key = self.key(study_key, n)
                 if self.never_starts(key):  # claimed at arrival, never opened; times out at the next visit
                     if key in new_keys:

@@ -239,3 +239,43 @@ def test_the_portal_verifies_prolific_visitors_before_allocating(prolific_stack,
 
 def by_placeholders(entry: str) -> str:
     return f"{entry}?PROLIFIC_PID={{{{%PROLIFIC_PID%}}}}&STUDY_ID={{{{%STUDY_ID%}}}}&SESSION_ID={{{{%SESSION_ID%}}}}"
+
+
+def test_the_simulated_crowd_walks_onboarding_and_the_quiz_screens_out_whom_it_should(
+        prefect_harness, prolific_stack, argilla_server, unique):
+    """Study 1 with the demo's onboarding (practice, a 4-question quiz, 2 attempts) and a crowd
+    where most writers never read instructions (careless_rate 0.7): every newcomer walks the portal's onboarding pages;
+    whoever the quiz screens out submits the screen-out code on Prolific (paid the fixed reward,
+    no place held) and holds no work; the others claim, write and finish as before."""
+    from flows.study import study as study_flow
+
+    fake, client, studies, settings = prolific_stack
+    demo = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "demo.yaml").read_text())
+    name = f"o{unique}"
+    study = _study(studies, name, study1={"onboarding": demo["study1"]["onboarding"]},
+                   crowd={"careless_rate": 0.7, "dropout_rate": 0.0, "never_start_rate": 0.0},
+                   prolific={"study1": {"reward": 450}})
+    result = study_flow(study, simulate=True, max_wait_s=5)
+    assert result["status"] == "complete", result
+
+    store = open_store(settings)
+    s1 = store.find_collection(name, "study1")
+    records = store.onboarding_records(s1.id)
+    screened = [r for r in records if r.status == "screened_out"]
+    passed = [r for r in records if r.status == "passed"]
+    assert screened and passed, [r.status for r in records]
+    assert all(r.attempts_used == 2 and r.practice_answered == 3 for r in screened)
+    # nothing allocated to a screened-out person; everyone who claimed passed first
+    claimed = set(store.key_hashes(s1.id))
+    assert not claimed & {r.key_hash for r in screened}
+    assert claimed <= {r.key_hash for r in passed}
+    # each screened-out person submitted the screen-out code (paid, no place held), never the completion code
+    assert len(fake.screen_out_payments) == len(screened)
+    study1 = next(s for s in client.list_studies() if s.internal_name == internal_name(name, "study1"))
+    subs = client.list_submissions(study1.id)
+    assert sum(s.status == "SCREENED OUT" for s in subs) == len(screened)
+    assert {s.study_code for s in subs if s.status == "SCREENED OUT"} == {store.screen_out_code(s1.id)}
+    # the work is all there: R answers per question
+    responses = pd.read_parquet(settings.runs_dir / name / "responses.parquet")
+    assert responses.groupby("question_id").size().tolist() == [4] * 6
+    store.close()
