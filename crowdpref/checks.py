@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pandas as pd
 
 from crowdpref.aggregation import unswap
 from crowdpref.store import FAILED, PASSED, UNANSWERED, ParticipantState
@@ -275,3 +277,15 @@ def checks_report(participants: Sequence[ParticipantState], participant_key: Cal
         "excluded_items": sum(len(p.excluded) for p in excluded),
         "failed_participant_keys": sorted(participant_key(p.username) for p in failed),
     }
+
+
+def gold_frame(graded: Iterable[tuple[str, str, bool]]) -> pd.DataFrame:
+    """The ``gold`` input of :func:`crowdpref.aggregation.reliability.fit_raters` /
+    :func:`crowdpref.aggregation.aggregate` from graded checks ``(rater_key, check item id,
+    passed)`` (the study store's ``check_graded`` events of study 2, keyed like
+    ratings.parquet's rater_key; :func:`crowdpref.study2.gold_outcomes`): only gold pairs
+    (:func:`check_kind` ``g``) are kept; instructed and repeated checks say nothing about a
+    rater's sign."""
+    rows = [(str(key), bool(passed)) for key, item, passed in graded
+            if is_check(str(item)) and check_kind(str(item)) == GOLD]
+    return pd.DataFrame(rows, columns=["rater_key", "passed"]).astype({"passed": bool})

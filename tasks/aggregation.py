@@ -13,7 +13,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from crowdpref.aggregation import AggregationResult, aggregate, check_truth, truth_by_text
+from crowdpref.aggregation import AggregationResult, aggregate, check_truth, describe_length_bias, truth_by_text
 from crowdpref.config import StudyConfig
 from crowdpref.filters import (
     FilterResult,
@@ -27,7 +27,7 @@ from crowdpref.screening import excluded_response_ids
 from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from crowdpref.study1 import EXCLUDED_RESPONSES
-from crowdpref.study2 import EXCLUDED_RATINGS
+from crowdpref.study2 import EXCLUDED_RATINGS, gold_outcomes
 from crowdpref.withdrawals import leave_out_fields, withdrawn_in
 from tasks.artifacts import artifact_key, which_rows
 
@@ -58,6 +58,8 @@ class AggregationInputs:
     """ratings_excluded.parquet: ratings excluded during collection (failed checks)."""
     withdrawn: int = 0
     """Participants who withdrew: every frame above leaves their rows out."""
+    gold: pd.DataFrame | None = None
+    """Study 2's graded gold pairs (rater_key, passed) from the store: the gold anchor."""
 
 
 @dataclass
@@ -92,9 +94,10 @@ def read_inputs(run: RunFolder) -> AggregationInputs:
     store = open_store(load_settings())
     try:  # people who withdrew: their answers, the pairs built from them and their ratings go
         gone = withdrawn_in(store, run.path.name, run.private_dir)
+        gold = gold_outcomes(store, run.path.name)
     finally:
         store.close()
-    return replace(leave_out_fields(inputs, gone), withdrawn=gone.participants)
+    return replace(leave_out_fields(inputs, gone), withdrawn=gone.participants, gold=gold)
 
 
 def _preregistered(cfg: StudyConfig) -> dict[str, object] | None:
@@ -136,6 +139,7 @@ def run_aggregation(cfg: StudyConfig, inputs: AggregationInputs) -> AggregationR
         excluded_response_ids=excluded,
         seed=cfg.seed,
         withdrawn_participants=inputs.withdrawn,
+        gold=inputs.gold,
     )
     result = FilteredAggregation(**{f.name: getattr(result, f.name) for f in fields(result)},
                                  filters=kept)
@@ -263,10 +267,15 @@ def stats_markdown(result: AggregationResult) -> str:
         f"- A/B order balance: {ob.balanced_pairs} of {ob.rated_pairs} rated pairs balanced "
         f"({_fmt(100 * ob.balanced_share, 1)}%; position bias cancels inside them), "
         f"{ob.unbalanced_pairs} not (largest imbalance {ob.max_imbalance})",
+        f"- {describe_length_bias(s.length_bias)}",
         f"- sources: answers {_sources(s.answer_sources)}; ratings used {_sources(s.rating_sources)}",
     ]
-    method = ("reliability-weighted mean (each rating weighted by its rater's reliability, "
-              "position bias corrected)" if s.method == "reliability_weighted" else "plain mean")
+    method = {"reliability_weighted": "reliability-weighted mean (each rating weighted by its rater's reliability, "
+                                      "position bias corrected)",
+              "gold_anchored": "gold-anchored weighted mean (reliability weights signed and scaled by each "
+                               "rater's record on the gold pairs, position bias corrected)"}.get(s.method, "plain mean")
+    if getattr(s, "decided_by", s.method) != s.method:
+        method += f"; decided by the {s.decided_by.replace('_', ' ')} here"
     lines.append(f"- decided by: **{method}** (aggregation.method: {s.method})")
     rs = s.reliability
     if rs is not None:

@@ -12,7 +12,7 @@ Its modules, from the lowest (each imports only those above it):
   the provenance counts (:func:`source_counts`);
 - :mod:`~crowdpref.aggregation.reliability`: the rater reliability model (:func:`fit_raters`,
   :class:`ReliabilityFit`, ``raters.parquet``'s :data:`RATER_COLUMNS`), optionally anchored on
-  study 2's gold pairs (:func:`gold_frame`);
+  study 2's gold pairs (:func:`crowdpref.checks.gold_frame`);
 - :mod:`~crowdpref.aggregation.bradley_terry`: Bradley-Terry strengths per answer
   (:func:`bradley_terry`, :func:`bradley_terry_extremes`);
 - :mod:`~crowdpref.aggregation.truth`: the simulation's truth check (:func:`check_truth`,
@@ -42,7 +42,6 @@ from crowdpref.aggregation.reliability import (
     ReliabilityFit,
     fit_raters,
     fit_reliability,
-    gold_frame,
 )
 from crowdpref.aggregation.result import AggregationResult, AggregationStats, RaterSummary
 from crowdpref.aggregation.stage import aggregate
@@ -73,7 +72,6 @@ __all__ = [
     "check_truth",
     "fit_raters",
     "fit_reliability",
-    "gold_frame",
     "krippendorff_alpha",
     "length_bias",
     "order_balance",

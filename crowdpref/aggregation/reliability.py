@@ -95,7 +95,6 @@ equally spaced and the clipping at 1 and K is not modelled (strong pairs look le
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -296,19 +295,6 @@ def fit_reliability(pair_codes: np.ndarray, unswapped: np.ndarray, swapped: np.n
     return ReliabilityFit(np.asarray(rater_keys, dtype=object), n.astype(np.int64), eff, bias,
                           variance, tau2, b0, iterations, converged, anchor, gold_answered,
                           gold_passed)
-
-
-def gold_frame(graded: Iterable[tuple[str, str, bool]]) -> pd.DataFrame:
-    """The ``gold`` input of :func:`fit_raters` / :func:`crowdpref.aggregation.aggregate` from
-    graded checks ``(rater_key, check item id, passed)`` (e.g. the study store's
-    ``check_graded`` events of study 2, keyed like ratings.parquet's rater_key): only gold pairs
-    (:func:`crowdpref.checks.check_kind` ``g``) are kept; instructed and repeated checks say
-    nothing about a rater's sign."""
-    from crowdpref import checks  # imports this package: import here, not at module level
-
-    rows = [(str(key), bool(passed)) for key, item, passed in graded
-            if checks.is_check(str(item)) and checks.check_kind(str(item)) == checks.GOLD]
-    return pd.DataFrame(rows, columns=["rater_key", "passed"]).astype({"passed": bool})
 
 
 def gold_tally(gold: pd.DataFrame | None, rater_keys: np.ndarray,

@@ -120,7 +120,7 @@ def test_card_says_when_weighting_rests_on_agreement_alone():
 
 
 def test_gold_frame_keeps_only_gold_checks():
-    from crowdpref.aggregation import gold_frame
+    from crowdpref.checks import gold_frame
 
     frame = gold_frame([("p1", "check-g-aaaa", True), ("p1", "check-r-pr_1", False),
                         ("p2", "check-i-bbbb", False), ("p2", "check-g-cccc", False),
