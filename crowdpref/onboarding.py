@@ -1,23 +1,9 @@
 """Onboarding: what a participant reads, practises and passes before they take any work.
 
-The study method names "dedicated onboarding per task" as its next step: a participant should
-know what a good answer looks like, and how the rating scale is meant to be used, before they
-touch the pool. Each study of a config may have an ``onboarding:`` section
-(:class:`Study1Onboarding`, :class:`Study2Onboarding`; absent: off):
-
-- an ``introduction`` (what the study is for, how long it takes) and ``minutes``;
-- worked ``examples``: study 1 a question with a strong and a weak answer, each with the
-  reason (:class:`AnswerExample`); study 2 a pair with the rating the team would give, and why
-  (:class:`PairExample`);
-- ``practice`` items with immediate feedback (:class:`ChoiceItem`), answered in the portal and
-  never counted;
-- a qualification ``quiz`` (:class:`QuizConfig`): items, a pass mark and a number of attempts;
-- ``screen_out_reward``: on Prolific, the fixed payment for someone the quiz screens out.
-
-The models are :mod:`crowdpref.config.onboarding`'s (re-exported here); the pure grading
-(:func:`grade`, :func:`passes`) is here; the portal runs the steps and the store
-(:class:`crowdpref.store.Store`'s ``onboarding_*`` methods) keeps attempts and scores.
-The published study had no onboarding.
+The config models (:class:`ChoiceItem`, :class:`AnswerExample`, :class:`PairExample`,
+:class:`QuizConfig`, :class:`OnboardingConfig` and the per-study sections) are defined in
+:mod:`crowdpref.config.onboarding`, which explains each field, and re-exported here with the
+pure grading: :func:`grade`, :func:`passes`, :func:`onboarding_of`.
 """
 
 from __future__ import annotations

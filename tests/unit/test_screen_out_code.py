@@ -8,7 +8,6 @@ pauses the study when the slots are used up."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +19,6 @@ from crowdpref.prolific import ProlificClient, ProlificError
 from crowdpref.recruitment import ensure_prolific_study, places_needed, screen_out_terms, study_payload
 from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import Store, default_url
-from tests.conftest import isolated_settings
 
 PORTAL = "https://portal.example.org"
 
@@ -47,28 +45,8 @@ def _config(quiz: bool = True, participants: str = "prolific", screen_out_reward
     })
 
 
-@pytest.fixture()
-def settings(tmp_path: Path):
-    return isolated_settings(tmp_path / "home", portal_url=PORTAL, prolific_workspace_id="ws-1")
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(default_url(tmp_path))
-    yield store
-    store.close()
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeProlific]:
-    with FakeProlific(page_size=2, retry_delay_s=0.05) as fake:
-        yield fake
-
-
-@pytest.fixture()
-def client(fake: FakeProlific) -> Iterator[ProlificClient]:
-    with ProlificClient(fake.base_url, fake.token, backoff_s=0.0, sleep=lambda _s: None) as client:
-        yield client
+# the recruitment tests' fixtures: isolated settings, a store, the fake Prolific and a client of it
+from tests.unit.test_recruitment import client, fake, settings, store  # noqa: E402,F401
 
 
 def _collection(config: StudyConfig, store: Store, key: str = "study1", participants: int = 4) -> SimpleNamespace:
