@@ -573,17 +573,23 @@ class Portal:
                 self.limits["address_failures"].add(address, now)
 
     # returning visitors (the signed cookie) --------------------------------------------------------
-    def participant(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
-        collection = self.collection(study, key)
-        try:  # expired (COOKIE_MAX_AGE_S) is not recognised either: SignatureExpired is a BadSignature
+    def _cookie(self, collection: Collection, cookie: str | None, kept: str) -> dict[str, Any]:
+        """The portal's signed cookie for ``collection``, or 401 (not ours, expired - a
+        SignatureExpired is a BadSignature after COOKIE_MAX_AGE_S -, or another study's)."""
+        try:
             data = self.cookies.loads(cookie or "", max_age=COOKIE_MAX_AGE_S)
         except BadSignature:
             raise Refusal(401, "Please start from your study link",
                           "We do not recognise this browser. Please open the study from Prolific (or your "
-                          "invitation) again: your work is kept.") from None
+                          f"invitation) again: {kept}.") from None
         if not isinstance(data, dict) or data.get("c") != collection.info.id:
             raise Refusal(401, "Please start from your study link",
                           "This browser belongs to another study. Please open the study from its link again.")
+        return data
+
+    def participant(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
+        collection = self.collection(study, key)
+        data = self._cookie(collection, cookie, "your work is kept")
         if "u" not in data:  # still in onboarding: nothing claimed yet
             raise InOnboarding("the cookie names a person in onboarding")
         return collection, self.store.participant(collection.info.id, str(data["u"]))
@@ -593,15 +599,7 @@ class Portal:
         """The person in onboarding the cookie names. :class:`Onboarded` when the cookie is a
         participant's (they claimed already: the welcome page is theirs)."""
         collection = self.collection(study, key)
-        try:
-            data = self.cookies.loads(cookie or "", max_age=COOKIE_MAX_AGE_S)
-        except BadSignature:
-            raise Refusal(401, "Please start from your study link",
-                          "We do not recognise this browser. Please open the study from Prolific (or your "
-                          "invitation) again: where you were is kept.") from None
-        if not isinstance(data, dict) or data.get("c") != collection.info.id:
-            raise Refusal(401, "Please start from your study link",
-                          "This browser belongs to another study. Please open the study from its link again.")
+        data = self._cookie(collection, cookie, "where you were is kept")
         if "u" in data:
             raise Onboarded("the cookie names a participant who claimed their work")
         config, _ = self.config(study, key)
