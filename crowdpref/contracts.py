@@ -80,6 +80,7 @@ widened where needed to contain mean_rating."""
 PARTICIPANTS = [
     "participant_key", "study", "source", "status", "items_assigned", "items_submitted",
     "checks_answered", "checks_passed", "checks_verdict", "median_seconds_per_item", "too_fast",
+    "onboarding_attempts", "onboarding_score", "onboarding_seconds",
 ]
 """participants.parquet (written by the study exports, one row per participant per study) -
 participant_key pseudonymous like responses/ratings ("p_<12 hex>"); study "study1" | "study2";
@@ -91,7 +92,11 @@ items in study 1, gold and repeated pairs in study 2); checks_verdict "passed" |
 "none" (no checks configured) | "unanswered" (they left before answering them);
 median_seconds_per_item the median time between their consecutive submissions (the first
 counted from their claim; NaN when nothing was submitted); too_fast True when it is below the
-study's ``too_fast_seconds``."""
+study's ``too_fast_seconds``. Onboarding (a study with an ``onboarding:`` section): one row too
+for each person its quiz screened out (status "screened_out", nothing assigned);
+onboarding_attempts their quiz attempts (0: no quiz, or no onboarding), onboarding_score the best
+score of those attempts (NaN without one), onboarding_seconds their time in onboarding (NaN
+without onboarding)."""
 
 RATERS = ["rater_key", "n_ratings", "reliability"]
 """raters.parquet (written by aggregation) - one row per study-2 rater: rater_key as in

@@ -236,7 +236,8 @@ def export_responses(collection: Collection, run_folder: Path) -> tuple[pd.DataF
                   run_folder / EXCLUDED_RESPONSES)
     s1 = collection.spec.config.study1  # type: ignore[attr-defined]
     write_participants(run_folder, "study1", participants_frame(
-        "study1", collection.participants(), ids.participant_key, s1.too_fast_seconds, s1.checks.count > 0))
+        "study1", collection.participants(), ids.participant_key, s1.too_fast_seconds, s1.checks.count > 0,
+        collection.store.onboarding_records(collection.info.id), collection.store.key_hash_of(collection.info.id)))
     write_parquet(frame, run_folder / "responses.parquet")
     return frame, report
 

@@ -300,7 +300,8 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
     s2 = collection.spec.config.study2  # type: ignore[attr-defined]
     write_participants(run_folder, "study2", participants_frame(
         "study2", collection.participants(), Pseudonyms(run_folder / "private").participant_key,
-        s2.too_fast_seconds, s2.checks.count > 0))
+        s2.too_fast_seconds, s2.checks.count > 0, collection.store.onboarding_records(collection.info.id),
+        collection.store.key_hash_of(collection.info.id)))
     write_parquet(frame, run_folder / "ratings.parquet")
     return frame, report
 

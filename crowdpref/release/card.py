@@ -615,6 +615,7 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
                      f"left before answering them; {int((rows['status'] == 'excluded').sum())} had "
                      "their work excluded.")
         out += [line, ""]
+    out += onboarding_lines(config, participants)
     method = (aggregation or {}).get("method", "mean")
     decided_by = (aggregation or {}).get("decided_by", method)
     out += [("Each pair was decided by the plain mean of its ratings, as in the published method. "
@@ -631,6 +632,36 @@ def quality_section(config: StudyConfig, participants: pd.DataFrame | None,
             f"bound its mean rating ({config.aggregation.interval_level:.0%} interval). With only "
             f"{config.study2.ratings_per_pair} ratings per pair these describe how one-sided the "
             "ratings were, not a calibrated probability.", ""]
+    return out
+
+
+def onboarding_lines(config: StudyConfig, participants: pd.DataFrame | None) -> list[str]:
+    """What each study's onboarding was and whom its quiz screened out (counts only, no ids),
+    or that a study had none."""
+    out = []
+    for study, section in (("study1", config.study1), ("study2", config.study2)):
+        name = "Study 1" if study == "study1" else "Study 2"
+        onboarding = section.onboarding
+        if onboarding is None:
+            out += [f"{name} had no onboarding: participants read the guidelines and started, "
+                    "as in the published method.", ""]
+            continue
+        quiz = onboarding.quiz
+        line = (f"{name} began with onboarding before any work was given: {len(onboarding.examples)} worked "
+                f"example(s) and {len(onboarding.practice)} practice question(s) with feedback (never counted)")
+        if quiz is None:
+            out += [line + ", and no quiz: everyone who finished it went on to the work.", ""]
+            continue
+        line += (f", then a quiz of {len(quiz.items)} question(s): {quiz.pass_mark} right answers to pass, "
+                 f"{quiz.attempts} attempt(s). Whoever did not pass was screened out before any work was "
+                 "allocated to them" + (" (paid a fixed screen-out reward on Prolific)"
+                                        if config.participants == "prolific" else "") + ".")
+        if participants is not None and "onboarding_attempts" in participants:
+            rows = participants[participants["study"] == study]
+            screened = int((rows["status"] == "screened_out").sum())
+            took = int((rows["onboarding_attempts"] > 0).sum())
+            line += f" Of {took} people who took the quiz, {took - screened} passed and {screened} {'was' if screened == 1 else 'were'} screened out."
+        out += [line, ""]
     return out
 
 

@@ -352,11 +352,12 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
             Column("study", pa.string(), "`study1` or `study2`",
                    "The study: `study1` wrote answers, `study2` rated pairs."),
             Column("source", pa.string(), sources, source_meaning("participant", "the work was done")),
-            Column("status", pa.string(), "`complete`, `released`, `excluded` or `active`",
+            Column("status", pa.string(), "`complete`, `released`, `excluded`, `active` or `screened_out`",
                    "How their participation ended: `complete` finished their batch; `released` "
                    "returned the study, timed out or went quiet (their unanswered items went to "
                    "other people); `excluded` failed the quality checks under a study that "
-                   "excludes on failure; `active` was still working when the data was exported."),
+                   "excludes on failure; `active` was still working when the data was exported; "
+                   "`screened_out` did not pass the onboarding quiz, so no work was given to them."),
             Column("items_assigned", pa.int64(), "0 or more",
                    "Study items (questions or pairs) they were given, quality checks not counted."),
             Column("items_submitted", pa.int64(), "0 or more",
@@ -376,6 +377,13 @@ def release_subsets(config: StudyConfig, screening_scores: Sequence[str] = (), *
                    "True when `median_seconds_per_item` is below the study's too-fast threshold "
                    f"({config.study1.too_fast_seconds:g} s in study 1, "
                    f"{config.study2.too_fast_seconds:g} s in study 2; 0 = not checked)."),
+            Column("onboarding_attempts", pa.int64(), "0 or more",
+                   "Attempts at the onboarding quiz before any work (0: the study had no quiz)."),
+            Column("onboarding_score", pa.float64(), "0 to the number of quiz questions; empty without a quiz",
+                   "The best score of their quiz attempts (questions answered right)."),
+            Column("onboarding_seconds", pa.float64(), "0 or more; empty without onboarding",
+                   "Seconds spent in onboarding (introduction, practice and quiz; a pause over 30 "
+                   "minutes counts as 30 minutes)."),
         ),
         required=False,
     )

@@ -275,6 +275,12 @@ def test_the_simulated_crowd_walks_onboarding_and_the_quiz_screens_out_whom_it_s
     subs = client.list_submissions(study1.id)
     assert sum(s.status == "SCREENED OUT" for s in subs) == len(screened)
     assert {s.study_code for s in subs if s.status == "SCREENED OUT"} == {store.screen_out_code(s1.id)}
+    # participants.parquet: a row for each person screened out (nothing assigned), attempts and scores for all
+    people = pd.read_parquet(settings.runs_dir / name / "participants.parquet")
+    study1_rows = people[people["study"] == "study1"]
+    assert (study1_rows["status"] == "screened_out").sum() == len(screened)
+    assert (study1_rows.loc[study1_rows["status"] == "screened_out", "items_assigned"] == 0).all()
+    assert (study1_rows["onboarding_attempts"] >= 1).all()
     # the work is all there: R answers per question
     responses = pd.read_parquet(settings.runs_dir / name / "responses.parquet")
     assert responses.groupby("question_id").size().tolist() == [4] * 6

@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 
 from crowdpref import contracts
+from crowdpref.participants import NO_ONBOARDING
 from crowdpref.aggregation import aggregate
 from crowdpref.config import FiltersConfig, parse_study
 from crowdpref.errors import CrowdprefError
@@ -72,7 +73,7 @@ def participants() -> pd.DataFrame:
                          "status": status, "items_assigned": 4, "items_submitted": 4,
                          "checks_answered": 1, "checks_passed": int(verdict == "passed"),
                          "checks_verdict": verdict, "median_seconds_per_item": 30.0,
-                         "too_fast": fast})
+                         "too_fast": fast, **NO_ONBOARDING})
     return pd.DataFrame(rows)[contracts.PARTICIPANTS]
 
 

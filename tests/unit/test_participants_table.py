@@ -9,7 +9,7 @@ import pandas as pd
 
 from crowdpref.contracts import PARTICIPANTS
 from crowdpref.participants import participants_frame, write_participants
-from crowdpref.store import Assignment, ParticipantState
+from crowdpref.store import Assignment, OnboardingState, ParticipantState
 
 
 def _state(username: str, status: str, items: list[tuple[str, str, float | None]], **extra) -> ParticipantState:
@@ -52,3 +52,27 @@ def test_each_study_replaces_only_its_own_rows(tmp_path):
     write_participants(tmp_path, "study1", again)
     saved = pd.read_parquet(tmp_path / "participants.parquet")
     assert saved[["study", "participant_key"]].values.tolist() == [["study1", "c"], ["study2", "b"]]
+
+
+def _onboarded(key_hash: str, status: str, attempts: int, best: int | None, seconds: float) -> OnboardingState:
+    return OnboardingState(key_hash=key_hash, source="prolific", status=status, step="done", practice_answered=3,
+                           practice_correct=2, attempts_used=attempts, last_score=best, best_score=best,
+                           started_at=900.0, finished_at=990.0, seconds_spent=seconds)
+
+
+def test_onboarding_attempts_scores_and_time_and_a_row_for_each_person_screened_out():
+    people = [_state("s-0001", "complete", [("q1", "submitted", 1030.0)])]
+    onboarding = [_onboarded("h-passed", "passed", 2, 3, 240.0), _onboarded("h-out", "screened_out", 2, 1, 300.0),
+                  _onboarded("h-busy", "in_progress", 0, None, 20.0)]
+    frame = participants_frame("study1", people, lambda u: "p_" + u[-4:].replace("\x1f", "_"), 20, True,
+                               onboarding, {"s-0001": "h-passed"})
+    assert list(frame.columns) == PARTICIPANTS
+    rows = frame.set_index("status")
+    assert sorted(frame["status"]) == ["complete", "screened_out"]  # someone still in onboarding has no row yet
+    assert rows.loc["complete", "onboarding_attempts"] == 2 and rows.loc["complete", "onboarding_score"] == 3.0
+    assert rows.loc["complete", "onboarding_seconds"] == 240.0
+    out = rows.loc["screened_out"]
+    assert out["items_assigned"] == 0 and out["onboarding_attempts"] == 2 and out["onboarding_score"] == 1.0
+    assert "h-out" not in out["participant_key"] and out["checks_verdict"] == "unanswered"
+    plain = participants_frame("study1", people, str, 20, True)  # no onboarding: zero attempts, no score
+    assert plain["onboarding_attempts"].tolist() == [0] and math.isnan(plain["onboarding_score"][0])

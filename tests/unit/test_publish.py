@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from crowdpref import contracts
+from crowdpref.participants import NO_ONBOARDING
 from crowdpref.aggregation.reliability import RATER_COLUMNS
 from crowdpref.aggregation import aggregate, order_balance
 from crowdpref.config import StudyConfig, parse_study
@@ -205,7 +206,7 @@ def write_study_run(run_path: Path, config: StudyConfig, *, screening: bool = Tr
                     "items_submitted": 2 if study == "study1" else 3, "checks_answered": 1,
                     "checks_passed": 0 if failed else 1,
                     "checks_verdict": "failed" if failed else "passed",
-                    "median_seconds_per_item": 2.0 if fast else 45.0, "too_fast": fast})
+                    "median_seconds_per_item": 2.0 if fast else 45.0, "too_fast": fast, **NO_ONBOARDING})
         write_parquet(pd.DataFrame(people)[contracts.PARTICIPANTS], run.file("participants.parquet"))
         write_parquet(pd.DataFrame({  # what aggregation writes: the rater reliability model's fit
             "rater_key": [keys[u] for u in raters], "n_ratings": [3] * len(raters),
@@ -798,3 +799,21 @@ def test_card_states_the_checks_and_how_participants_did(tmp_path: Path) -> None
     assert "plain mean of its ratings" in section and "90% interval" in section
     _, plain = card_of(build(write_study_run(tmp_path / "runs2" / "pub-test", small_config())))
     assert "Study 1 had no quality checks." in plain and "Study 2 had no quality checks." in plain
+
+
+def test_the_card_says_whom_onboarding_screened_out_with_counts_and_the_pass_rule():
+    from pathlib import Path as _Path
+
+    from crowdpref.config import load_study
+    from crowdpref.release.card import onboarding_lines
+
+    config = load_study(_Path(__file__).resolve().parents[2] / "studies" / "demo.yaml")
+    rows = [{"participant_key": f"p_{n}", "study": "study1", "status": status, "onboarding_attempts": attempts}
+            for n, (status, attempts) in enumerate([("complete", 1), ("complete", 2), ("screened_out", 2)])]
+    text = " ".join(onboarding_lines(config, pd.DataFrame(rows)))
+    quiz = config.study1.onboarding.quiz
+    assert f"{quiz.pass_mark} right answers to pass, {quiz.attempts} attempt(s)" in text
+    assert "Of 3 people who took the quiz, 2 passed and 1 was screened out." in text
+    assert "p_" not in text  # counts, never ids
+    without = config.model_copy(update={"study2": config.study2.model_copy(update={"onboarding": None})})
+    assert "Study 2 had no onboarding" in " ".join(onboarding_lines(without, None))
