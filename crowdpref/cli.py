@@ -811,20 +811,19 @@ def invite(
 
 
 def _refuse_unservable(study: Path, name: str, portal: Any, settings: Settings) -> None:
-    """ConfigError (one line) when the portal would answer this study's links with "Study not
-    found": it serves a study by the ``name:`` inside a config of its studies folder
-    (``portal_studies``), so the config must be there, and be the one it finds under that name."""
+    """Make sure the portal serves this config for study ``name``: it finds a study's config by
+    the path recorded in the store (:mod:`crowdpref.study_paths`), so a config anywhere is
+    recorded here; ConfigError (one line) when the portal already serves ANOTHER file under
+    that name (two configs with one ``name:`` would share a study)."""
+    from crowdpref import study_paths
+    from crowdpref.config import load_study
     from crowdpref.errors import ConfigError
 
-    folder = Path(settings.portal_studies).expanduser()
-    served = portal.registry.path(name)
-    if served is None:
-        raise ConfigError(f"{study}: the portal cannot serve study '{name}': no config named '{name}' in its studies "
-                          f"folder {folder} (setting portal_studies): copy {study} there, or point "
-                          "CROWDPREF_PORTAL_STUDIES at its folder, then run invite again")
-    if Path(served).resolve() != study.resolve():
+    served = portal.study_path(name)
+    if served is not None and Path(served).resolve() != study.resolve():
         raise ConfigError(f"{study}: the portal serves study '{name}' from {served}, not from this file: give every "
                           "study its own name:, or invite with that file")
+    study_paths.remember(portal.store, load_study(study))
 
 
 @app.command()

@@ -15,6 +15,7 @@ from crowdpref.argilla_client import SubmittedAnswer
 from crowdpref import checks
 from crowdpref.collection import Collection
 from crowdpref.contracts import RESPONSES
+from crowdpref import study_paths
 from crowdpref.store import ParticipantState, Store, open_store
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
@@ -207,6 +208,7 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
     questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
     store = store or open_store(settings)
+    study_paths.remember(store, config)  # the portal finds the config here, wherever it lives
     preregister(store, config.name, config.filters)  # the filter rules as they stand when collection starts
     return study1_collection(config, questions, owner, run.path, store, finish_url(settings, config.name, "study1"))
 

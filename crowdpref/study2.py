@@ -23,6 +23,7 @@ from crowdpref.runfolder import RunFolder, read_parquet, write_json, write_parqu
 from crowdpref.participants import participants_frame, write_participants
 from crowdpref.pseudonyms import Pseudonyms
 from crowdpref.reopen import reopen_unusable
+from crowdpref import study_paths
 from crowdpref.store import ParticipantState, Store, open_store
 
 GUIDELINES = """\
@@ -205,7 +206,9 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
     responses = study1_complete(run)
     questions = read_parquet(run.questions, needed_by="run generate-questions first")
     owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
-    return study2_collection(config, pairs, responses, questions, owner, run.path, store or open_store(settings),
+    store = store or open_store(settings)
+    study_paths.remember(store, config)  # the portal finds the config here, wherever it lives
+    return study2_collection(config, pairs, responses, questions, owner, run.path, store,
                              finish_url(settings, config.name, "study2"))
 
 

@@ -31,6 +31,7 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
+from crowdpref import study_paths
 from crowdpref.portal import argilla_hooks, argilla_session, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
 from crowdpref.onboarding import Graded, OnboardingConfig, grade, onboarding_of, passes
@@ -338,6 +339,7 @@ class Portal:
         # per (study, key): the collection, opened for one version (mtime) of the study config
         self._collections: dict[tuple[str, str], tuple[int, Collection]] = {}
         self._configs: dict[Path, tuple[int, StudyConfig]] = {}
+        self._known_paths: dict[str, tuple[float, Path | None]] = {}  # study name -> (looked up, path)
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         # two tabs of one person claim one after the other: a fixed set of locks (by hash), so
@@ -357,10 +359,30 @@ class Portal:
         self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
 
     # studies and collections -------------------------------------------------------------------
+    def study_path(self, study: str) -> Path | None:
+        """The config of study ``study``: the path the store recorded when its collection was
+        opened or its links handed out (:mod:`crowdpref.study_paths`), wherever it lives; else a
+        config of that name in the studies folder. Looked up again at most every
+        ``RESCAN_INTERVAL_S`` per name (an unknown name costs no store read per request)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._known_paths.get(study)
+        if cached is None or now - cached[0] >= RESCAN_INTERVAL_S:
+            try:
+                found = study_paths.known(self.store, study)
+            except Exception:  # noqa: BLE001 - the store unreadable: the folder still serves
+                found = None
+            cached = (now, found)
+            with self._lock:
+                self._known_paths[study] = cached
+                if len(self._known_paths) > LIMITER_MAX_KEYS:  # made-up names must not grow it forever
+                    self._known_paths.clear()
+        return cached[1] or self.registry.path(study)
+
     def config(self, study: str, key: str) -> tuple[StudyConfig, Path]:
         if key not in KEYS:
             raise Refusal(404, "Page not found", "This address does not belong to a study. Please check the link.")
-        path = self.registry.path(study)
+        path = self.study_path(study)
         if path is None:
             raise Refusal(404, "Study not found",
                           "We could not find this study. Please check the link, or contact the researchers.")

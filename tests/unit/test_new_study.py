@@ -126,13 +126,31 @@ def test_the_money_summary_includes_the_most_the_screen_outs_can_cost() -> None:
 
 
 # --- invite ----------------------------------------------------------------------------------------------
-def test_invite_refuses_a_study_the_portal_cannot_serve(cli_env: Path) -> None:
+def test_invite_serves_a_config_wherever_it_lives_and_refuses_another_file_of_the_same_name(cli_env: Path) -> None:
+    """The portal learns a study's config from the store (issue 20), not only from its studies
+    folder: ``invite`` records the file, and the portal then serves links to it."""
+    from crowdpref.portal.service import Portal
+    from crowdpref.settings import load_settings
+    from crowdpref.store import open_store
+
     outside = cli_env / "elsewhere.yaml"
     outside.write_text(yaml.safe_dump({"name": "outside", "participants": "invite"}))
-    refused = _run("invite", str(outside))
+    links = _run("invite", str(outside))
+    assert links.exit_code == 0, links.output
+    assert links.output.strip().startswith(f"{PORTAL}/s/outside/study1?invite=")
+    settings = load_settings()
+    store = open_store(settings)
+    try:
+        portal = Portal(settings, store)
+        assert portal.study_path("outside") == outside.resolve()
+        assert portal.config("outside", "study1")[0].name == "outside"
+    finally:
+        store.close()
+    twin_outside = cli_env / "twin-outside.yaml"
+    twin_outside.write_text(yaml.safe_dump({"name": "outside", "participants": "invite"}))
+    refused = _run("invite", str(twin_outside))
     assert refused.exit_code != 0 and len(_lines(refused.output)) == 1
-    assert "the portal cannot serve study 'outside'" in refused.output and "portal_studies" in refused.output
-    assert "/s/outside/" not in refused.output  # no link that would lead to "Study not found"
+    assert "serves study 'outside' from" in refused.output and "/s/outside/" not in refused.output
     # a config named like one the portal serves from another file
     assert _run("new-study", "served", "--participants", "invite").exit_code == 0
     twin = cli_env / "twin.yaml"
