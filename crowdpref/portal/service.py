@@ -62,6 +62,11 @@ LIMITER_MAX_KEYS = 10_000  # ids / addresses each limiter remembers at most (old
 COOKIE_MAX_AGE_S = 24 * 3600  # the portal's signed cookie: then "please start from your study link"
 RESCAN_INTERVAL_S = 2.0  # an unknown study name re-reads the studies folder at most this often
 AFTER_REPLY_WORKERS = 4  # threads that release work after a webhook's reply (the request threads stay free)
+AFTER_REPLY_QUIET_S, AFTER_REPLY_PATIENCE_S = 0.5, 10.0
+"""Work after a reply yields to the deliveries still arriving: it starts once none came for
+``AFTER_REPLY_QUIET_S``, or after ``AFTER_REPLY_PATIENCE_S`` at the latest (a burst of 150
+deliveries is answered first, then released; the releases no longer share the portal's CPU
+with the replies)."""
 log = logging.getLogger("crowdpref.portal")
 _HEX_ID = re.compile(r"[0-9a-fA-F]{24}")
 
@@ -272,8 +277,11 @@ class AfterReply:
     store's to say (:meth:`Portal.run_delivery`), so running it again is harmless.
     ``workers=0`` records and runs nothing: what a portal that died right after replying left."""
 
-    def __init__(self, run: Callable[[str], Any], workers: int = AFTER_REPLY_WORKERS):
+    def __init__(self, run: Callable[[str], Any], workers: int = AFTER_REPLY_WORKERS,
+                 quiet_s: float = AFTER_REPLY_QUIET_S, patience_s: float = AFTER_REPLY_PATIENCE_S):
         self._run, self.workers = run, workers
+        self.quiet_s, self.patience_s = quiet_s, patience_s
+        self._last_submit = 0.0  # time.monotonic() of the latest delivery handed in
         self._pool: ThreadPoolExecutor | None = None
         self._running: set[str] = set()
         self._futures: set[Future[None]] = set()
@@ -289,12 +297,14 @@ class AfterReply:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="after-reply")
             self._running.add(event_id)
+            self._last_submit = time.monotonic()
             future = self._pool.submit(self._one, event_id)
             self._futures.add(future)
         future.add_done_callback(self._forget)
         return True
 
     def _one(self, event_id: str) -> None:
+        self._yield_to_deliveries()
         try:
             self._run(event_id)
         except Exception as exc:  # noqa: BLE001 - it stays pending: the next start (or the Prolific sync) repeats it
@@ -303,6 +313,17 @@ class AfterReply:
         finally:
             with self._lock:
                 self._running.discard(event_id)
+
+    def _yield_to_deliveries(self) -> None:
+        """Wait until no delivery was handed in for :attr:`quiet_s` (at most :attr:`patience_s`)."""
+        deadline = time.monotonic() + self.patience_s
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                quiet = now - self._last_submit
+            if quiet >= self.quiet_s or now >= deadline:
+                return
+            time.sleep(min(self.quiet_s - quiet, deadline - now))
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:

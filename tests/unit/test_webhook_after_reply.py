@@ -220,3 +220,29 @@ def test_a_delivery_delivered_twice_is_handled_once(rig):
     assert _events(rig, "released", 2) == 1 and _events(rig, "platform_status", 2) == 1
     assert portal.run_delivery("evt-dup") is None  # done: running it again does nothing
     assert len(rig.owner.deleted) == 1
+
+
+def test_work_after_the_reply_waits_for_a_pause_in_the_deliveries():
+    """While deliveries keep arriving the releases wait (they would share the portal's CPU with
+    the replies); they start once none came for ``quiet_s``, or after ``patience_s``."""
+    import time as _time
+
+    from crowdpref.portal.service import AfterReply
+
+    started: dict[str, float] = {}
+    after = AfterReply(lambda event: started.setdefault(event, _time.monotonic()), workers=2,
+                       quiet_s=0.3, patience_s=5.0)
+    begin = _time.monotonic()
+    for n in range(6):  # a delivery every 0.1 s for 0.5 s
+        after.submit(f"e{n}")
+        _time.sleep(0.1)
+    last = _time.monotonic()
+    assert after.wait(10)
+    assert len(started) == 6
+    assert min(started.values()) >= last - 0.1 + 0.3 - 0.05  # none began before the pause
+    impatient = AfterReply(lambda event: started.setdefault(event, _time.monotonic()), workers=1,
+                           quiet_s=10.0, patience_s=0.2)
+    begin = _time.monotonic()
+    impatient.submit("late")
+    assert impatient.wait(5) and started["late"] - begin < 2.0  # patience runs out: it starts anyway
+    after.stop(), impatient.stop()
