@@ -232,7 +232,6 @@ def test_work_after_the_reply_waits_for_a_pause_in_the_deliveries():
     started: dict[str, float] = {}
     after = AfterReply(lambda event: started.setdefault(event, _time.monotonic()), workers=2,
                        quiet_s=0.3, patience_s=5.0)
-    begin = _time.monotonic()
     for n in range(6):  # a delivery every 0.1 s for 0.5 s
         after.submit(f"e{n}")
         _time.sleep(0.1)
@@ -245,4 +244,5 @@ def test_work_after_the_reply_waits_for_a_pause_in_the_deliveries():
     begin = _time.monotonic()
     impatient.submit("late")
     assert impatient.wait(5) and started["late"] - begin < 2.0  # patience runs out: it starts anyway
-    after.stop(), impatient.stop()
+    after.stop()
+    impatient.stop()
