@@ -544,6 +544,7 @@ def demo(
     console.print(f"Prefect UI, this run:   {run_url}", highlight=False, soft_wrap=True)
     from crowdpref.store import open_store
 
+    _print_onboarding(config, settings)
     store = open_store(settings)
     study1 = store.find_collection(config.name, "study1")
     participants = store.participants(study1.id) if study1 is not None else []
@@ -560,6 +561,25 @@ def demo(
     if release.exists():
         console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",
                       highlight=False, soft_wrap=True)
+
+
+def _print_onboarding(config: Any, settings: Settings) -> None:
+    """The demo's onboarding figures per study: who the quiz screened out (held out of the
+    work, each of whom would otherwise have claimed a batch) and whose work the checks later
+    excluded and gave to others (redone)."""
+    from crowdpref.progress import study_progress
+
+    for part in study_progress(config, settings).parts:
+        section = config.study1 if part.key == "study1" else config.study2
+        per = section.questions_per_participant if part.key == "study1" else section.pairs_per_participant
+        redone = f"the checks later excluded {part.excluded} {part.unit} (redone by others)"
+        if part.onboarding is None:
+            console.print(f"{part.key}: no onboarding; {redone}", highlight=False)
+            continue
+        o = part.onboarding
+        console.print(f"{part.key} onboarding: {o.describe()}; held out of the work: {o.screened_out} people "
+                      f"(up to {o.screened_out * per} {part.item}s they would otherwise have claimed); {redone}",
+                      highlight=False)
 
 
 @app.command()
@@ -705,6 +725,7 @@ def _print_progress(result: Any) -> None:
         row(f"participants {status}", lambda p, status=status: p.participants.get(status, 0))
     row("  of them withdrawn", lambda p: p.withdrawn_participants)
     table.add_section()
+    row("onboarding", lambda p: p.onboarding.describe() if p.onboarding is not None else "none")
     row("checks per batch", lambda p: p.checks.per_batch or "none")
     row("checks passed / failed / open", lambda p: f"{p.checks.passed} / {p.checks.failed} / {p.checks.unanswered}")
     row("excluded (people / answers)", lambda p: f"{p.checks.excluded_participants} / {p.checks.excluded_answers}")

@@ -116,6 +116,21 @@ class Spend:
 
 
 @dataclass(frozen=True)
+class Onboarding:
+    """Who went through a study's onboarding (counts only)."""
+
+    started: int  # people who began it (their entry link, before any work)
+    in_progress: int  # ... still in it
+    passed: int  # ... passed (or finished it, without a quiz): they claim work
+    screened_out: int  # ... the quiz turned away: nothing allocated to them
+    attempts: int  # quiz attempts in all
+
+    def describe(self) -> str:
+        return (f"{self.started} started: {self.passed} passed, {self.screened_out} screened out, "
+                f"{self.in_progress} in progress ({self.attempts} quiz attempts)")
+
+
+@dataclass(frozen=True)
 class PartProgress:
     """One study (study 1 or study 2) of the config."""
 
@@ -139,6 +154,7 @@ class PartProgress:
     platform: Places | None = None  # the store's record of its Prolific study
     live: LivePlaces | None = None  # what Prolific said now (None: not asked)
     spend: Spend | None = None  # None: the study does not recruit on Prolific
+    onboarding: Onboarding | None = None  # None: the study has no onboarding
 
     @property
     def percent(self) -> float | None:
@@ -279,7 +295,15 @@ def _part(config: StudyConfig, store: Store | None, key: StudyKey) -> PartProgre
         checks=_checks(section, participants, report),
         platform=_places(store.platform_study(info.id)),
         spend=_spend(config, key, len(items), participants, approved, rejected),
+        onboarding=_onboarding(store, info.id) if section.onboarding is not None else None,
     )
+
+
+def _onboarding(store: Store, cid: int) -> Onboarding:
+    records = store.onboarding_records(cid)
+    by = Counter(r.status for r in records)
+    return Onboarding(len(records), by["in_progress"], by["passed"], by["screened_out"],
+                      sum(r.attempts_used for r in records))
 
 
 def _places(record: PlatformStudy | None) -> Places | None:

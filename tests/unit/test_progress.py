@@ -487,3 +487,24 @@ def test_the_public_profile_reads_the_stacks_postgresql_store(tmp_path: Path) ->
     (settings.secrets_dir / "postgres-crowdpref").write_text("pw-of-the-store\n")
     url = store_url(settings)
     assert url.startswith("postgresql+psycopg://crowdpref:") and f":{settings.postgres_port}/crowdpref" in url
+
+
+def test_onboarding_is_counted_per_study(settings, store: Store) -> None:
+    import yaml
+
+    demo = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "demo.yaml").read_text())
+    data = study_data()
+    data["study1"] = {**data["study1"], "onboarding": {**demo["study1"]["onboarding"], "screen_out_reward": 80}}
+    config = parse_study(data)
+    drive(store, config)
+    cid = store.find_collection(NAME, "study1").id
+    for person in ("h-pass", "h-out", "h-busy"):
+        store.onboarding_start(cid, person, "prolific")
+    store.onboarding_attempt(cid, "h-pass", 4, True, 2)
+    store.onboarding_attempt(cid, "h-out", 1, False, 2)
+    store.onboarding_attempt(cid, "h-out", 2, False, 2)
+    s1, s2 = study_progress(config, settings).parts
+    assert s1.onboarding is not None and s2.onboarding is None  # study 2 has none
+    o = s1.onboarding
+    assert (o.started, o.passed, o.screened_out, o.in_progress, o.attempts) == (3, 1, 1, 1, 3)
+    assert "1 screened out" in o.describe()
