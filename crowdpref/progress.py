@@ -269,7 +269,8 @@ def _part(config: StudyConfig, store: Store | None, key: StudyKey) -> PartProgre
         n = _planned(config, key, store)
         needed = None if n is None else n * copies
         return PartProgress(key, unit, item, False, n, copies, needed, 0, 0, needed or 0, 0, participants=statuses,
-                            checks=_checks(section, []), spend=_spend(config, key, n, [], set(), set()))
+                            checks=_checks(section, []), spend=_spend(config, key, n, [], set(), set()),
+                            onboarding=Onboarding(0, 0, 0, 0, 0) if section.onboarding is not None else None)
     assert store is not None
     items = store.items(info.id)
     counts = store.item_counts(info.id)
