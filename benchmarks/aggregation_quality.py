@@ -10,7 +10,7 @@ heavy-tailed noise, extreme responders, central tendency, swayed by answer lengt
 nothing about quality there -, reading the A/B scale backwards, random clickers), each at a range
 of shares of the raters (the rest careful), plus a mixed crowd, every rater answering ``--gold``
 gold pairs whose answer lengths are independent of which one is good; and one row where the gold
-pairs' good answer is always the longer one (as in crowdpref's shipped gold pairs), where the
+pairs' good answer is always the longer one (as in crowdpref's first six shipped gold pairs), where the
 anchor cannot tell length-swayed raters from careful ones. Each cell: mean, weighted, gold
 (``aggregation.method: gold_anchored`` with the simulated gold outcomes) side by side on the same
 ratings; the target is for the default method (gold-anchored) never more than 1 point below the

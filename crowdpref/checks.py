@@ -123,8 +123,52 @@ GOLD_PAIRS: tuple[GoldPair, ...] = (
         "ok",
         "no-reasoning",
     ),
+    # the good answer SHORTER than the bad one: a rater who picks the longer answer fails these,
+    # so the gold anchor can tell length from quality (issue 21)
+    GoldPair(
+        "My flatmate keeps eating my food from the fridge. How do I raise it?",
+        "conflict-resolution",
+        "I would mention it calmly and suggest labelled shelves, since they may not realise.",
+        "Honestly, your flatmate is a selfish idiot and a complete loser, and there is no point in "
+        "talking to someone that pathetic. Hide all your food, put a lock on the fridge, leave "
+        "angry notes everywhere and make their life as unpleasant as possible until they finally "
+        "get the message and move out for good.",
+        "rude",
+    ),
+    GoldPair(
+        "A friend forgot my birthday. Should I tell them I was hurt?",
+        "empathy",
+        "I would say so lightly, because it lets them make it up without guilt.",
+        "Absolutely not, and stop wasting your time on people like that. Anyone who forgets a "
+        "birthday is a selfish jerk, so tell everyone you know how pathetic they are, cut them off "
+        "completely and make sure they regret it for a very long time, because they clearly never "
+        "cared about you at all.",
+        "rude",
+    ),
+    GoldPair(
+        "How do I politely leave a conversation at a party?",
+        "social-norms",
+        "I would thank them for the chat and say I am off to find a friend, which is kind and clear.",
+        "Just tell them to shut up and walk away, nobody owes anyone politeness at a party. If they "
+        "are boring, they are boring, and it is their own stupid fault for not being interesting "
+        "enough to keep your attention, so there is no reason to pretend or waste another minute "
+        "of your evening on them.",
+        "rude",
+    ),
+    GoldPair(
+        "My teenager rolls their eyes whenever I give advice. What can I do?",
+        "communication-skills",
+        "I would ask questions and listen more, since they open up when they feel heard.",
+        "Teenagers are all lazy, ungrateful and clueless, and they never listen to anyone, so there "
+        "is really no point in trying to talk to them at all. Just take their phone away, shout "
+        "until they do what they are told and remind them every day what a damn disappointment "
+        "they are to the whole family.",
+        "rude",
+    ),
 )
-"""The curated gold pairs shipped with crowdpref (our own wording)."""
+"""The curated gold pairs shipped with crowdpref (our own wording). In some the good answer is
+the longer one, in the others the shorter: a rater who prefers longer answers fails about a
+third of them, so gold says something about a rater beyond agreement."""
 
 
 def is_check(item_id: str) -> bool:

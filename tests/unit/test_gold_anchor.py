@@ -127,3 +127,13 @@ def test_gold_frame_keeps_only_gold_checks():
                         ("p2", "pr_2", True)])
     assert frame.to_dict("records") == [{"rater_key": "p1", "passed": True},
                                         {"rater_key": "p2", "passed": False}]
+
+
+def test_the_shipped_gold_pairs_do_not_tie_quality_to_length():
+    """A length-swayed rater must fail some shipped gold pairs, or the anchor cannot tell length
+    from quality on real data: at least a quarter of them have the good answer as the shorter."""
+    from crowdpref.checks import GOLD_PAIRS
+
+    shorter = [g for g in GOLD_PAIRS if len(g.good) < len(g.bad)]
+    longer = [g for g in GOLD_PAIRS if len(g.good) > len(g.bad)]
+    assert len(shorter) >= len(GOLD_PAIRS) / 4 and longer
