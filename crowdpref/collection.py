@@ -198,6 +198,8 @@ class Collection:
         for :attr:`refill_quiet_s`, at most ``patience_s`` (then go on: a steady stream must not
         starve the pool). 0: stop this pass instead of waiting (monitoring refills again on its
         next pass). None: do not yield (an explicit refill before a study opens)."""
+        if patience_s is not None and not self._yield_to_arrivals(patience_s):
+            return 0  # people are arriving: not even planned (a planned account is one Argilla lacks)
         with self._refill_lock:
             self.store.plan_pool(self.info, self.spec.pool_size if size is None else size)
         made = 0
