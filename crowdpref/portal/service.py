@@ -718,6 +718,9 @@ class Portal:
             result = self._claim(collection, "", ob.source, key_hash=ob.key_hash)
         participant = self._claimed(result)
         if isinstance(result, Claimed) and result.new:
+            if ob.state.session_hash and participant.session_hash != ob.state.session_hash:
+                # the Prolific session they entered with: webhooks name it (resource_id)
+                self.store.record_session(collection.info.id, participant.id, session_hash=ob.state.session_hash)
             self.store.log_event(collection.info.id, "entered", participant.id, source=ob.source, new=True,
                                  onboarding=True)
         return self.cookies.dumps({"c": collection.info.id, "u": participant.username})

@@ -23,12 +23,14 @@ PENDING, DONE = DeliveryState.PENDING, DeliveryState.DONE
 class PlatformStore(StoreBase):
     """Platform sessions and studies, webhook deliveries, the event log's writers, secrets."""
 
-    def record_session(self, cid: int, pid: int, session_id: str) -> None:
+    def record_session(self, cid: int, pid: int, session_id: str | None = None, *,
+                       session_hash: str | None = None) -> None:
         """Remember (as a salted hash) the platform session a participant entered with: the
-        Prolific submission id that webhooks name."""
+        Prolific submission id that webhooks name. ``session_hash``: the hash already made (the
+        onboarding record keeps only that, and the claim after a passed quiz carries it over)."""
+        value = session_hash if session_hash is not None else self.key_hash(str(session_id))
         with self._write(cid) as conn:
-            conn.execute(update(t.participants).where(t.participants.c.id == pid)
-                         .values(session_hash=self.key_hash(session_id)))
+            conn.execute(update(t.participants).where(t.participants.c.id == pid).values(session_hash=value))
 
     def find_by_session(self, session_id: str) -> tuple[CollectionInfo, ParticipantState] | None:
         """The participant who entered with this platform session, in any collection."""

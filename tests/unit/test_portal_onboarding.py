@@ -245,3 +245,21 @@ def test_study_1_participants_are_refused_at_study_2_before_its_onboarding(rig, 
     fresh = portal.enter(name, "study2", {"invite": token({"study": name, "key": "study2", "id": "new"})})
     assert fresh.onboarding is not None and fresh.participant is None
     assert len(rig.store.onboarding_records(s2)) == 1 and _allocated(rig.store, s2) == (0, 0)
+
+
+def test_a_prolific_participant_who_passes_is_found_by_their_session_at_once(rig):
+    """The claim after the quiz carries the Prolific session over from the onboarding record, so
+    a webhook naming the submission (its resource_id) finds the participant before they open
+    the entry link again."""
+    name = "onb-session"
+    _study(rig, name, participants="prolific", screen_out_reward=50)
+    client, entry_url, ids = _prolific_entry(rig, name)
+    client.get(entry_url)
+    client.post(f"/s/{name}/study1/onboarding/next")
+    for i in range(2):
+        client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
+    client.post(f"/s/{name}/study1/onboarding/next")
+    passed = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
+    assert passed.status_code == 303 and passed.headers["location"].endswith("/welcome")
+    found = rig.store.find_by_session(ids["SESSION_ID"])
+    assert found is not None and found[1].session_hash == rig.store.key_hash(ids["SESSION_ID"])
