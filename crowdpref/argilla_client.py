@@ -77,6 +77,23 @@ def check_server(api_url: str, api_key: str, timeout_s: float = 10.0) -> None:
         raise ArgillaError(f"the Argilla API key for {api_url} belongs to a '{role}': use an owner or admin key")
 
 
+class StaleConnectionRetry(httpx.HTTPTransport):
+    """Sends an idempotent request (GET, HEAD, PUT, DELETE) once more when the server closed a
+    kept-alive connection without answering it: uvicorn closes idle connections after a few
+    seconds, and a request sent on one at that moment gets "Server disconnected without sending
+    a response" (seen once in a full test run under load). A POST is never repeated."""
+
+    IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handle_request(request)
+        except httpx.RemoteProtocolError:
+            if request.method not in self.IDEMPOTENT:
+                raise
+            return super().handle_request(request)
+
+
 class ArgillaOwner:
     """Owner-side operations. All ``ensure_*`` methods are idempotent: a rerun finds what an
     earlier (possibly crashed) run created and completes it, creating nothing twice."""
@@ -92,7 +109,8 @@ class ArgillaOwner:
         self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries,
                                  event_hooks=hooks)
         self._http = httpx.Client(
-            base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s, event_hooks=hooks
+            base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s, event_hooks=hooks,
+            transport=StaleConnectionRetry(),
         )
         self._user_ids: dict[str, str] = {}
 
@@ -320,7 +338,8 @@ class AnnotatorSession:
         if token is None:
             raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the password in the study store")
         self._http = httpx.Client(
-            base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+            base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
+            transport=StaleConnectionRetry(),
         )
 
     @staticmethod

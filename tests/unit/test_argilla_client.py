@@ -24,3 +24,39 @@ def test_server_timestamps_are_utc_whatever_the_local_zone(new_york):
     assert _parse_time("2026-01-01T00:00:00").timestamp() == 1767225600.0
     assert _parse_time("2026-01-01T00:00:00.250000+00:00").timestamp() == 1767225600.25
     assert _parse_time(None) is None
+
+
+def test_an_idempotent_request_on_a_connection_the_server_dropped_is_sent_once_more():
+    """A server that closes the first connection without answering (a kept-alive connection
+    closed as the request went out): a GET is sent again and answered; a POST is not repeated."""
+    import socket
+    import threading
+
+    import httpx
+
+    from crowdpref.argilla_client import StaleConnectionRetry
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        for n in range(3):
+            conn, _ = server.accept()
+            with conn:
+                seen.append(conn.recv(65536).split(b" ", 1)[0])
+                if n % 2 == 0:  # the 1st and 3rd connections: dropped without an answer
+                    continue
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with httpx.Client(transport=StaleConnectionRetry(), timeout=5) as client:
+        assert client.get(f"http://127.0.0.1:{port}/x").text == "ok"
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.post(f"http://127.0.0.1:{port}/x", content=b"{}")
+    thread.join(5)
+    server.close()
+    assert seen == [b"GET", b"GET", b"POST"]
