@@ -33,7 +33,6 @@ import logging
 import math
 import secrets
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,6 +45,7 @@ from crowdpref.argilla_client import ArgillaOwner, DatasetRef, SubmittedAnswer
 from crowdpref.checks import FAILED, is_check, verdict
 from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
+from crowdpref.pacing import wait_for_quiet
 from crowdpref.store import (
     ACTIVE,
     COMPLETE,
@@ -221,16 +221,11 @@ class Collection:
         """Wait (at most ``patience_s``) until nobody has claimed in this collection for
         :attr:`refill_quiet_s` - read from the store, so a flow's monitoring sees the portal's
         arrivals. True: provision the next account now; False: arrivals now and no patience."""
-        deadline = time.monotonic() + patience_s
-        while True:
+        def idle() -> float:
             last = self.store.last_claim_at(self.info.id)
-            idle = math.inf if last is None else self.clock() - last
-            if idle >= self.refill_quiet_s:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return patience_s > 0
-            time.sleep(max(0.05, min(left, self.refill_quiet_s - idle, 1.0)))
+            return math.inf if last is None else self.clock() - last
+
+        return wait_for_quiet(idle, self.refill_quiet_s, patience_s) or patience_s > 0
 
     def refill_in_background(self) -> threading.Thread | None:
         """Refill the pool in a daemon thread (after a claim took a warm account), yielding to

@@ -31,6 +31,7 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig, load_study
 from crowdpref.errors import CrowdprefError
+from crowdpref.pacing import wait_for_quiet
 from crowdpref import study_paths
 from crowdpref.portal import argilla_hooks, argilla_session, links
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
@@ -316,14 +317,11 @@ class AfterReply:
 
     def _yield_to_deliveries(self) -> None:
         """Wait until no delivery was handed in for :attr:`quiet_s` (at most :attr:`patience_s`)."""
-        deadline = time.monotonic() + self.patience_s
-        while True:
-            now = time.monotonic()
+        def idle() -> float:
             with self._lock:
-                quiet = now - self._last_submit
-            if quiet >= self.quiet_s or now >= deadline:
-                return
-            time.sleep(min(self.quiet_s - quiet, deadline - now))
+                return time.monotonic() - self._last_submit
+
+        wait_for_quiet(idle, self.quiet_s, self.patience_s)
 
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
