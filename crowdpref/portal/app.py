@@ -345,7 +345,25 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             return HTMLResponse(pages.argilla_session(signed.token, signed.expires, signed.target,
                                                       argilla_session.TOKEN_KEY, argilla_session.EXPIRATION_KEY),
                                 headers=NO_STORE)
-        return RedirectResponse(signed, status_code=303, headers=NO_STORE)
+        return RedirectResponse(signed, status_code=303, headers=NO_STORE)  # the work frame, or their code
+
+    @app.get("/s/{study}/{key}/work")
+    def work(study: str, key: str, request: Request) -> Response:
+        """The bar (progress, Finish) over the participant's Argilla, in a frame."""
+        try:
+            frame = portal.work(study, _key(key), request.cookies.get(cookie_name(study, key)))
+        except AlreadyFinished:
+            return RedirectResponse(f"/s/{study}/{key}/done", status_code=303, headers=NO_STORE)
+        config, _ = portal.config(study, _key(key))
+        base = f"/s/{study}/{key}"
+        return HTMLResponse(pages.work_frame(config.title or config.name, frame.target, frame.submitted, frame.total,
+                                             frame.submitted >= frame.total > 0, f"{base}/done", f"{base}/progress",
+                                             invited=config.participants == "invite"), headers=NO_STORE)
+
+    @app.get("/s/{study}/{key}/progress")
+    def progress(study: str, key: str, request: Request) -> JSONResponse:
+        done = portal.progress(study, _key(key), request.cookies.get(cookie_name(study, key)))
+        return JSONResponse({"submitted": done.submitted, "total": done.total, "done": done.done}, headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/done")
     def done(study: str, key: str, request: Request) -> Response:

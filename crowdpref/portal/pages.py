@@ -1,6 +1,8 @@
 """The portal's pages: plain HTML, no external assets, readable on a phone. Every value from
-outside is escaped. One page has a script: :func:`argilla_session`, which hands a minted session
-to Argilla's frontend (it cannot be done without one)."""
+outside is escaped. Two pages have a script: :func:`argilla_session`, which hands a minted session
+to Argilla's frontend (it cannot be done without one), and :func:`work_frame`, whose bar asks the
+portal for the participant's progress (without scripts the bar still shows it as of the page's
+load, and Finish works)."""
 
 from __future__ import annotations
 
@@ -95,9 +97,9 @@ def welcome(title: str, what: str, items: int, minutes: int | None, guidelines: 
                + (f"If you stay inactive for more than {inactive_minutes:g} minutes, your remaining items go to "
                   "someone else.</li>" if inactive_minutes else
                   "If you stay inactive for a long time, your remaining items go to someone else.</li>")
-               + f"<li>When every item is submitted, open <a href=\"{html.escape(finish_url)}\">the finish page</a> "
-               + ("(the link is also in the guidelines inside Argilla) to tell us you are done.</li>" if invited else
-                  "(the link is also in the guidelines inside Argilla) to get your completion code.</li>"))
+               + "<li>When every item is submitted, press <strong>Finish</strong> in the bar above your items "
+               + f"(or open <a href=\"{html.escape(finish_url)}\">the finish page</a>) "
+               + ("to tell us you are done.</li>" if invited else "to get your completion code.</li>"))
     body = (f"<div class=\"box\"><h2>What to expect</h2><ul>{expect}</ul>"
             f"<form method=\"post\" action=\"{html.escape(start_action)}\">"
             "<button class=\"button\" type=\"submit\">Start</button></form></div>"
@@ -171,6 +173,57 @@ def argilla_session(token: str, expires: int, target: str, token_key: str, expir
             "<noscript><p>Argilla needs JavaScript: please turn it on, then press Back and Start again.</p></noscript>"
             f"<script>{script}</script>")
     return page("Opening Argilla", body)
+
+
+WORK_STYLE = """
+html,body{height:100%;margin:0}
+body{display:flex;flex-direction:column;height:100vh;height:100dvh;font-family:system-ui,-apple-system,Segoe UI,Roboto,
+sans-serif;color:#1a1a1a}
+.bar{flex:none;display:flex;align-items:center;justify-content:space-between;gap:.75rem;padding:.35rem .75rem;
+background:#fff;border-bottom:1px solid #ccc;font-size:.95rem;line-height:1.3}
+.bar.done{background:#e3f2e6;border-bottom-color:#1b6e2e}
+.bar .button{display:inline-block;background:#1f5fbf;color:#fff;border-radius:.4rem;padding:.55rem 1rem;
+font-size:1rem;text-decoration:none;white-space:nowrap;font-weight:600}
+.bar.done .button{background:#1b6e2e}
+iframe{flex:1;width:100%;border:0;min-height:0}
+"""
+WORK_POLL_MS = 6000  # how often the bar asks for progress (stops once everything is submitted)
+WORKING_WORDS = "{submitted} of {total} items submitted"
+DONE_WORDS = "All {total} items submitted. Press the button to finish."
+
+
+def work_frame(title: str, target: str, submitted: int, total: int, done: bool, finish_action: str,
+               progress_action: str, invited: bool) -> str:
+    """The participant's work: a thin bar on top (their progress, and a Finish button that is
+    always on screen, at any size) over Argilla in a frame that fills the rest. The bar's
+    script asks ``progress_action`` every few seconds and, once every item is submitted, turns
+    the bar green and says so. ``target`` (the frame's Argilla page) may carry a password sign-in
+    on the laptop stack: this page is served with no-store and no referrer."""
+    done_label = "Finish" if invited else "Get my code"
+    words = (DONE_WORDS if done else WORKING_WORDS).format(submitted=submitted, total=total)
+    label = done_label if done else "Finish"
+    script = (
+        f"(function(){{var url={_js(progress_action)},every={WORK_POLL_MS},bar=document.getElementById('bar'),"
+        "text=document.getElementById('progress'),fin=document.getElementById('finish');"
+        "function words(t,p){return t.replace('{submitted}',p.submitted).replace('{total}',p.total);}"
+        f"function show(p){{if(p.done){{bar.className='bar done';text.textContent=words({_js(DONE_WORDS)},p);"
+        f"fin.textContent={_js(done_label)};return true;}}text.textContent=words({_js(WORKING_WORDS)},p);return false;}}"
+        "function poll(){fetch(url,{credentials:'same-origin',cache:'no-store'}).then(function(r){"
+        "return r.ok?r.json():null;}).then(function(p){if(!(p&&show(p)))setTimeout(poll,every);})"
+        ".catch(function(){setTimeout(poll,every*3);});}"
+        "if(bar.className.indexOf('done')<0)setTimeout(poll,every);})();")
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="no-referrer">'
+        f"<title>{html.escape(title)}</title><style>{WORK_STYLE}</style></head><body>"
+        f'<nav class="bar{" done" if done else ""}" id="bar" aria-label="Your progress">'
+        f'<span id="progress" aria-live="polite">{html.escape(words)}</span>'
+        f'<a class="button" id="finish" href="{html.escape(finish_action)}" target="_top">{html.escape(label)}</a>'
+        "</nav>"
+        f'<iframe id="argilla" name="argilla" src="{html.escape(target)}" title="Your items in Argilla"></iframe>'
+        f"<script>{script}</script></body></html>"
+    )
 
 
 # --- onboarding (before any work is claimed) --------------------------------------------------------

@@ -49,6 +49,7 @@ WORKING = ("RESERVED", "ACTIVE")
 FINISHED = ("AWAITING REVIEW", "APPROVED")
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
+PROGRESS_READ_S = 10.0  # the work frame's bar without Argilla's webhooks: one Argilla read per person per 10 s
 ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0  # per person (Prolific id or invitation)
 # per client address (not a loopback one: the simulated crowd, or a proxy whose X-Forwarded-For
 # is not trusted, would make every participant one address): entries, and entries Prolific
@@ -226,6 +227,29 @@ class AlreadyFinished(CrowdprefError):
 
 
 @dataclass(frozen=True)
+class WorkFrame:
+    """The portal's page around Argilla (:meth:`Portal.work`): the Argilla page its frame opens
+    (``target``; on the laptop stack the one-hop password sign-in, so never logged) and how far
+    the participant is."""
+
+    target: str
+    submitted: int
+    total: int
+
+    def __repr__(self) -> str:  # the target may carry a password
+        return f"WorkFrame(submitted={self.submitted}, total={self.total})"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How many of their items a participant has submitted, as the work frame shows it."""
+
+    submitted: int
+    total: int
+    done: bool
+
+
+@dataclass(frozen=True)
 class Finish:
     """The finish page: ``code`` when every item is submitted, else how many are left."""
 
@@ -376,6 +400,8 @@ class Portal:
         self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
         self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
         self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
+        self._progress_lock = threading.Lock()
+        self._progress_read: OrderedDict[str, float] = OrderedDict()  # username -> last Argilla read (monotonic)
 
     # studies and collections -------------------------------------------------------------------
     def study_path(self, study: str) -> Path | None:
@@ -751,9 +777,11 @@ class Portal:
     def sign_in(self, study: str, key: Key, cookie: str | None) -> str | TokenSignIn:
         """Where *Start* sends the participant: with :attr:`token_sign_in`, a :class:`TokenSignIn`
         (an Argilla session token minted with Argilla's signing key - no bcrypt, no password in
-        any URL), else :meth:`sign_in_url`. :class:`AlreadyFinished` once they completed."""
+        any URL) that opens the work frame; else the work frame's address, whose frame signs in
+        with the password (:meth:`work`). :class:`AlreadyFinished` once they completed."""
         if not self.token_sign_in:
-            return self.sign_in_url(study, key, cookie)
+            self._signing_in(study, key, cookie)
+            return links.work_url(self.settings, study, key)
         _, participant = self._signing_in(study, key, cookie)
         if self._argilla_secret is None:
             try:
@@ -762,14 +790,50 @@ class Portal:
                 raise _unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
                                    "again.") from None
         token, expires = argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
-        base = self.settings.argilla_participant_url
-        target = f"{base}/dataset/{participant.dataset_id}/annotation-mode" if participant.dataset_id else f"{base}/"
-        return TokenSignIn(token, expires, target)
+        return TokenSignIn(token, expires, links.work_url(self.settings, study, key))
 
-    def sign_in_url(self, study: str, key: Key, cookie: str | None) -> str:
-        """Argilla's sign-in page with the participant's credentials (one hop; never logged).
-        :class:`AlreadyFinished` once they completed: their credentials expired with it."""
+    def _first_item_url(self, participant: ParticipantState) -> str:
+        """Argilla's page of the participant's first pending item (their dataset's annotation
+        mode), or Argilla's home when no dataset is known yet."""
+        base = self.settings.argilla_participant_url
+        return f"{base}/dataset/{participant.dataset_id}/annotation-mode" if participant.dataset_id else f"{base}/"
+
+    def work(self, study: str, key: Key, cookie: str | None) -> WorkFrame:
+        """The work frame: the portal's bar (progress, the way to the finish page) over Argilla.
+        Its frame opens the participant's first item where the browser holds the session
+        :meth:`sign_in` minted (one origin: the public profile); on the laptop stack's two origins
+        it opens the one-hop password sign-in (:meth:`_password_sign_in`), which lands on Argilla's
+        home. :class:`AlreadyFinished` once they completed."""
         collection, participant = self._signing_in(study, key, cookie)
+        if self.token_sign_in:
+            target = self._first_item_url(participant)
+        else:
+            target = self._password_sign_in(collection, participant)
+        return WorkFrame(target, len(participant.submitted), len(participant.assignments))
+
+    def progress(self, study: str, key: Key, cookie: str | None) -> Progress:
+        """What the work frame's bar shows. From the store, which Argilla's response webhooks
+        keep current; where this portal receives none (no webhook registered with the Argilla it
+        uses), read from Argilla, at most once per :data:`PROGRESS_READ_S` per participant."""
+        collection, participant = self.participant(study, key, cookie)
+        if participant.status == ACTIVE and not collection.webhooks_active():
+            now = time.monotonic()
+            with self._progress_lock:
+                due = now - self._progress_read.get(participant.username, -PROGRESS_READ_S) >= PROGRESS_READ_S
+                if due:
+                    self._progress_read[participant.username] = now
+                    while len(self._progress_read) > 10_000:
+                        self._progress_read.popitem(last=False)
+            if due:
+                try:
+                    participant = collection.refresh(participant)
+                except (CrowdprefError, httpx.TransportError) as exc:  # the bar keeps what the store knows
+                    log.warning("Argilla read for the work frame failed: %s", _one_line(exc))
+        return Progress(len(participant.submitted), len(participant.assignments), participant.status == COMPLETE)
+
+    def _password_sign_in(self, collection: Collection, participant: ParticipantState) -> str:
+        """Argilla's sign-in page with the participant's credentials (the laptop stack's work
+        frame opens it; never logged)."""
         password = collection.store.password(participant.account_id)
         auth = base64.b64encode(f"{participant.username}:{password}".encode()).decode()
         return f"{self.settings.argilla_participant_url}/sign-in?auth={auth}"
@@ -788,10 +852,7 @@ class Portal:
         total = len(participant.assignments)
         submitted = len(participant.submitted)
         if participant.status != COMPLETE:
-            dataset = participant.dataset_id
-            url = (f"{self.settings.argilla_participant_url}/dataset/{dataset}/annotation-mode" if dataset
-                   else self.settings.argilla_participant_url)
-            return Finish(False, submitted, total, argilla_url=url)
+            return Finish(False, submitted, total, argilla_url=self._first_item_url(participant))
         return self._finished(study, key, collection, participant)
 
     def _finished(self, study: str, key: Key, collection: Collection, participant: ParticipantState) -> Finish:

@@ -4,13 +4,15 @@ the public profile: Debian's caddy (services/caddy.py, ``tls internal``, free hi
 name for both, and the fake Prolific.
 
 Prolific-style link -> the portal's welcome page (its cookie ``Secure``, the ids gone from the
-address bar) -> *Start* -> Argilla, signed in, on the same origin -> every item answered in
-Argilla's UI -> the finish link in the guidelines -> the completion code -> back to (fake)
-Prolific with it. Then Caddy's access log and its own log are read: they hold the paths walked
+address bar) -> *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla,
+signed in on the same origin, on the participant's first item -> every item answered in Argilla's
+UI inside the frame -> the bar turns to "Get my code", its button inside the viewport at desktop
+and at phone size (390 x 844) -> the completion code -> back to (fake) Prolific with it. Then Caddy's access log and its own log are read: they hold the paths walked
 and none of the Prolific ids, the ``auth=`` sign-in, the cookie or the participant's password.
 
 Chromium accepts Caddy's internal CA through Playwright's ``ignore_https_errors``.
-Screenshots: test-output/caddy-walk-*.png (failure: caddy-walk-failure.png/.html)."""
+Screenshots: test-output/caddy-walk-*.png and work-frame-{desktop,phone}-done.png (failure:
+caddy-walk-failure.png/.html)."""
 
 from __future__ import annotations
 
@@ -119,34 +121,48 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     assert cookie["secure"] and cookie["httpOnly"] and cookie["domain"] == "localhost"
                     shot("welcome")
 
-                    # Start -> Argilla on the same origin, signed in
+                    # Start -> the work frame: the portal's bar over Argilla (same origin, signed in),
+                    # whose frame opens the participant's first item
                     page.get_by_role("button", name="Start").click()
-                    page.wait_for_url(lambda url: url.startswith(public) and "/s/" not in url and "/sign-in" not in url)
+                    _wait_for_url(page, f"{public}/s/{name}/{key}/work")
                     [participant] = collection.participants()
                     assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
                     password = store.password(participant.account_id)  # what a password sign-in would carry
-                    page.goto(f"{public}/dataset/{participant.dataset_id}/annotation-mode")
-                    submit = page.get_by_role("button", name=re.compile(r"\bSubmit\b"))
-                    submitted = page.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
+                    work = page.frame(name="argilla")
+                    work.wait_for_url(f"{public}/dataset/{participant.dataset_id}/annotation-mode")
+                    bar, finish = page.locator("#bar"), page.locator("#finish")
+                    expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
+                    submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
+                    submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
                     shown = []
                     for n in range(1, ITEMS + 1):
-                        shown.append(_shown_item(page, collection, participant))
-                        box = page.locator("[aria-label='Question: response'] [contenteditable='true']")
+                        shown.append(_shown_item(work, collection, participant))
+                        box = work.locator("[aria-label='Question: response'] [contenteditable='true']")
                         box.click()
                         box.press_sequentially(TEXT, delay=5)
-                        page.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
+                        work.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
                         expect(submit).to_be_enabled()
                         submit.click()
                         expect(submitted).to_have_text(str(n))
                     assert sorted(shown) == sorted(participant.items)
+
+                    # after the last submit the bar says so, and Finish is on screen without scrolling or
+                    # opening anything: at desktop size and at phone size
+                    expect(bar).to_have_class("bar done", timeout=60_000)  # its next poll (the portal reads Argilla)
+                    expect(page.locator("#progress")).to_have_text(f"All {ITEMS} items submitted. Press the button "
+                                                                   "to finish.")
+                    expect(finish).to_have_text("Get my code")
+                    for size, (width, height) in (("desktop", (1400, 1000)), ("phone", (390, 844))):
+                        page.set_viewport_size({"width": width, "height": height})
+                        expect(finish).to_be_in_viewport(ratio=1.0)
+                        box = finish.bounding_box()
+                        assert box and box["y"] >= 0 and box["y"] + box["height"] <= height, (size, box)
+                        page.screenshot(path=str(output_dir / f"work-frame-{size}-done.png"))
                     shot("answered")
 
-                    # the finish link in the guidelines -> the completion code -> (fake) Prolific
-                    page.get_by_role("button", name="Expand Panel").filter(has_text="Guidelines").filter(
-                        visible=True).click()
-                    finish = page.get_by_role("link", name="this page to finish").filter(visible=True)
-                    expect(finish).to_have_attribute("href", f"{public}/s/{name}/{key}/done")
-                    page.goto(f"{public}/s/{name}/{key}/done")
+                    # Finish -> the completion code -> (fake) Prolific
+                    finish.click()
+                    _wait_for_url(page, f"{public}/s/{name}/{key}/done")
                     expect(page.get_by_role("heading", name="Finished")).to_be_visible()
                     expect(page.locator(".code")).to_have_text(code)
                     shot("done")
@@ -174,6 +190,7 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
     access = caddy.access_log_path(settings).read_text()
     own = (settings.logs_dir / "caddy.log").read_text()
     for path in (f'"uri":"/s/{name}/{key}"', f'"uri":"/s/{name}/{key}/welcome"', f'"uri":"/s/{name}/{key}/start"',
+                 f'"uri":"/s/{name}/{key}/work"', f'"uri":"/s/{name}/{key}/progress"',
                  f'"uri":"/s/{name}/{key}/done"', f'"uri":"/dataset/{participant.dataset_id}/annotation-mode"'):
         assert path in access, path
     never = {"PROLIFIC_PID": arrival["participant_id"], "SESSION_ID": arrival["session_id"],

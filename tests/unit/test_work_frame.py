@@ -1,0 +1,124 @@
+"""The work frame (``/s/<study>/<key>/work``): *Start* leads to the portal's bar (progress and a
+Finish button, always on screen) over Argilla in a frame. On one origin (the public profile) the
+frame opens the participant's first item with the session *Start* minted; on the laptop stack's
+two origins it opens the password sign-in, which never reaches an address bar, a Location header
+or a log. The bar's progress comes from the store when Argilla's webhooks keep it current, and
+from Argilla at most once per ``PROGRESS_READ_S`` per participant when they do not."""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+
+from fastapi.testclient import TestClient
+
+from crowdpref.collection import Collection
+from crowdpref.portal import argilla_hooks, argilla_session, pages
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import PROGRESS_READ_S, Portal
+from tests.unit.test_portal_entry import _write, rig  # noqa: F401 - the fixture
+
+FRONT = "http://study.test"
+FRAME_SRC = re.compile(r'<iframe id="argilla" name="argilla" src="([^"]+)"')
+
+
+def _client(rig, settings, name: str, clock=None):  # noqa: F811
+    kwargs = {"clock": clock} if clock else {}
+    portal = Portal(settings, rig.store, open_collection=rig.portal._open_collection, **kwargs)
+    _write(rig.studies, name, participants="invite")
+    client = TestClient(create_app(portal), base_url=settings.portal_public_url)
+    link = portal.invite_link(name, "study1", "inv-1").split(settings.portal_public_url, 1)[1]
+    assert client.get(link, follow_redirects=False).status_code == 303
+    return portal, client
+
+
+def _participant(rig, portal, name):  # noqa: F811
+    collection = portal.collection(name, "study1")
+    [participant] = rig.store.participants(collection.info.id)
+    return collection, participant
+
+
+def test_on_two_origins_start_opens_the_frame_whose_argilla_signs_in_with_the_password(rig, caplog):  # noqa: F811
+    caplog.set_level(logging.DEBUG)
+    portal, client = _client(rig, rig.settings, "apart")
+    start = client.post("/s/apart/study1/start", follow_redirects=False)
+    assert start.status_code == 303
+    assert start.headers["location"] == f"{rig.settings.portal_public_url}/s/apart/study1/work"  # no password
+    work = client.get("/s/apart/study1/work")
+    assert work.status_code == 200
+    assert work.headers["cache-control"] == "no-store" and work.headers["referrer-policy"] == "no-referrer"
+    collection, participant = _participant(rig, portal, "apart")
+    src = html.unescape(FRAME_SRC.search(work.text).group(1))
+    assert src.startswith(f"{rig.settings.argilla_participant_url}/sign-in?auth=")
+    password = rig.store.password(participant.account_id)
+    assert password not in caplog.text and "auth=" not in caplog.text
+    # the bar: how far they are, and the way to the finish page, on screen from the first item on
+    assert "0 of 3 items submitted" in work.text
+    assert '<a class="button" id="finish" href="/s/apart/study1/done" target="_top">Finish</a>' in work.text
+    assert '"/s/apart/study1/progress"' in work.text  # what its script asks
+
+
+def test_on_one_origin_the_frame_opens_the_first_item_with_the_minted_session(rig):  # noqa: F811
+    settings = rig.settings.model_copy(update={"portal_url": FRONT, "argilla_public_url": FRONT})
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("s" * 64)
+    portal, client = _client(rig, settings, "same")
+    start = client.post("/s/same/study1/start", follow_redirects=False)
+    assert start.status_code == 200
+    assert f'location.replace("{FRONT}/s/same/study1/work")' in start.text  # the session, then the frame
+    work = client.get("/s/same/study1/work")
+    _, participant = _participant(rig, portal, "same")
+    assert FRAME_SRC.search(work.text).group(1) == f"{FRONT}/dataset/{participant.dataset_id}/annotation-mode"
+    assert "auth=" not in work.text and rig.store.password(participant.account_id) not in work.text
+
+
+def test_the_bar_turns_to_finish_once_every_item_is_submitted(rig):  # noqa: F811
+    portal, client = _client(rig, rig.settings, "bar")
+    client.post("/s/bar/study1/start", follow_redirects=False)
+    collection, participant = _participant(rig, portal, "bar")
+    assert client.get("/s/bar/study1/progress").json() == {"submitted": 0, "total": 3, "done": False}
+    first, *rest = participant.held
+    rig.store.record_progress(collection.info.id, participant.id, {first: 1.0}, None)
+    assert client.get("/s/bar/study1/work").text.count("1 of 3 items submitted") == 1
+    rig.store.record_progress(collection.info.id, participant.id, {item: 1.0 for item in rest}, None)
+    progress = client.get("/s/bar/study1/progress")
+    assert progress.json() == {"submitted": 3, "total": 3, "done": True}
+    assert progress.headers["cache-control"] == "no-store"
+    # the frame of someone who completed is their finish page
+    done = client.get("/s/bar/study1/work", follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/s/bar/study1/done"
+    # without another cookie, nobody's progress
+    assert TestClient(client.app, base_url=rig.settings.portal_public_url).get(
+        "/s/bar/study1/progress").status_code in (400, 401, 403, 410)
+
+
+def test_the_bar_words_a_finished_participant_by_how_they_came():
+    invited = pages.work_frame("T", "https://a/x", 3, 3, True, "/d", "/p", invited=True)
+    prolific = pages.work_frame("T", "https://a/x", 3, 3, True, "/d", "/p", invited=False)
+    assert 'class="bar done"' in invited and "All 3 items submitted" in invited
+    assert ">Finish</a>" in invited and ">Get my code</a>" in prolific
+    assert "setTimeout(poll" in pages.work_frame("T", "https://a/x", 1, 3, False, "/d", "/p", invited=False)
+
+
+def test_without_argillas_webhooks_the_bar_reads_argilla_once_per_interval(rig, monkeypatch):  # noqa: F811
+    now = [1000.0]
+    monkeypatch.setattr("crowdpref.portal.service.time.monotonic", lambda: now[0])
+    reads: list[str] = []
+    refresh = Collection.refresh
+    monkeypatch.setattr(Collection, "refresh", lambda self, p: (reads.append(p.username), refresh(self, p))[1])
+    portal, client = _client(rig, rig.settings, "poll")
+    client.post("/s/poll/study1/start", follow_redirects=False)
+    for _ in range(3):
+        assert client.get("/s/poll/study1/progress").status_code == 200
+    assert len(reads) == 1
+    now[0] += PROGRESS_READ_S
+    client.get("/s/poll/study1/progress")
+    assert len(reads) == 2
+    # once Argilla's webhooks reach this portal, the store alone answers
+    collection, _ = _participant(rig, portal, "poll")
+    rig.store.set_meta(argilla_hooks.SECRET_META, "whsec")
+    rig.store.set_meta(argilla_hooks.SERVER_META, collection.owner.api_url)
+    now[0] += 10 * PROGRESS_READ_S
+    client.get("/s/poll/study1/progress")
+    assert len(reads) == 2
