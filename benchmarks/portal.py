@@ -124,6 +124,7 @@ from crowdpref.argilla_client import SEARCH_PAGE_MAX  # noqa: E402
 from crowdpref.checks import is_check  # noqa: E402
 from crowdpref.collection import Collection  # noqa: E402
 from crowdpref.config import load_study  # noqa: E402
+from crowdpref.portal import pages  # noqa: E402
 from crowdpref.prolific import ProlificClient, sign_webhook  # noqa: E402
 from crowdpref.recruitment import FAKE_PROLIFIC_TOKEN, WEBHOOK_SECRET_META, ensure_prolific_study  # noqa: E402
 from crowdpref.runfolder import write_parquet  # noqa: E402
@@ -143,11 +144,12 @@ POLL_S = 0.05  # a participant whose records are not listed yet looks again afte
 PAUSE_FIRST_S, PAUSE_MAX_S = 1.0, 8.0  # a person reloading after an error: 1, 2, 4, 8 s
 SETTLE_MAX_S = 600.0  # the longest wait for the portal's background refill before the webhooks
 SETTLE_STALL_S = 20.0  # ... and the longest with no account becoming ready
-STEPS = ("entry", "welcome", "start", "login", "datasets", "records", "pauses after errors")
+STEPS = ("entry", "welcome", "start", "work", "login", "datasets", "records", "pauses after errors")
 FORM = re.compile(r'<form method="post" action="([^"]+)"')
 PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
 EXCEPTION_LINE = re.compile(r"^(Exception in thread|[\w.]+(Error|Exception)\b)")
 TOKEN_PAGE = re.compile(r'"Bearer ([\w-]+\.[\w-]+\.[\w-]+)"')  # the public profile's Start page
+WORK_TARGET = re.compile(r'location\.replace\(("[^"]+")\)')  # where that page goes: the work frame
 ARGILLA_ERROR = re.compile(r"ERROR +ERROR:argilla:(.*?)\s+\S+\.py:\d+")  # rich-wrapped: the first words
 
 console = Console()
@@ -339,12 +341,31 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
             except (Transient, httpx.TransportError) as exc:
                 v.reloads += 1
                 pause(exc)
+        # then the work frame (the portal's bar over Argilla), as the browser opens it
+        if start.status_code == 303:  # two origins (the laptop stack): the frame signs in with the password
+            work_url = _absolute(v.url, start.headers["location"])
+        else:  # the public profile: a page that stores an Argilla session the portal minted (no bcrypt)
+            target = WORK_TARGET.search(start.text)
+            if target is None:
+                raise Fatal("the Start page leads to no work frame")
+            work_url = _absolute(v.url, json.loads(target.group(1)))
+        while True:
+            try:
+                work = step("work", lambda: v.browser.get(work_url))
+                _check(work, 200, "work frame")
+                break
+            except (Transient, httpx.TransportError) as exc:
+                v.reloads += 1
+                pause(exc)
         v.portal = time.perf_counter() - begun
-        if start.status_code == 303:  # the password sign-in link (two origins: the laptop stack)
-            auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        if start.status_code == 303:
+            frame = pages.frame_target(work.text)
+            if frame is None:
+                raise Fatal("the work frame opens no Argilla page")
+            auth = parse_qs(urlsplit(frame).query)["auth"][0]
             username, password = base64.b64decode(auth).decode().split(":", 1)
             minted = None
-        else:  # the public profile: a page that stores an Argilla session the portal minted (no bcrypt)
+        else:
             found = TOKEN_PAGE.search(start.text)
             if found is None:
                 raise Fatal("the Start page holds neither a sign-in link nor an Argilla session")
@@ -470,7 +491,7 @@ def portal_log(path: Path, start: int, end: int | None = None) -> tuple[dict[str
         text = log.read(None if end is None else end - start).decode(errors="replace")
     routes: dict[str, list[float]] = {}
     for method, path_, status, ms in PORTAL_LOG.findall(text):
-        route = {"welcome": "welcome", "start": "start"}.get(path_.rsplit("/", 1)[-1], "entry")
+        route = {"welcome": "welcome", "start": "start", "work": "work"}.get(path_.rsplit("/", 1)[-1], "entry")
         route = "webhook" if path_.startswith("/hooks/") else "health" if path_ == "/healthz" else route
         routes.setdefault(f"{route} ({method} {status})", []).append(int(ms) / 1000)
     problems = [line for line in text.splitlines() if EXCEPTION_LINE.match(line)]
@@ -961,9 +982,9 @@ def main(argv: list[str] | None = None) -> int:
                        f"{BASELINE})", "p50 / baseline", "p95 / baseline"):
             table.add_column(column, justify="right")
         rows = [("entry -> records listed (all)", "total"),
-                ("  portal: entry -> sign-in link", "portal"),
+                ("  portal: entry -> work frame", "portal"),
                 ("    entry (Prolific check, claim, records logged)", "entry"),
-                ("    welcome page", "welcome"), ("    Start (sign-in link)", "start"),
+                ("    welcome page", "welcome"), ("    Start (sign-in link)", "start"), ("    work frame", "work"),
                 ("  Argilla: login -> records listed", "argilla"),
                 ("    token login (bcrypt)", "login"), ("    my datasets", "datasets"),
                 ("    pending records (search)", "records"), ("  pauses after errors (reloads)", "pauses after errors")]
@@ -981,7 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
                             "(every attempt of the step, failed ones included)")
         for column in ("route", "requests", "server p50", "server p95", "server max", "client p50", "client p95"):
             table.add_column(column, justify="right")
-        client_step = {"entry": "entry", "welcome": "welcome", "start": "start"}
+        client_step = {"entry": "entry", "welcome": "welcome", "start": "start", "work": "work"}
         for route in sorted(routes):
             values = routes[route]
             name = client_step.get(route.split(" ")[0])

@@ -18,16 +18,6 @@ def prolific_entry_url(settings: Any, study: str, key: str) -> str:
     return f"{entry_url(settings, study, key)}?{PROLIFIC_PLACEHOLDERS}"
 
 
-def work_url(settings: Any, study: str, key: str) -> str:
-    """The work frame: the portal's bar (progress, Finish) around the participant's Argilla."""
-    return f"{entry_url(settings, study, key)}/work"
-
-
-def progress_url(settings: Any, study: str, key: str) -> str:
-    """What the work frame's bar asks for its progress (JSON)."""
-    return f"{entry_url(settings, study, key)}/progress"
-
-
 def finish_url(settings: Any, study: str, key: str) -> str:
     """The page a participant opens when done (linked from their Argilla guidelines)."""
     return f"{entry_url(settings, study, key)}/done"

@@ -187,6 +187,7 @@ font-size:1rem;text-decoration:none;white-space:nowrap;font-weight:600}
 .bar.done .button{background:#1b6e2e}
 iframe{flex:1;width:100%;border:0;min-height:0}
 """
+FRAME_SRC = re.compile(r'<iframe id="argilla" name="argilla" src="([^"]+)"')
 WORK_POLL_MS = 6000  # how often the bar asks for progress (stops once everything is submitted)
 WORKING_WORDS = "{submitted} of {total} items submitted"
 DONE_WORDS = "All {total} items submitted. Press the button to finish."
@@ -224,6 +225,13 @@ def work_frame(title: str, target: str, submitted: int, total: int, done: bool, 
         f'<iframe id="argilla" name="argilla" src="{html.escape(target)}" title="Your items in Argilla"></iframe>'
         f"<script>{script}</script></body></html>"
     )
+
+
+def frame_target(work_page: str) -> str | None:
+    """The Argilla page a :func:`work_frame` page opens in its frame (what a browser loads into
+    it), or None when the page has no frame."""
+    found = FRAME_SRC.search(work_page)
+    return html.unescape(found.group(1)) if found else None
 
 
 # --- onboarding (before any work is claimed) --------------------------------------------------------

@@ -123,6 +123,11 @@ class RateLimiter:
             self._hits.popitem(last=False)
 
 
+def work_path(study: str, key: str) -> str:
+    """The work frame's address on the portal (the portal's bar over Argilla)."""
+    return f"/s/{study}/{key}/work"
+
+
 def _one_line(exc: BaseException) -> str:
     """An exception as one log line with no Prolific id in it (24-hex ids are masked)."""
     text = (str(exc).splitlines() or [""])[0][:200]
@@ -781,7 +786,7 @@ class Portal:
         with the password (:meth:`work`). :class:`AlreadyFinished` once they completed."""
         if not self.token_sign_in:
             self._signing_in(study, key, cookie)
-            return links.work_url(self.settings, study, key)
+            return work_path(study, key)
         _, participant = self._signing_in(study, key, cookie)
         if self._argilla_secret is None:
             try:
@@ -790,7 +795,7 @@ class Portal:
                 raise _unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
                                    "again.") from None
         token, expires = argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
-        return TokenSignIn(token, expires, links.work_url(self.settings, study, key))
+        return TokenSignIn(token, expires, work_path(study, key))
 
     def _first_item_url(self, participant: ParticipantState) -> str:
         """Argilla's page of the participant's first pending item (their dataset's annotation

@@ -6,8 +6,8 @@ walks through:
   tests of the collection mechanism.
 - :class:`ProlificDoor`: the way people arrive for real. The FAKE Prolific hands out a
   PROLIFIC_PID and SESSION_ID for the study's Prolific study; the participant opens the portal
-  link, is verified, claims, presses Start and is sent to Argilla's sign-in page with their
-  credentials (which is all the crowd learns of them); drop-outs return the study on Prolific
+  link, is verified, claims, presses Start and is sent to the work frame, whose frame opens
+  Argilla's sign-in page with their credentials (which is all the crowd learns of them); drop-outs return the study on Prolific
   and never-starters time out there (Prolific's webhook tells the portal, which frees the work
   at once); finishers open the portal's finish page and follow the completion redirect with
   their code. Used by the demo.
@@ -28,6 +28,7 @@ import httpx
 
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
+from crowdpref.portal import pages
 from crowdpref.store import Claimed, ParticipantState
 
 ENTRY_TRIES, ENTRY_PAUSE_S = 3, 2.0
@@ -188,7 +189,11 @@ class ProlificDoor:
         start = browser.post(action)
         if start.status_code != 303:
             raise CrowdprefError(f"the portal's start answered {start.status_code}")
-        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        work = browser.get(_absolute(url, start.headers["location"]))  # the work frame, whose frame signs in
+        target = pages.frame_target(work.text) if work.status_code == 200 else None
+        if target is None:
+            raise CrowdprefError(f"the portal's work frame answered {work.status_code} with no Argilla page")
+        auth = parse_qs(urlsplit(target).query)["auth"][0]
         username, password = base64.b64decode(auth).decode().split(":", 1)
         participant = self.collection.store.participant(self.collection.info.id, username)
         return Arrival(participant, password)

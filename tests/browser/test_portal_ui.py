@@ -6,13 +6,17 @@ through our Prolific client, exactly as ``crowdpref recruit`` does):
 1. the Prolific-style link the fake hands out (``POST /_fake/studies/<id>/arrive``) -> the
    portal checks the submission with (fake) Prolific -> its welcome page, the ids gone from the
    address bar;
-2. *Start* -> Argilla's one-hop sign-in -> Argilla's home page, logged in, listing their dataset;
+2. *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla in a frame, where
+   Argilla's one-hop sign-in leads to its home page, logged in, listing their dataset (two
+   origins: the laptop stack);
 3. every item answered and submitted through Argilla's UI (study 1: a typed answer + a 1-5
    rating; study 2: a point on the 8-point scale, the answers shown as A and B in the order the
    store recorded for this rater); after the first one they come back through the same link
    (the same work), the finish page says "Not finished yet" and its *Back to my items* button
    signs them in again;
-4. the finish link in the guidelines shown inside Argilla -> the portal's finish page with the
+4. the bar turns to done with Finish on screen; the finish link in the guidelines inside Argilla
+   opens a tab of its own (never the finish page inside the frame); the bar's Finish -> the
+   portal's finish page with the
    completion code -> *Back to Prolific* -> the fake's ``/submissions/complete?cc=<code>``; the
    finish page, opened again, also forwards there by itself (its 5-second refresh).
 
@@ -41,6 +45,7 @@ from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.collection import Collection
 from crowdpref.config import load_study
 from crowdpref.pairing import make_pairs
+from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url, prolific_entry_url
 from crowdpref.portal.service import Portal
@@ -115,7 +120,9 @@ def _second_participant(fake: FakeProlific, study_id: str, argilla_url: str, col
         base = arrival["url"].split("?", 1)[0]
         start = http.post(f"{base}/start")
         assert start.status_code == 303, start.text
-        auth = parse_qs(urlsplit(start.headers["location"]).query)["auth"][0]
+        work = http.get(httpx.URL(base).join(start.headers["location"]))  # the work frame: its frame signs in
+        assert work.status_code == 200, work.text
+        auth = parse_qs(urlsplit(pages.frame_target(work.text)).query)["auth"][0]
         username, password = base64.b64decode(auth).decode().split(":", 1)
         session = AnnotatorSession(argilla_url, username, password)
         try:
@@ -196,33 +203,38 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                 expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
                 shot("welcome")
 
-                # Start -> Argilla, logged in, on the home page listing their one dataset
+                # Start -> the work frame (the portal's bar over Argilla); in its frame Argilla signs
+                # them in (two origins: the password sign-in) and shows the home page with their dataset
                 page.get_by_role("button", name="Start").click()
-                page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+                _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
+                work = page.frame(name="argilla")
+                work.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+                assert "auth=" not in page.url
                 [participant] = collection.participants()
                 assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
-                expect(page.get_by_text(collection.dataset_name).first).to_be_visible()
+                expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
+                expect(work.get_by_text(collection.dataset_name).first).to_be_visible()
                 shot("argilla")
 
-                # every item answered and submitted through the UI
-                page.get_by_text(collection.dataset_name).first.click()
-                page.wait_for_url(re.compile(rf"/dataset/{participant.dataset_id}/annotation-mode"))
-                submit = page.get_by_role("button", name=re.compile(r"\bSubmit\b"))
-                submitted = page.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
+                # every item answered and submitted through the UI, inside the frame
+                work.get_by_text(collection.dataset_name).first.click()
+                work.wait_for_url(re.compile(rf"/dataset/{participant.dataset_id}/annotation-mode"))
+                submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
+                submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
                 shown: list[str] = []
                 for n in range(1, ITEMS + 1):
-                    shown.append(_shown_item(page, collection, participant))
+                    shown.append(_shown_item(work, collection, participant))
                     expect(submit).to_be_disabled()  # the required answers are still missing
                     if key == "study1":
-                        box = page.locator("[aria-label='Question: response'] [contenteditable='true']")
+                        box = work.locator("[aria-label='Question: response'] [contenteditable='true']")
                         box.click()
                         box.press_sequentially(TEXT, delay=5)
                         expect(box).to_have_text(TEXT)
-                        rating = page.locator("[aria-label='Question: quality']")
+                        rating = work.locator("[aria-label='Question: quality']")
                         rating.get_by_text(str(QUALITY), exact=True).click()
                         expect(rating.get_by_role("checkbox", name=str(QUALITY))).to_be_checked()
                     else:
-                        scale = page.locator("[aria-label='Question: preference']")
+                        scale = work.locator("[aria-label='Question: preference']")
                         expect(scale.get_by_role("checkbox")).to_have_count(8)
                         scale.get_by_text(str(PREFERENCE), exact=True).click()
                         expect(scale.get_by_role("checkbox", name=str(PREFERENCE))).to_be_checked()
@@ -244,28 +256,32 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                             "href", f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
                         shot("not-finished")
                         page.get_by_role("button", name="Back to my items").click()
-                        page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
-                        expect(page.get_by_text(collection.dataset_name).first).to_be_visible()
-                        page.goto(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                        _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
+                        work = page.frame(name="argilla")
+                        work.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+                        expect(work.get_by_text(collection.dataset_name).first).to_be_visible()
+                        work.goto(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                        submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
+                        submitted = work.locator(".status-counter", has_text="submitted").locator(
+                            ".status-counter__counter")
                 # nothing pending any more (Argilla words it either way, depending on what it loaded first)
-                expect(page.get_by_text(re.compile(r"task is completed|no pending records"))).to_be_visible()
+                expect(work.get_by_text(re.compile(r"task is completed|no pending records"))).to_be_visible()
                 assert sorted(shown) == sorted(participant.items)  # each of their items, once
+                # the bar says so (its next poll), and its Finish is on screen
+                expect(page.locator("#bar")).to_have_class("bar done", timeout=60_000)
+                expect(page.locator("#finish")).to_be_in_viewport(ratio=1.0)
                 shot("answered")
 
-                # the finish link in the guidelines (shown inside Argilla) -> the code
-                guidelines = page.get_by_role("button", name="Expand Panel").filter(has_text="Guidelines")
+                # the finish link in the guidelines (shown inside Argilla) opens a tab of its own
+                guidelines = work.get_by_role("button", name="Expand Panel").filter(has_text="Guidelines")
                 guidelines.filter(visible=True).click()  # the collapsed panel under the record
-                finish = page.get_by_role("link", name="this page to finish").filter(visible=True)
+                finish = work.get_by_role("link", name="this page to finish").filter(visible=True)
                 expect(finish).to_be_visible()
                 shot("guidelines")
                 expect(finish).to_have_attribute("href", done_url)
-                if finish.get_attribute("target") == "_blank":
-                    with page.context.expect_page() as opened:
-                        finish.click()
-                    page = opened.value
-                    page.set_default_timeout(TIMEOUT_MS)
-                else:
-                    finish.click()
+                expect(finish).to_have_attribute("target", "_blank")  # never the finish page inside the frame
+                # the bar's Finish -> the code
+                page.locator("#finish").click()
                 _wait_for_url(page, done_url)
                 expect(page.get_by_role("heading", name="Finished")).to_be_visible()
                 expect(page.locator(".code")).to_have_text(code)
@@ -391,7 +407,9 @@ def test_a_sign_in_link_left_in_the_history_logs_nobody_in_after_completion(argi
             page.goto(link)
             _wait_for_url(page, f"{server.url}/s/{name}/study1/welcome")
             page.get_by_role("button", name="Start").click()
-            page.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+            _wait_for_url(page, f"{server.url}/s/{name}/study1/work")  # whose frame signs in
+            page.frame(name="argilla").wait_for_url(
+                lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
             [old_url] = sign_ins
             username, password = base64.b64decode(parse_qs(urlsplit(old_url).query)["auth"][0]).decode().split(":", 1)
             assert logs_in(old_url, "while-working", TIMEOUT_MS)  # the link works while they work

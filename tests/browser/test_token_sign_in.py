@@ -2,8 +2,8 @@
 profile where the portal and Argilla share one origin (here a tiny same-origin front,
 tests/same_origin.py, routes /s/ to the portal and the rest to the real embedded Argilla, as
 Caddy does): Prolific-style link -> welcome -> *Start* -> the portal's page stores the Argilla
-session it minted (crowdpref/portal/argilla_session.py) -> Argilla's annotation page showing
-one of the participant's own records. No ``POST /api/v1/token`` (no bcrypt), no ``/sign-in``,
+session it minted (crowdpref/portal/argilla_session.py) -> the work frame, whose Argilla frame
+opens on the annotation page showing one of the participant's own records. No ``POST /api/v1/token`` (no bcrypt), no ``/sign-in``,
 and the token in no URL.
 
 This guards the one internal of Argilla's frontend the path relies on - where it keeps its
@@ -74,9 +74,11 @@ def test_start_hands_a_minted_argilla_session_on_the_same_origin(argilla_server,
                 page.get_by_role("button", name="Start").click()
                 [participant] = collection.participants()
                 assert participant.status == ACTIVE and participant.dataset_id
-                _wait_for_url(page, f"{front_url}/dataset/{participant.dataset_id}/annotation-mode")
-                _shown_item(page, collection, participant)  # one of THEIR records, on screen
-                expect(page.get_by_role("button", name=re.compile(r"\bSubmit\b"))).to_be_visible()
+                _wait_for_url(page, f"{front_url}/s/{name}/{key}/work")  # the portal's bar over Argilla
+                work = page.frame(name="argilla")
+                work.wait_for_url(f"{front_url}/dataset/{participant.dataset_id}/annotation-mode")
+                _shown_item(work, collection, participant)  # one of THEIR records, on screen
+                expect(work.get_by_role("button", name=re.compile(r"\bSubmit\b"))).to_be_visible()
                 shot("annotation")
                 stored = page.evaluate(f"localStorage.getItem({argilla_session.TOKEN_KEY!r})")
             except Exception:

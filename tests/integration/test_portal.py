@@ -23,6 +23,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
+from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
 from crowdpref.portal.service import WEBHOOK_SECRET, Portal
@@ -62,9 +63,12 @@ def _portal(tmp_path: Path, argilla_server, name: str, participants: str, *, cop
     return portal, collection, TestClient(create_app(portal), base_url="http://portal.test")
 
 
-def _sign_in(response) -> tuple[str, str]:
+def _sign_in(client, response) -> tuple[str, str]:
+    """The credentials in the Argilla sign-in that Start's work frame opens (two origins)."""
     assert response.status_code == 303, response.text
-    query = parse_qs(urlsplit(response.headers["location"]).query)
+    work = client.get(response.headers["location"])
+    assert work.status_code == 200, work.text
+    query = parse_qs(urlsplit(pages.frame_target(work.text)).query)
     username, password = base64.b64decode(query["auth"][0]).decode().split(":", 1)
     return username, password
 
@@ -97,9 +101,9 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     assert f"/s/p{unique}/study1/done" in welcome.text and 'name="viewport"' in welcome.text
 
     start = client.post(f"/s/p{unique}/study1/start", follow_redirects=False)
-    assert start.headers["location"].startswith(f"{argilla_server.api_url}/sign-in?auth=")
+    assert start.headers["location"] == f"/s/p{unique}/study1/work"
     assert start.headers["referrer-policy"] == "no-referrer" and start.headers["cache-control"] == "no-store"
-    username, password = _sign_in(start)
+    username, password = _sign_in(client, start)
     participant = collection.store.participant(collection.info.id, username)
     assert participant.source == "invite" and len(participant.assignments) == 3
 
@@ -130,8 +134,9 @@ def test_the_portal_logs_paths_never_ids(argilla_server, tmp_path, unique, caplo
         assert client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
                           follow_redirects=False).status_code == 303
         start = client.post(f"/s/{name}/study1/start", follow_redirects=False)
-    username, password = _sign_in(start)
+        username, password = _sign_in(client, start)  # the work frame holds the sign-in: not logged either
     assert f"GET /s/{name}/study1 303" in caplog.text and f"POST /s/{name}/study1/start 303" in caplog.text
+    assert f"GET /s/{name}/study1/work 200" in caplog.text
     for secret in (PID, SESSION, STUDY_ID, password):
         assert secret not in caplog.text
     assert PID not in repr(portal.visitor(name, "study1", {"PROLIFIC_PID": PID, "STUDY_ID": STUDY_ID,
@@ -284,7 +289,7 @@ def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_
     finisher, leaver = (portal.invite_link(name, "study1", who).split(portal.settings.portal_public_url, 1)[1]
                         for who in ("inv-done", "inv-gone"))
     assert client.get(finisher, follow_redirects=False).status_code == 303
-    username, password = _sign_in(client.post(f"/s/{name}/study1/start", follow_redirects=False))
+    username, password = _sign_in(client, client.post(f"/s/{name}/study1/start", follow_redirects=False))
     assert _token_status(argilla_server.api_url, username, password) == 200
     assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
     done = client.get(f"/s/{name}/study1/done")  # completes them, and their password changes
@@ -297,7 +302,7 @@ def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_
 
     other = TestClient(create_app(portal), base_url="http://portal.test")
     assert other.get(leaver, follow_redirects=False).status_code == 303
-    gone, gone_password = _sign_in(other.post(f"/s/{name}/study1/start", follow_redirects=False))
+    gone, gone_password = _sign_in(other, other.post(f"/s/{name}/study1/start", follow_redirects=False))
     assert _token_status(argilla_server.api_url, gone, gone_password) == 200
     assert collection.release(collection.store.participant(collection.info.id, gone), "returned")
     assert _token_status(argilla_server.api_url, gone, gone_password) == 401
