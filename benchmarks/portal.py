@@ -124,7 +124,7 @@ from crowdpref.argilla_client import SEARCH_PAGE_MAX  # noqa: E402
 from crowdpref.checks import is_check  # noqa: E402
 from crowdpref.collection import Collection  # noqa: E402
 from crowdpref.config import load_study  # noqa: E402
-from crowdpref.portal import pages  # noqa: E402
+from crowdpref.portal import argilla_session, pages  # noqa: E402
 from crowdpref.prolific import ProlificClient, sign_webhook  # noqa: E402
 from crowdpref.recruitment import FAKE_PROLIFIC_TOKEN, WEBHOOK_SECRET_META, ensure_prolific_study  # noqa: E402
 from crowdpref.runfolder import write_parquet  # noqa: E402
@@ -148,8 +148,6 @@ STEPS = ("entry", "welcome", "start", "work", "login", "datasets", "records", "p
 FORM = re.compile(r'<form method="post" action="([^"]+)"')
 PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
 EXCEPTION_LINE = re.compile(r"^(Exception in thread|[\w.]+(Error|Exception)\b)")
-TOKEN_PAGE = re.compile(r'"Bearer ([\w-]+\.[\w-]+\.[\w-]+)"')  # the public profile's Start page
-WORK_TARGET = re.compile(r'location\.replace\(("[^"]+")\)')  # where that page goes: the work frame
 ARGILLA_ERROR = re.compile(r"ERROR +ERROR:argilla:(.*?)\s+\S+\.py:\d+")  # rich-wrapped: the first words
 
 console = Console()
@@ -289,10 +287,6 @@ def _check(response: httpx.Response, expected: int | tuple[int, ...], what: str)
     raise Fatal(f"{message}: {response.text[:160]!r}")
 
 
-def _padded(b64: str) -> str:
-    return b64 + "=" * (-len(b64) % 4)
-
-
 def _absolute(base: str, location: str) -> str:
     if location.startswith("http"):
         return location
@@ -345,10 +339,10 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
         if start.status_code == 303:  # two origins (the laptop stack): the frame signs in with the password
             work_url = _absolute(v.url, start.headers["location"])
         else:  # the public profile: a page that stores an Argilla session the portal minted (no bcrypt)
-            target = WORK_TARGET.search(start.text)
-            if target is None:
-                raise Fatal("the Start page leads to no work frame")
-            work_url = _absolute(v.url, json.loads(target.group(1)))
+            handover = pages.session_handover(start.text)
+            if handover is None:
+                raise Fatal("the Start page holds neither a sign-in link nor an Argilla session")
+            work_url = _absolute(v.url, handover[1])
         while True:
             try:
                 work = step("work", lambda: v.browser.get(work_url))
@@ -366,11 +360,8 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
             username, password = base64.b64decode(auth).decode().split(":", 1)
             minted = None
         else:
-            found = TOKEN_PAGE.search(start.text)
-            if found is None:
-                raise Fatal("the Start page holds neither a sign-in link nor an Argilla session")
-            minted, password = found.group(1), None
-            username = json.loads(base64.urlsafe_b64decode(_padded(minted.split(".")[1])))["username"]
+            minted, password = handover[0], None
+            username = argilla_session.username_of(minted)
         v.usernames.add(username)
         if minted is not None and v.password is None:
             token = minted  # what the page's script writes where Argilla's frontend keeps its session

@@ -331,10 +331,16 @@ class ArgillaOwner:
 class AnnotatorSession:
     """One participant's session: what their browser does, over HTTP."""
 
-    def __init__(self, api_url: str, username: str, password: str, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, api_url: str, username: str, password: str | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 token: str | None = None):
+        """Signs in with ``password`` (Argilla's login), or uses ``token``, an Argilla session
+        the portal minted (what the browser holds in the public profile; no login)."""
         self.api_url = api_url.rstrip("/")
         self.username = username
-        token = self._token(self.api_url, username, password, timeout_s)
+        if token is None:
+            if password is None:
+                raise ValueError("AnnotatorSession needs a password or a token")
+            token = self._token(self.api_url, username, password, timeout_s)
         if token is None:
             raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the password in the study store")
         self._http = httpx.Client(

@@ -227,6 +227,17 @@ def work_frame(title: str, target: str, submitted: int, total: int, done: bool, 
     )
 
 
+SESSION_TOKEN = re.compile(r'"Bearer ([\w-]+\.[\w-]+\.[\w-]+)"')
+SESSION_TARGET = re.compile(r'location\.replace\(("[^"]+")\)')
+
+
+def session_handover(session_page: str) -> tuple[str, str] | None:
+    """The token and the next address an :func:`argilla_session` page hands the browser (what
+    its script writes and where it goes), or None when the page is not one."""
+    token, target = SESSION_TOKEN.search(session_page), SESSION_TARGET.search(session_page)
+    return (token.group(1), json.loads(target.group(1))) if token and target else None
+
+
 def frame_target(work_page: str) -> str | None:
     """The Argilla page a :func:`work_frame` page opens in its frame (what a browser loads into
     it), or None when the page has no frame."""

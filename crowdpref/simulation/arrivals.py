@@ -28,7 +28,7 @@ import httpx
 
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
-from crowdpref.portal import pages
+from crowdpref.portal import argilla_session, pages
 from crowdpref.store import Claimed, ParticipantState
 
 ENTRY_TRIES, ENTRY_PAUSE_S = 3, 2.0
@@ -40,8 +40,12 @@ CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
 
 @dataclass(frozen=True)
 class Arrival:
+    """Who got in, and what their browser holds to reach Argilla: the password of the one-hop
+    sign-in (two origins), or the Argilla session the portal minted (one origin)."""
+
     participant: ParticipantState
-    password: str = field(repr=False)
+    password: str | None = field(repr=False)
+    token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,9 @@ class ProlificDoor:
     """Through the fake Prolific and the portal, as a person's browser would go."""
 
     def __init__(self, collection: Collection, seed: int, portal_url: str, prolific: Any, fake_app_url: str,
-                 timeout_s: float = 60.0, onboard: Onboard | None = None):
+                 timeout_s: float = 60.0, onboard: Onboard | None = None, verify: Any = True):
         self.collection = collection
+        self.verify = verify  # what the participants' browsers trust (httpx's verify: the public profile's CA)
         self.seed = seed
         self.portal_url = portal_url.rstrip("/")
         self.prolific = prolific  # a ProlificClient for the fake's API (reading submissions)
@@ -139,7 +144,7 @@ class ProlificDoor:
 
     def _browser(self, key: str) -> httpx.Client:
         if key not in self._browsers:
-            self._browsers[key] = httpx.Client(timeout=self.timeout_s, follow_redirects=False)
+            self._browsers[key] = httpx.Client(timeout=self.timeout_s, follow_redirects=False, verify=self.verify)
         return self._browsers[key]
 
     def arrive(self, key: str) -> Arrival | ScreenedOut | None:
@@ -187,12 +192,19 @@ class ProlificDoor:
             raise CrowdprefError(f"the portal's welcome page answered {welcome.status_code}")
         action = _absolute(url, re.search(r'<form method="post" action="([^"]+)"', welcome.text).group(1))
         start = browser.post(action)
-        if start.status_code != 303:
+        handover = pages.session_handover(start.text) if start.status_code == 200 else None
+        if start.status_code != 303 and handover is None:
             raise CrowdprefError(f"the portal's start answered {start.status_code}")
-        work = browser.get(_absolute(url, start.headers["location"]))  # the work frame, whose frame signs in
+        # one origin (the public profile): a minted Argilla session, then the work frame; two
+        # origins: the work frame, whose frame signs in with the password
+        work = browser.get(_absolute(url, handover[1] if handover else start.headers["location"]))
         target = pages.frame_target(work.text) if work.status_code == 200 else None
         if target is None:
             raise CrowdprefError(f"the portal's work frame answered {work.status_code} with no Argilla page")
+        if handover is not None:
+            token = handover[0]
+            participant = self.collection.store.participant(self.collection.info.id, argilla_session.username_of(token))
+            return Arrival(participant, None, token)
         auth = parse_qs(urlsplit(target).query)["auth"][0]
         username, password = base64.b64decode(auth).decode().split(":", 1)
         participant = self.collection.store.participant(self.collection.info.id, username)

@@ -441,7 +441,7 @@ class SimulatedCrowd:
                     continue
                 participant = arrival.participant
                 self.bind(key, participant.username)  # bookkeeping: the key's behaviour follows them
-                session = AnnotatorSession(api_url, participant.username, arrival.password)
+                session = AnnotatorSession(api_url, participant.username, arrival.password, token=arrival.token)
                 try:
                     dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
                     if dataset is None:

@@ -58,6 +58,7 @@ import json
 import queue
 import secrets
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -65,6 +66,7 @@ import urllib.error
 import weakref
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -142,11 +144,14 @@ class FakeProlific:
 
     def __init__(self, token: str = DEFAULT_TOKEN, page_size: int = 2, host: str = "127.0.0.1", port: int = 0,
                  retry_delay_s: float = 0.2, duplicate_deliveries: bool = False, drop_webhooks: bool = False,
-                 contract: bool = True, violations_fatal: bool = True):
+                 contract: bool = True, violations_fatal: bool = True, trust: Path | None = None):
         """``contract``: check every API exchange against Prolific's published document;
         ``violations_fatal``: :meth:`stop` raises on unreported breaches (off: they are printed
-        to stderr as they happen, the demo's process)."""
+        to stderr as they happen, the demo's process); ``trust``: a CA certificate the webhook
+        sender trusts besides the system's (Caddy's internal root in the public profile's tests;
+        read at each delivery, so it may appear after the fake starts)."""
         self.token = token
+        self.trust = trust
         self.page_size = page_size
         self.retry_delay_s = retry_delay_s
         self.duplicate_deliveries = duplicate_deliveries
@@ -655,7 +660,10 @@ class FakeProlific:
 
     def _deliver(self, url: str, secret: str, event: dict[str, Any], event_id: str) -> None:
         body = json.dumps(event).encode()
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        handlers: list[Any] = [urllib.request.ProxyHandler({})]
+        if self.trust is not None and Path(self.trust).exists():
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(self.trust))))
+        opener = urllib.request.build_opener(*handlers)
         for attempt in range(1, 13):
             timestamp = str(int(time.time()))
             mac = hmac.new(secret.encode(), timestamp.encode() + body, hashlib.sha256).digest()

@@ -1,16 +1,19 @@
-"""The supervisor (services/supervisor.py) on a real stack: SIGKILL the portal, then the Argilla
-server; each is started again by the supervisor and healthy within the stated time, no claim is
-lost, and a Prolific webhook sent while the portal was down is retried by the sender (the fake
-Prolific, which retries a failed delivery with the same X-Event-ID as Prolific does) and
-handled once.
+"""The supervisor (services/supervisor.py) on the real public profile: SIGKILL the portal, then
+the Argilla server; each is started again by the supervisor and healthy within the stated time,
+no claim is lost, and a Prolific webhook sent while the portal was down is retried by the sender
+(the fake Prolific, which retries a failed delivery with the same X-Event-ID as Prolific does)
+and handled once.
 
-The stack is the embedded laptop one (SQLite, one Argilla worker) with supervision switched on
-(``stack.up(..., supervise=True)``, what ``crowdpref up --supervise`` does and what the public
-profile does by default), in its own state folder on free ports; it is stopped at the end."""
+The stack is the public profile as ``crowdpref up --public`` starts it, in its own state folder
+on free ports: Caddy with ``tls internal`` in front (the participants' browsers and the fake's
+webhook sender go through it over HTTPS, trusting only Caddy's internal root), Argilla with 2
+uvicorn workers on the stack's PostgreSQL, the study store on the same server, the portal, and
+the supervisor the profile runs by default; it is stopped at the end, leaving no process."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -31,43 +34,60 @@ ARGILLA_BACK_S = 180.0
 
 @pytest.fixture()
 def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Argilla and the portal started by ``stack.up`` with the supervisor, the fake Prolific as
-    a thread of this process on the port the settings name; the environment holds exactly this
-    stack's settings (the flows' helpers read it)."""
+    """The public profile's stack (PostgreSQL, Argilla, the portal, Caddy) started by
+    ``stack.up`` with its supervisor, the fake Prolific as a thread of this process on the port
+    the settings name; the environment holds exactly this stack's settings (the flows' helpers
+    read it)."""
     from crowdpref.settings import load_settings
     from crowdpref.simulation.prolific_server import FakeProlific
-    from services import stack
+    from services import caddy, postgres, stack
 
+    if shutil.which("caddy") is None:
+        pytest.skip("!!! PUBLIC-PROFILE SUPERVISOR TEST SKIPPED: Debian's caddy is missing - run make setup !!!")
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(f"!!! PUBLIC-PROFILE SUPERVISOR TEST SKIPPED: no PostgreSQL server: {reason} !!!")
     for name in list(os.environ):
         if name.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_", "PROLIFIC_")):
             monkeypatch.delenv(name)
     studies = tmp_path / "studies"
     studies.mkdir()
+    https = free_port()
     for name, value in dict(
         CROWDPREF_HOME=str(tmp_path / "home"), CROWDPREF_ARGILLA_PORT=str(free_port()),
         CROWDPREF_PREFECT_PORT=str(free_port()), CROWDPREF_REDIS_PORT=str(free_port()),
         CROWDPREF_PORTAL_PORT=str(free_port()), CROWDPREF_FAKE_PROLIFIC_PORT=str(free_port()),
         CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"), CROWDPREF_PORTAL_STUDIES=str(studies),
+        CROWDPREF_PUBLIC_URL=f"https://localhost:{https}", CROWDPREF_PUBLIC_TLS="internal",
+        CROWDPREF_HTTPS_PORT=str(https), CROWDPREF_HTTP_PORT=str(free_port()),
+        CROWDPREF_POSTGRES_PORT=str(free_port()),
     ).items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
+    assert settings.public and settings.argilla_worker_count == 2
     # Prolific retries a failed delivery up to 12 times over 24 h; the fake's 12 tries, 6 s
     # apart, cover the portal's restart (PORTAL_BACK_S) on a loaded machine. Every event is also
-    # sent twice (at-least-once delivery): the portal must handle it once.
+    # sent twice (at-least-once delivery): the portal must handle it once. Its deliveries go
+    # through Caddy (HTTPS, Caddy's internal root trusted).
     fake = FakeProlific(port=settings.fake_prolific_port, page_size=5, retry_delay_s=6.0,
-                        duplicate_deliveries=True).start()
+                        duplicate_deliveries=True, trust=caddy.internal_root(settings)).start()
+    pids: list[int] = []
     try:
         started = time.monotonic()
-        rows = stack.up(settings, ["argilla", "portal"], supervise=True)
-        print(f"stack with supervisor up in {time.monotonic() - started:.1f} s")
-        assert {r.name for r in rows if r.healthy} >= {"redis", "argilla-server", "argilla-worker", "portal",
-                                                        "supervisor"}, rows
+        rows = stack.up(settings, ["argilla", "portal", "caddy"])  # the public profile supervises by default
+        print(f"public stack with supervisor up in {time.monotonic() - started:.1f} s")
+        assert {r.name for r in rows if r.healthy} >= {"postgres", "redis", "argilla-server", "argilla-worker",
+                                                        "portal", "caddy", "supervisor"}, rows
+        pids = [r.pid for r in rows if r.pid]
         yield settings, fake, studies
     finally:
         stopped = stack.down(settings)
         fake.stop()
         assert not stopped or stopped[0] == "supervisor", f"down stopped {stopped[0]} before the supervisor"
+        from services.process import group_members
+
+        assert not [pid for pid in pids if group_members(pid)], "a process of the stack outlived `down`"
 
 
 def _kill(pid: int, group: bool) -> None:
@@ -100,7 +120,7 @@ def test_killed_services_come_back_with_no_claim_or_webhook_lost(supervised, uni
     from crowdpref.runfolder import write_parquet
     from crowdpref.simulation.arrivals import ProlificDoor
     from crowdpref.studies import open_collection
-    from services import portal
+    from services import caddy, portal
     from services.argilla import service as argilla
     from services.process import ProcessManager
     from tests.integration.test_study1_collection import _questions
@@ -125,7 +145,8 @@ def test_killed_services_come_back_with_no_claim_or_webhook_lost(supervised, uni
     with ProlificClient(fake.base_url, fake.token) as client:
         ensure_prolific_study(collection, config, settings, client)
         setup_webhooks(settings, store, client, "workspace", force=True)
-        door = ProlificDoor(collection, config.seed, settings.portal_public_url, client, fake.app_url)
+        door = ProlificDoor(collection, config.seed, settings.portal_public_url, client, fake.app_url,
+                            verify=str(caddy.internal_root(settings)))  # the browsers reach the portal through Caddy
         try:
             first = door.arrive("sim-study1-0001")
             assert first is not None and len(first.participant.held) == 3
@@ -138,7 +159,8 @@ def test_killed_services_come_back_with_no_claim_or_webhook_lost(supervised, uni
             print(f"portal SIGKILLed: back and healthy after {portal_s:.1f} s")
             assert fake.wait_for_deliveries(timeout=120)
             attempts = [d for d in fake.deliveries if d[1] == "RETURNED"]
-            assert attempts[0][3] is None, "the first delivery should have met the dead portal"
+            # the first delivery met the dead portal: Caddy's 502 (its upstream refused the connection)
+            assert attempts[0][3] == 502, attempts
             assert attempts[-1][3] is not None and 200 <= attempts[-1][3] < 300, attempts
             assert len({d[0] for d in attempts}) == 1, "one event, retried under the same X-Event-ID"
             assert sum(d[3] is not None and 200 <= d[3] < 300 for d in attempts) == 2, "both copies answered"

@@ -46,20 +46,6 @@ def test_public_targets_follow_the_issue_per_burst_shape(arrivals, window, targe
     assert bench.public_target(arrivals, window) == target
 
 
-def test_the_session_the_portal_mints_is_read_from_its_start_page():
-    pages = pytest.importorskip("crowdpref.portal.pages")
-    session = pytest.importorskip("crowdpref.portal.argilla_session")
-    if not hasattr(pages, "argilla_session"):
-        pytest.skip("the portal's minted-session page is not there")
-    token, expires = session.mint_token("k" * 32, "portal-bench-s1-0007")
-    page = pages.argilla_session(token, expires, "https://localhost:1/dataset/x/annotation-mode",
-                                 session.TOKEN_KEY, session.EXPIRATION_KEY)
-    found = bench.TOKEN_PAGE.search(page)
-    assert found is not None and found.group(1) == token
-    claims = bench.json.loads(bench.base64.urlsafe_b64decode(bench._padded(token.split(".")[1])))
-    assert claims["username"] == "portal-bench-s1-0007"
-
-
 def test_bcrypt_on_loop_runs_the_benchmark_app_with_the_stack_workers_host_and_port(tmp_path, monkeypatch):
     from services.argilla import service as argilla_service
 

@@ -63,7 +63,7 @@ def test_on_one_origin_the_frame_opens_the_first_item_with_the_minted_session(ri
     portal, client = _client(rig, settings, "same")
     start = client.post("/s/same/study1/start", follow_redirects=False)
     assert start.status_code == 200
-    assert f'location.replace("/s/same/study1/work")' in start.text  # the session, then the frame
+    assert 'location.replace("/s/same/study1/work")' in start.text  # the session, then the frame
     work = client.get("/s/same/study1/work")
     _, participant = _participant(rig, portal, "same")
     assert pages.frame_target(work.text) == f"{FRONT}/dataset/{participant.dataset_id}/annotation-mode"
@@ -119,3 +119,16 @@ def test_without_argillas_webhooks_the_bar_reads_argilla_once_per_interval(rig, 
     now[0] += 10 * PROGRESS_READ_S
     client.get("/s/poll/study1/progress")
     assert len(reads) == 2
+
+
+def test_a_browser_reads_the_session_and_the_next_address_from_the_start_page():
+    """What the simulated crowd and benchmarks/portal.py take from the public profile's Start
+    page: the token its script stores and the work frame it goes to."""
+    token, expires = argilla_session.mint_token("k" * 32, "portal-bench-s1-0007")
+    page = pages.argilla_session(token, expires, "/s/x/study1/work", argilla_session.TOKEN_KEY,
+                                 argilla_session.EXPIRATION_KEY)
+    assert pages.session_handover(page) == (token, "/s/x/study1/work")
+    assert argilla_session.username_of(token) == "portal-bench-s1-0007"
+    assert pages.session_handover(pages.message("Full", "no")) is None
+    work = pages.work_frame("T", "https://a/sign-in?auth=x&y=1", 0, 2, False, "/d", "/p", invited=False)
+    assert pages.frame_target(work) == "https://a/sign-in?auth=x&y=1"
