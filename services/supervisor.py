@@ -11,9 +11,10 @@ again through the stack's own start (:func:`services.stack.up` for its component
 ``restart=True``: Argilla's database migration and owner step, done at its first start, are
 skipped), which waits until it is healthy. So a dead service is noticed within ``interval_s``
 seconds and is back as soon as it answers its health check. Measured on the project's shared
-2-core machine under a load of about 8 (2026-11-25, tests/integration/test_supervisor.py): a
-SIGKILLed portal was healthy again after 9-18 s (46 s once, at a peak), a SIGKILLed
-argilla-server after 20-57 s; the test holds them to 60 s and 180 s. A start that fails is tried
+2-core machine (tests/integration/test_supervisor.py): in the public profile on a quiet machine
+(2026-11-26) a SIGKILLed portal was healthy again after about 6 s, a SIGKILLed argilla-server
+(2 workers on PostgreSQL) after about 8 s; on the laptop stack under a load of about 8
+(2026-11-25) 9-18 s (46 s once, at a peak) and 20-57 s. The test holds them to 60 s and 180 s. A start that fails is tried
 again at the next round, at most every 30 s per component, and the failure is logged in one
 line.
 
