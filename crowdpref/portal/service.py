@@ -39,7 +39,7 @@ from crowdpref.onboarding import Graded, OnboardingConfig, grade, onboarding_of,
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
 from crowdpref.store.engine import StoreError
 from crowdpref.store.onboarding import PASSED, SCREENED_OUT
-from crowdpref.store.results import OnboardingState
+from crowdpref.store.results import OnboardingState, Participation
 
 Key = Literal["study1", "study2"]
 KEYS: tuple[Key, ...] = ("study1", "study2")
@@ -49,6 +49,7 @@ WORKING = ("RESERVED", "ACTIVE")
 FINISHED = ("AWAITING REVIEW", "APPROVED")
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
+SECRET_READ_S = 30.0  # Prolific's webhook secret, read from the store at most this often (and on a mismatch)
 PROGRESS_READ_S = 10.0  # the work frame's bar without Argilla's webhooks: one Argilla read per person per 10 s
 ENTRIES_PER_WINDOW, ENTRY_WINDOW_S = 10, 10.0  # per person (Prolific id or invitation)
 # per client address (not a loopback one: the simulated crowd, or a proxy whose X-Forwarded-For
@@ -405,6 +406,7 @@ class Portal:
         self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
         self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
         self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
+        self._secret_read: tuple[float, str | None] | None = None  # (when, Prolific's webhook secret)
         self._progress_lock = threading.Lock()
         self._progress_read: OrderedDict[str, float] = OrderedDict()  # username -> last Argilla read (monotonic)
 
@@ -897,12 +899,18 @@ class Portal:
         (:meth:`resume_deliveries`). Store reads and writes only here, no Argilla call."""
         from crowdpref.prolific import WebhookRejected, verify_webhook
 
-        secret = self.store.get_meta(WEBHOOK_SECRET)
+        secret = self._webhook_secret()
         if secret is None:
             log.warning("503: Prolific webhook refused: no webhook secret configured (run `crowdpref prolific-webhooks`)")
             return 503, {"error": "no webhook secret configured: run `crowdpref prolific-webhooks`"}
         try:
-            event_id = verify_webhook(secret, headers, body, now=self.clock())
+            try:
+                event_id = verify_webhook(secret, headers, body, now=self.clock())
+            except WebhookRejected as exc:
+                fresh = self._webhook_secret(again=True)  # a secret replaced since it was read
+                if exc.status != 401 or fresh in (None, secret):
+                    raise
+                event_id = verify_webhook(fresh, headers, body, now=self.clock())
         except WebhookRejected as exc:
             return exc.status, {"error": exc.reason}
         if self.store.delivery_seen(event_id):
@@ -920,29 +928,38 @@ class Portal:
             if not self.store.record_delivery(event_id, "prolific", kind, outcome):
                 return 200, {"duplicate": True}
             return 200, {"outcome": outcome}
-        info, participant = found
         freeing = status in FREEING
         outcome = f"{status}: queued" if freeing else f"recorded {status}"
-        if not self.store.record_delivery(event_id, "prolific", kind, outcome,
-                                          pending=(info.id, participant.id, status) if freeing else None):
+        named = (found.collection_id, found.participant_id, status)
+        if not self.store.record_delivery(event_id, "prolific", kind, outcome, pending=named if freeing else None,
+                                          status_event=named):
             return 200, {"duplicate": True}  # the same delivery, recorded by a concurrent request
-        self.store.log_event(info.id, "platform_status", participant.id, status=status)
         if freeing:
             self.after_reply.submit(event_id)
         return 200, {"outcome": outcome}
 
-    def _named(self, kind: str, payload: Mapping[str, Any]) -> tuple[tuple[Any, ParticipantState] | None, str]:
-        """The participant a status change names (by their session, else their only active
-        participation), and the status."""
+    def _webhook_secret(self, again: bool = False) -> str | None:
+        """Prolific's webhook secret from the store, read once per :data:`SECRET_READ_S` (``again``:
+        now - a signature that fails with the secret held may be signed with a new one)."""
+        now = time.monotonic()
+        held = self._secret_read
+        if again or held is None or held[1] is None or now - held[0] >= SECRET_READ_S:  # none yet: ask again
+            held = self._secret_read = (now, self.store.get_meta(WEBHOOK_SECRET))
+        return held[1]
+
+    def _named(self, kind: str, payload: Mapping[str, Any]) -> tuple[Participation | None, str]:
+        """The participation a status change names (by its session, else the person's only
+        active participation), and the status. Light: no participant's work is read."""
         if kind != "submission.status.change":
             return None, ""
         status = str(payload.get("status", "")).upper()
         found = None
         session = payload.get("resource_id")
         if isinstance(session, str) and session:
-            found = self.store.find_by_session(session)
+            named = self.store.participations(session_id=session)
+            found = named[0] if named else None
         if found is None and isinstance(payload.get("participant_id"), str):
-            active = [(i, p) for i, p in self.store.find_by_key(payload["participant_id"]) if p.status == ACTIVE]
+            active = [p for p in self.store.participations(key=payload["participant_id"]) if p.status == ACTIVE]
             found = active[0] if len(active) == 1 else None
         return found, status
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
-from crowdpref.store.results import CollectionInfo, ParticipantState, PlatformStudy
+from crowdpref.store.results import CollectionInfo, ParticipantState, Participation, PlatformStudy
 from crowdpref.store.statuses import DeliveryState
 
 PENDING, DONE = DeliveryState.PENDING, DeliveryState.DONE
@@ -40,6 +40,16 @@ class PlatformStore(StoreBase):
             if row is None:
                 return None
             return self._info(row.collection_id, conn), self._participant(conn, row.id)
+
+    def participations(self, *, session_id: str | None = None, key: str | None = None) -> list[Participation]:
+        """Who a platform session (or a person's key) names, light: (collection, participant,
+        status) per participation, without their assignments - what a webhook's reply needs."""
+        c = t.participants.c
+        where = c.session_hash == self.key_hash(session_id) if session_id is not None else \
+            c.key_hash == self.key_hash(key or "")
+        with self._read() as conn:
+            rows = conn.execute(select(c.collection_id, c.id, c.status).where(where)).all()
+        return [Participation(r.collection_id, r.id, str(r.status)) for r in rows]
 
     def find_by_key(self, key: str) -> list[tuple[CollectionInfo, ParticipantState]]:
         """Every participation of the person known by ``key`` (a Prolific id), any collection."""
@@ -88,18 +98,23 @@ class PlatformStore(StoreBase):
                 t.webhook_deliveries.c.event_id == event_id)).first() is not None
 
     def record_delivery(self, event_id: str, source: str, kind: str, outcome: str, *,
-                        pending: tuple[int, int, str] | None = None) -> bool:
+                        pending: tuple[int, int, str] | None = None,
+                        status_event: tuple[int, int, str] | None = None) -> bool:
         """Remember a webhook event; False when it was already recorded (a duplicate delivery
         recorded meanwhile). ``pending``: (collection id, participant id, platform status) - the
-        work the event asks for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`)."""
+        work the event asks for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`).
+        ``status_event``: (collection id, participant id, platform status) logged as a
+        ``platform_status`` event in the same transaction."""
         values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
                                       received_at=self.clock(), outcome=outcome[:200], state=DONE)
         if pending is not None:
             cid, pid, status = pending
             values.update(state=PENDING, collection_id=cid, participant_id=pid, platform_status=status[:30])
         try:
-            with self._write() as conn:
+            with self._write() as conn:  # no collection lock: a reply never waits for a claim
                 conn.execute(insert(t.webhook_deliveries).values(**values))
+                if status_event is not None:
+                    self._event(conn, status_event[0], "platform_status", status_event[1], status=status_event[2])
             return True
         except IntegrityError:
             return False

@@ -190,3 +190,13 @@ class OnboardingState:
     finished_at: float | None
     seconds_spent: float
     session_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class Participation:
+    """One participation a platform session or a person's key names, without its work (what a
+    webhook's reply needs: :meth:`Store.participations`)."""
+
+    collection_id: int
+    participant_id: int
+    status: str

@@ -1,0 +1,73 @@
+"""The reply to a Prolific webhook (``Portal.prolific_webhook``) does as little as it can before
+answering: the webhook secret is read from the store once per ``SECRET_READ_S`` (and again at
+once when a signature fails with the secret held, so a secret replaced by ``crowdpref
+prolific-webhooks --force`` is honoured from its first delivery); the participant is found
+without reading their work; the delivery and its ``platform_status`` event are written in one
+transaction."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fastapi.testclient import TestClient
+
+from crowdpref.portal.app import create_app
+from crowdpref.portal.service import WEBHOOK_SECRET
+from crowdpref.prolific import EVENT_ID, SIGNATURE, TIMESTAMP, sign_webhook
+from crowdpref.store import ParticipantState
+from tests.unit.test_portal_entry import _ids, _published, _write, rig  # noqa: F401 - the fixture
+
+
+def _delivery(secret: str, body: dict, event_id: str) -> tuple[dict[str, str], bytes]:
+    raw = json.dumps(body).encode()
+    stamp = str(int(time.time()))
+    return {SIGNATURE: sign_webhook(secret, stamp, raw), TIMESTAMP: stamp, EVENT_ID: event_id}, raw
+
+
+def test_the_secret_is_read_once_and_again_when_it_was_replaced(rig, monkeypatch):  # noqa: F811
+    rig.store.set_meta(WEBHOOK_SECRET, "first-secret")
+    reads: list[str] = []
+    get_meta = rig.store.get_meta
+    monkeypatch.setattr(rig.store, "get_meta", lambda name: (reads.append(name), get_meta(name))[1])
+    ignored = {"event_type": "study.status.change", "status": "ACTIVE"}
+    for n in range(10):
+        assert rig.portal.prolific_webhook(*_delivery("first-secret", ignored, f"e{n}"))[0] == 200
+    assert reads.count(WEBHOOK_SECRET) == 1
+    rig.store.set_meta(WEBHOOK_SECRET, "second-secret")  # `crowdpref prolific-webhooks --force`
+    assert rig.portal.prolific_webhook(*_delivery("second-secret", ignored, "e-new"))[0] == 200
+    status, reply = rig.portal.prolific_webhook(*_delivery("first-secret", ignored, "e-old"))
+    assert status == 401 and reply == {"error": "bad signature"}
+
+
+def test_a_return_is_queued_with_its_event_in_one_write_without_reading_the_work(rig, monkeypatch):  # noqa: F811
+    name = "hook"
+    _write(rig.studies, name)
+    collection = _published(rig, name)
+    ids = _ids()
+    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
+    query = "&".join(f"{k}={v}" for k, v in ids.items())
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
+    [participant] = rig.store.participants(collection.info.id)
+    rig.store.set_meta(WEBHOOK_SECRET, "s")
+    rig.portal.after_reply.submit = lambda event_id: True  # the release after the reply: not this test's
+    built: list[int] = []
+    monkeypatch.setattr(ParticipantState, "__init__", _counting(ParticipantState.__init__, built))
+    body = {"event_type": "submission.status.change", "resource_id": ids["SESSION_ID"], "status": "RETURNED"}
+    assert rig.portal.prolific_webhook(*_delivery("s", body, "ev-1")) == (200, {"outcome": "RETURNED: queued"})
+    assert built == []  # nobody's work was read to answer
+    [delivery] = [d for d in rig.store.deliveries("prolific") if d["event_id"] == "ev-1"]
+    assert delivery["state"] == "pending"
+    [event] = rig.store.events(collection.info.id, kinds=["platform_status"])
+    assert event["participant_id"] == participant.id and "RETURNED" in json.dumps(event)
+    # the same event again: a duplicate, and no second event
+    assert rig.portal.prolific_webhook(*_delivery("s", body, "ev-1")) == (200, {"duplicate": True})
+    assert len(rig.store.events(collection.info.id, kinds=["platform_status"])) == 1
+
+
+def _counting(init, built):
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        init(self, *args, **kwargs)
+    return counted
