@@ -16,10 +16,8 @@ caddy-walk-failure.png/.html)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -41,7 +39,7 @@ from services.argilla.service import auth_secret
 from services.process import ProcessManager
 from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
-from tests.browser.test_portal_ui import ITEMS, QUALITY, TEXT, _arrive, _shown_item, _wait_for_url
+from tests.browser.test_portal_ui import ITEMS, _answer_study1, _arrive, _wait_for_url
 from tests.conftest import free_port, isolated_settings
 from tests.integration.test_study1_collection import _questions
 from tests.portal_server import PortalThread
@@ -132,18 +130,7 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     work.wait_for_url(f"{public}/dataset/{participant.dataset_id}/annotation-mode")
                     bar, finish = page.locator("#bar"), page.locator("#finish")
                     expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
-                    submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
-                    submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
-                    shown = []
-                    for n in range(1, ITEMS + 1):
-                        shown.append(_shown_item(work, collection, participant))
-                        box = work.locator("[aria-label='Question: response'] [contenteditable='true']")
-                        box.click()
-                        box.press_sequentially(TEXT, delay=5)
-                        work.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
-                        expect(submit).to_be_enabled()
-                        submit.click()
-                        expect(submitted).to_have_text(str(n))
+                    shown = _answer_study1(work, collection, participant, ITEMS)
                     assert sorted(shown) == sorted(participant.items)
 
                     # after the last submit the bar says so, and Finish is on screen without scrolling or

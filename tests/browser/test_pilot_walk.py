@@ -29,7 +29,7 @@ from crowdpref.study1 import study1_collection
 from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.browser.test_onboarding_walk import _axe
-from tests.browser.test_portal_ui import QUALITY, TEXT, _shown_item, _wait_for_url
+from tests.browser.test_portal_ui import _answer_study1, _wait_for_url
 from tests.conftest import REPO, cli_environment, free_port, isolated_settings
 from tests.integration.test_study1_collection import _questions
 from tests.portal_server import PortalThread
@@ -118,17 +118,7 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
             shot("work")
 
             # 6. every item answered in Argilla's UI, inside the frame, on a phone
-            submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
-            submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
-            for n in range(1, ITEMS + 1):
-                _shown_item(work, collection, participant)
-                box = work.locator("[aria-label='Question: response'] [contenteditable='true']")
-                box.click()
-                box.press_sequentially(TEXT, delay=5)
-                work.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
-                expect(submit).to_be_enabled()
-                submit.click()
-                expect(submitted).to_have_text(str(n))
+            assert sorted(_answer_study1(work, collection, participant, ITEMS)) == sorted(participant.items)
 
             # 7. the bar says they are done, Finish on screen; Finish -> thanks, no code
             expect(page.locator("#bar")).to_have_class("bar done", timeout=60_000)

@@ -163,6 +163,26 @@ def _shown_item(page, collection: Collection, participant) -> str:
     return item
 
 
+def _answer_study1(work, collection: Collection, participant, count: int) -> list[str]:
+    """Answer and submit ``count`` study-1 items in Argilla's UI (``work``: a page or the work
+    frame), each checked as submitted; returns the items shown, in order."""
+    from playwright.sync_api import expect
+
+    submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
+    submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
+    shown = []
+    for n in range(1, count + 1):
+        shown.append(_shown_item(work, collection, participant))
+        box = work.locator("[aria-label='Question: response'] [contenteditable='true']")
+        box.click()
+        box.press_sequentially(TEXT, delay=5)
+        work.locator("[aria-label='Question: quality']").get_by_text(str(QUALITY), exact=True).click()
+        expect(submit).to_be_enabled()
+        submit.click()
+        expect(submitted).to_have_text(str(n))
+    return shown
+
+
 def _wait_for_url(page, url: str, timeout_ms: int = TIMEOUT_MS) -> None:
     page.wait_for_url(lambda current: current == url, timeout=timeout_ms)
 
