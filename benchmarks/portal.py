@@ -352,10 +352,14 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                 v.reloads += 1
                 pause(exc)
         v.portal = time.perf_counter() - begun
-        if start.status_code == 303:
-            frame = pages.frame_target(work.text)
-            if frame is None:
-                raise Fatal("the work frame opens no Argilla page")
+        frame = pages.frame_target(work.text)
+        if frame is None:
+            raise Fatal("the work frame opens no Argilla page")
+        handed = argilla_session.handover_token(frame)  # two origins: Argilla's hand-over page
+        if handed is not None:
+            minted, password = handed, None
+            username = argilla_session.username_of(minted)
+        elif start.status_code == 303:  # an Argilla without the hand-over page: the password sign-in
             auth = parse_qs(urlsplit(frame).query)["auth"][0]
             username, password = base64.b64decode(auth).decode().split(":", 1)
             minted = None

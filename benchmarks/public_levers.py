@@ -49,7 +49,8 @@ VARIANTS: dict[str, tuple[list[str], str | None, str]] = {
                          "bcrypt off the event loop -> on it"),
     "password-1-worker": (["--profile", "public", "--sign-in", "password", "--argilla-workers", "1"], "password",
                           "2 uvicorn workers -> 1"),
-    "embedded": (["--profile", "embedded"], "password-1-worker", "PostgreSQL + Caddy -> SQLite, no Caddy"),
+    "embedded": (["--profile", "embedded", "--sign-in", "password"], "password-1-worker",
+                 "PostgreSQL + Caddy -> SQLite, no Caddy"),
 }
 
 

@@ -139,6 +139,14 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_ARGILLA_PUBLIC_URL"),
         description="Argilla as participants' browsers reach it. Unset: the Argilla URL.",
     )
+    argilla_handover: bool | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_ARGILLA_HANDOVER"),
+        description="Whether Argilla serves crowdpref's session hand-over page (/crowdpref/session, added by "
+        "services/argilla/launch.py, which runs every Argilla crowdpref starts): the portal on another origin "
+        "then opens a participant's first item with a session it minted, instead of a password sign-in that "
+        "lands on Argilla's home. Unset: yes for the embedded Argilla, no for one at CROWDPREF_ARGILLA_URL.",
+    )
     # --- the public profile (a real study's HTTPS home) ---------------------------------
     public_url: str | None = Field(
         default=None,
@@ -285,6 +293,11 @@ class Settings(BaseSettings):
     @property
     def embedded_argilla(self) -> bool:
         return self.argilla_url is None
+
+    @property
+    def argilla_serves_handover(self) -> bool:
+        """:attr:`argilla_handover`, or its default: the embedded Argilla (started by our launcher)."""
+        return self.embedded_argilla if self.argilla_handover is None else self.argilla_handover
 
     @property
     def embedded_prefect(self) -> bool:

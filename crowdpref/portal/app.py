@@ -363,7 +363,8 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     @app.get("/s/{study}/{key}/progress")
     def progress(study: str, key: str, request: Request) -> JSONResponse:
         done = portal.progress(study, _key(key), request.cookies.get(cookie_name(study, key)))
-        return JSONResponse({"submitted": done.submitted, "total": done.total, "done": done.done}, headers=NO_STORE)
+        return JSONResponse({"submitted": done.submitted, "total": done.total, "done": done.done,
+                             "given_back": done.given_back}, headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/done")
     def done(study: str, key: str, request: Request) -> Response:

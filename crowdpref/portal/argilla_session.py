@@ -17,8 +17,11 @@ frontend keeps its session (``@nuxtjs/auth-next``, ``localStorage``: :data:`TOKE
 ``Bearer <jwt>``, :data:`EXPIRATION_KEY` = its ``exp`` in milliseconds) and moves on into
 Argilla. Those keys are an internal detail of Argilla's frontend; the real-browser test
 ``tests/browser/test_token_sign_in.py`` fails when an upgrade changes them. Where the portal and
-Argilla are on different origins (the laptop stack: two ports), the browser cannot write into
-Argilla's storage, and the portal keeps the one-hop ``/sign-in?auth=`` login.
+Argilla are on different origins (the laptop stack: two ports), a portal page cannot write into
+Argilla's storage: there the portal's work frame opens Argilla's own hand-over page
+(:data:`HANDOVER_PATH`, served by services/argilla/launch.py) with the minted session in the URL's
+fragment, which never leaves the browser. An Argilla crowdpref did not start has no such page:
+for it the portal keeps the one-hop ``/sign-in?auth=`` login.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import hmac
 import json
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from crowdpref.errors import CrowdprefError
 
@@ -73,6 +76,26 @@ def mint_token(secret: str, username: str, *, role: str = "annotator", now: floa
     signing_input = f"{header}.{payload}".encode("ascii")
     signature = _b64(hmac.new(secret.encode("utf-8"), signing_input, hashlib.sha256).digest())
     return f"{header}.{payload}.{signature}", expires
+
+
+HANDOVER_PATH = "/crowdpref/session"
+"""The session hand-over page that services/argilla/launch.py adds to every argilla-server
+crowdpref starts (``mount_session_handover``; a unit test holds the two files to one path and
+one pair of keys)."""
+
+
+def handover_url(argilla_url: str, token: str, expires: int, to: str) -> str:
+    """Argilla's hand-over page with a minted session in the URL's fragment - which no server,
+    proxy or access log ever receives - and the path on Argilla to open next (``to``)."""
+    return f"{argilla_url.rstrip('/')}{HANDOVER_PATH}#" + urlencode({"t": token, "e": str(expires * 1000), "to": to})
+
+
+def handover_token(url: str) -> str | None:
+    """The session a :func:`handover_url` carries (what the hand-over page stores), or None."""
+    parts = urlsplit(url)
+    if parts.path != HANDOVER_PATH or not parts.fragment:
+        return None
+    return (parse_qs(parts.fragment).get("t") or [None])[0]
 
 
 def username_of(token: str) -> str:

@@ -191,6 +191,7 @@ FRAME_SRC = re.compile(r'<iframe id="argilla" name="argilla" src="([^"]+)"')
 WORK_POLL_MS = 6000  # how often the bar asks for progress (stops once everything is submitted)
 WORKING_WORDS = "{submitted} of {total} items submitted"
 DONE_WORDS = "All {total} items submitted. Press the button to finish."
+GIVEN_BACK_WORDS = "Your place in this study was given back, so there is nothing more to do here."
 
 
 def work_frame(title: str, target: str, submitted: int, total: int, done: bool, finish_action: str,
@@ -207,7 +208,8 @@ def work_frame(title: str, target: str, submitted: int, total: int, done: bool, 
         f"(function(){{var url={_js(progress_action)},every={WORK_POLL_MS},bar=document.getElementById('bar'),"
         "text=document.getElementById('progress'),fin=document.getElementById('finish');"
         "function words(t,p){return t.replace('{submitted}',p.submitted).replace('{total}',p.total);}"
-        f"function show(p){{if(p.done){{bar.className='bar done';text.textContent=words({_js(DONE_WORDS)},p);"
+        f"function show(p){{if(p.given_back){{text.textContent={_js(GIVEN_BACK_WORDS)};fin.hidden=true;return true;}}"
+        f"if(p.done){{bar.className='bar done';text.textContent=words({_js(DONE_WORDS)},p);"
         f"fin.textContent={_js(done_label)};return true;}}text.textContent=words({_js(WORKING_WORDS)},p);return false;}}"
         "function poll(){fetch(url,{credentials:'same-origin',cache:'no-store'}).then(function(r){"
         "return r.ok?r.json():null;}).then(function(p){if(!(p&&show(p)))setTimeout(poll,every);})"

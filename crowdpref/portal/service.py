@@ -253,6 +253,7 @@ class Progress:
     submitted: int
     total: int
     done: bool
+    given_back: bool = False  # released (returned, timed out, dropped) or withdrawn: nothing more to do here
 
 
 @dataclass(frozen=True)
@@ -790,14 +791,18 @@ class Portal:
             self._signing_in(study, key, cookie)
             return work_path(study, key)
         _, participant = self._signing_in(study, key, cookie)
+        token, expires = self._mint(participant)
+        return TokenSignIn(token, expires, work_path(study, key))
+
+    def _mint(self, participant: ParticipantState) -> tuple[str, int]:
+        """An Argilla session for the participant, signed with Argilla's key (read once)."""
         if self._argilla_secret is None:
             try:
                 self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
             except CrowdprefError as exc:
                 raise _unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
                                    "again.") from None
-        token, expires = argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
-        return TokenSignIn(token, expires, work_path(study, key))
+        return argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
 
     def _first_item_url(self, participant: ParticipantState) -> str:
         """Argilla's page of the participant's first pending item (their dataset's annotation
@@ -807,13 +812,20 @@ class Portal:
 
     def work(self, study: str, key: Key, cookie: str | None) -> WorkFrame:
         """The work frame: the portal's bar (progress, the way to the finish page) over Argilla.
-        Its frame opens the participant's first item where the browser holds the session
-        :meth:`sign_in` minted (one origin: the public profile); on the laptop stack's two origins
-        it opens the one-hop password sign-in (:meth:`_password_sign_in`), which lands on Argilla's
-        home. :class:`AlreadyFinished` once they completed."""
+        Its frame opens the participant's first item: where the browser holds the session
+        :meth:`sign_in` minted (one origin: the public profile), directly; on two origins (the
+        laptop stack) through Argilla's session hand-over page with a session minted here
+        (:func:`~crowdpref.portal.argilla_session.handover_url`), where Argilla serves it
+        (``settings.argilla_serves_handover``); else the one-hop password sign-in
+        (:meth:`_password_sign_in`), which lands on Argilla's home. :class:`AlreadyFinished` once
+        they completed."""
         collection, participant = self._signing_in(study, key, cookie)
         if self.token_sign_in:
             target = self._first_item_url(participant)
+        elif self.settings.argilla_serves_handover and participant.dataset_id:
+            token, expires = self._mint(participant)
+            target = argilla_session.handover_url(self.settings.argilla_participant_url, token, expires,
+                                                  f"/dataset/{participant.dataset_id}/annotation-mode")
         else:
             target = self._password_sign_in(collection, participant)
         return WorkFrame(target, len(participant.submitted), len(participant.assignments))
@@ -829,6 +841,7 @@ class Portal:
                 due = now - self._progress_read.get(participant.username, -PROGRESS_READ_S) >= PROGRESS_READ_S
                 if due:
                     self._progress_read[participant.username] = now
+                    self._progress_read.move_to_end(participant.username)
                     while len(self._progress_read) > 10_000:
                         self._progress_read.popitem(last=False)
             if due:
@@ -836,7 +849,8 @@ class Portal:
                     participant = collection.refresh(participant)
                 except (CrowdprefError, httpx.TransportError) as exc:  # the bar keeps what the store knows
                     log.warning("Argilla read for the work frame failed: %s", _one_line(exc))
-        return Progress(len(participant.submitted), len(participant.assignments), participant.status == COMPLETE)
+        return Progress(len(participant.submitted), len(participant.assignments), participant.status == COMPLETE,
+                        given_back=participant.status not in (ACTIVE, COMPLETE))
 
     def _password_sign_in(self, collection: Collection, participant: ParticipantState) -> str:
         """Argilla's sign-in page with the participant's credentials (the laptop stack's work

@@ -201,8 +201,8 @@ class ProlificDoor:
         target = pages.frame_target(work.text) if work.status_code == 200 else None
         if target is None:
             raise CrowdprefError(f"the portal's work frame answered {work.status_code} with no Argilla page")
-        if handover is not None:
-            token = handover[0]
+        token = handover[0] if handover is not None else argilla_session.handover_token(target)
+        if token is not None:  # a minted session: on one origin, or through Argilla's hand-over page
             participant = self.collection.store.participant(self.collection.info.id, argilla_session.username_of(token))
             return Arrival(participant, None, token)
         auth = parse_qs(urlsplit(target).query)["auth"][0]

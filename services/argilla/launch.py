@@ -17,7 +17,8 @@ processes import it afresh) first moves bcrypt off argilla-server's event loop
 (:func:`bcrypt_off_the_loop`): a user's creation, password change and login hash or check the
 password in a thread, so a burst of them no longer stops every other request, and two cores hash
 at once (pyca/bcrypt releases the GIL). If argilla-server's internals it relies on changed, the
-start fails with one ``crowdpref: `` line instead of running with bcrypt on the loop.
+start fails with one ``crowdpref: `` line instead of running with bcrypt on the loop. Both also
+serve the session hand-over page (:func:`mount_session_handover`).
 """
 
 from __future__ import annotations
@@ -130,6 +131,51 @@ def bcrypt_off_the_loop() -> None:
     setattr(accounts, BCRYPT_PATCHED, True)
 
 
+HANDOVER_PATH = "/crowdpref/session"
+"""Served by argilla-server on its own origin (:func:`mount_session_handover`): the page that
+hands the browser an Argilla session the portal minted, for the laptop stack, where the portal
+and Argilla are two origins (crowdpref/portal/argilla_session.py)."""
+# where Argilla 2.8's frontend keeps its session: the keys of crowdpref/portal/argilla_session.py
+# (TOKEN_KEY, EXPIRATION_KEY; a unit test holds the two files to the same values)
+TOKEN_KEY, EXPIRATION_KEY = "auth._token.local", "auth._token_expiration.local"
+HANDOVER_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    '<meta name="referrer" content="no-referrer"><title>Opening your items</title></head>'
+    '<body style="font-family:system-ui,sans-serif;margin:1.25rem"><p>Opening your items\u2026</p>'
+    '<p id="failed" hidden>Your browser did not let us open Argilla. Please allow this site to store data '
+    '(it is needed to keep you signed in), then open the study link again.</p>'
+    '<noscript><p>Argilla needs JavaScript: please turn it on, then open the study link again.</p></noscript>'
+    "<script>(function(){var h=new URLSearchParams(location.hash.slice(1)),t=h.get('t'),e=h.get('e'),"
+    "to=h.get('to')||'';history.replaceState(null,'',location.pathname);"
+    "if(t&&/^[0-9]+$/.test(e||'')&&/^\\/[A-Za-z0-9]/.test(to)){try{"
+    f"localStorage.setItem('{TOKEN_KEY}','Bearer '+t);localStorage.setItem('{EXPIRATION_KEY}',e);"
+    "location.replace(to);return;}catch(x){}}document.getElementById('failed').hidden=false;})();</script>"
+    "</body></html>"
+)
+
+
+def mount_session_handover(app: Any) -> None:
+    """Serve :data:`HANDOVER_PAGE` at :data:`HANDOVER_PATH` on argilla-server's app, ahead of its
+    frontend. The page reads the session from the URL's fragment (``#t=<token>&e=<expiry ms>&to=
+    <path on this origin>``: a fragment never reaches a server or a log), stores it where Argilla's
+    frontend keeps its session, drops the fragment from the history entry and replaces itself
+    with ``to`` (a path on this origin only). So on the laptop stack's two origins the portal's
+    work frame opens the participant's first item with no password and no bcrypt, as the public
+    profile does on one origin. Idempotent."""
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    if any(getattr(route, "path", None) == HANDOVER_PATH for route in app.router.routes):
+        return
+
+    async def handover(request: Any) -> HTMLResponse:
+        return HTMLResponse(HANDOVER_PAGE, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+                                                    "X-Content-Type-Options": "nosniff"})
+
+    app.router.routes.insert(0, Route(HANDOVER_PATH, handover, methods=["GET"]))
+
+
 def __getattr__(name: str) -> Any:
     """``launch:app``: argilla-server's ASGI app with bcrypt off the loop (for uvicorn's worker
     processes, which import the app themselves rather than run :func:`main`)."""
@@ -141,6 +187,7 @@ def __getattr__(name: str) -> Any:
             raise SystemExit(1) from None
         from argilla_server import app
 
+        mount_session_handover(app)
         return app
     raise AttributeError(name)
 
@@ -210,6 +257,9 @@ def main() -> None:
         except LauncherProblem as exc:
             print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
             sys.exit(1)
+        from argilla_server import app as server_app  # the object uvicorn's "argilla_server:app" finds
+
+        mount_session_handover(server_app)
     from argilla_server.cli import app
 
     app()

@@ -5,7 +5,8 @@ study 1's collection over the real embedded Argilla, the study store the command
 ``crowdpref invite --key study1 -n 1`` prints the link (the real command) -> the invited person
 opens it on a phone: the onboarding the config ships (introduction, every practice question,
 the quiz passed) -> the welcome page -> *Start* -> the work frame: Argilla signed in inside it
--> their dataset -> every item answered and submitted in Argilla's UI -> the bar turns done,
+(its session hand-over page, as on the laptop stack) on their first item -> every item answered
+and submitted in Argilla's UI -> the bar turns done,
 its button wholly on screen, the bar passing axe-core (0 serious or critical) -> *Finish* ->
 thanks and what happens next, no completion code.
 Then the store holds every item as submitted.
@@ -14,13 +15,14 @@ Screenshots: test-output/pilot-phone-*.png (failure: pilot-phone-failure.png/.ht
 
 from __future__ import annotations
 
-import re
+import shutil
 import subprocess
 import sys
 
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import load_study
 from crowdpref.onboarding import onboarding_of
+from crowdpref.portal import argilla_session
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
 from crowdpref.portal.service import Portal
@@ -69,8 +71,13 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     assert config.study1.inactive_after_minutes >= 10  # made for real people
 
     # 2. study 1's collection on the real Argilla, in the store the commands use
+    # the session Argilla was started by our launcher, as `crowdpref up` starts it: it serves the
+    # session hand-over page, and the state folder holds its token key
     settings = isolated_settings(home, argilla_url=argilla_server.api_url, argilla_api_key=argilla_server.owner_api_key,
-                                 portal_studies=studies, portal_port=port)
+                                 portal_studies=studies, portal_port=port, argilla_handover=True)
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
+                 settings.secrets_dir / argilla_session.SECRET_FILE)
     store = open_store(settings)
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
     collection = study1_collection(config, _questions().head(6), owner, tmp_path / "run", store,
@@ -109,12 +116,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
             page.get_by_role("button", name="Start").click()
             _wait_for_url(page, f"{server.url}/s/{name}/study1/work")
             [participant] = collection.participants()
-            work = page.frame(name="argilla")
-            work.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
+            work = page.frame(name="argilla")  # signed in through Argilla's hand-over page: their first item
+            work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
             expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
             expect(page.locator("#finish")).to_be_in_viewport(ratio=1.0)
-            work.get_by_text(collection.dataset_name).first.click()
-            work.wait_for_url(re.compile(rf"/dataset/{participant.dataset_id}/annotation-mode"))
             shot("work")
 
             # 6. every item answered in Argilla's UI, inside the frame, on a phone

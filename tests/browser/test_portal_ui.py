@@ -6,9 +6,10 @@ through our Prolific client, exactly as ``crowdpref recruit`` does):
 1. the Prolific-style link the fake hands out (``POST /_fake/studies/<id>/arrive``) -> the
    portal checks the submission with (fake) Prolific -> its welcome page, the ids gone from the
    address bar;
-2. *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla in a frame, where
-   Argilla's one-hop sign-in leads to its home page, logged in, listing their dataset (two
-   origins: the laptop stack);
+2. *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla in a frame, which
+   opens Argilla's session hand-over page (services/argilla/launch.py) with a session the portal
+   minted, in the URL's fragment -> their first item, signed in: no password, no ``/sign-in``,
+   no login (two origins: the laptop stack);
 3. every item answered and submitted through Argilla's UI (study 1: a typed answer + a 1-5
    rating; study 2: a point on the 8-point scale, the answers shown as A and B in the order the
    store recorded for this rater); after the first one they come back through the same link
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -45,7 +47,7 @@ from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.collection import Collection
 from crowdpref.config import load_study
 from crowdpref.pairing import make_pairs
-from crowdpref.portal import pages
+from crowdpref.portal import argilla_session, pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url, prolific_entry_url
 from crowdpref.portal.service import Portal
@@ -85,9 +87,14 @@ def _setup(tmp_path: Path, argilla_server, fake: FakeProlific, name: str, key: s
         "crowd": {"arrive_via": "prolific"},
     }))
     config = load_study(studies / f"{name}.yaml")
+    # the session Argilla is one our launcher started (services/argilla/launch.py): it serves the
+    # hand-over page, and the portal's state folder holds its token key, as after `crowdpref up`
     settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
                                  argilla_api_key=argilla_server.owner_api_key, portal_studies=studies,
-                                 portal_port=free_port(), fake_prolific_port=fake.port)
+                                 portal_port=free_port(), fake_prolific_port=fake.port, argilla_handover=True)
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
+                 settings.secrets_dir / argilla_session.SECRET_FILE)
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
     if key == "study1":
@@ -120,11 +127,11 @@ def _second_participant(fake: FakeProlific, study_id: str, argilla_url: str, col
         base = arrival["url"].split("?", 1)[0]
         start = http.post(f"{base}/start")
         assert start.status_code == 303, start.text
-        work = http.get(httpx.URL(base).join(start.headers["location"]))  # the work frame: its frame signs in
+        work = http.get(httpx.URL(base).join(start.headers["location"]))  # the work frame
         assert work.status_code == 200, work.text
-        auth = parse_qs(urlsplit(pages.frame_target(work.text)).query)["auth"][0]
-        username, password = base64.b64decode(auth).decode().split(":", 1)
-        session = AnnotatorSession(argilla_url, username, password)
+        token = argilla_session.handover_token(pages.frame_target(work.text))  # what Argilla's page stores
+        username = argilla_session.username_of(token)
+        session = AnnotatorSession(argilla_url, username, None, token=token)
         try:
             dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
             pending = session.pending_records(dataset["id"])
@@ -194,6 +201,8 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
 
     name = f"b{unique}"
     page = browser_page
+    requested: list[str] = []  # every request of the page and its frame: no password sign-in among them
+    page.on("request", lambda request: requested.append(request.url))
 
     def shot(what: str) -> None:
         page.screenshot(path=str(output_dir / f"portal-{key}-{what}.png"), full_page=True)
@@ -223,22 +232,18 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                 expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
                 shot("welcome")
 
-                # Start -> the work frame (the portal's bar over Argilla); in its frame Argilla signs
-                # them in (two origins: the password sign-in) and shows the home page with their dataset
+                # Start -> the work frame (the portal's bar over Argilla); its frame opens Argilla's
+                # hand-over page with a minted session (two origins), which opens their first item
                 page.get_by_role("button", name="Start").click()
                 _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
-                work = page.frame(name="argilla")
-                work.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
-                assert "auth=" not in page.url
                 [participant] = collection.participants()
                 assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
+                work = page.frame(name="argilla")
+                work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
                 expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
-                expect(work.get_by_text(collection.dataset_name).first).to_be_visible()
                 shot("argilla")
 
                 # every item answered and submitted through the UI, inside the frame
-                work.get_by_text(collection.dataset_name).first.click()
-                work.wait_for_url(re.compile(rf"/dataset/{participant.dataset_id}/annotation-mode"))
                 submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
                 submitted = work.locator(".status-counter", has_text="submitted").locator(".status-counter__counter")
                 shown: list[str] = []
@@ -278,12 +283,11 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                         page.get_by_role("button", name="Back to my items").click()
                         _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
                         work = page.frame(name="argilla")
-                        work.wait_for_url(lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
-                        expect(work.get_by_text(collection.dataset_name).first).to_be_visible()
-                        work.goto(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                        work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
                         submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
                         submitted = work.locator(".status-counter", has_text="submitted").locator(
                             ".status-counter__counter")
+                assert not [u for u in requested if "/sign-in" in u or "auth=" in u or "/api/v1/token" in u]
                 # nothing pending any more (Argilla words it either way, depending on what it loaded first)
                 expect(work.get_by_text(re.compile(r"task is completed|no pending records"))).to_be_visible()
                 assert sorted(shown) == sorted(participant.items)  # each of their items, once

@@ -8,6 +8,9 @@ from Argilla at most once per ``PROGRESS_READ_S`` per participant when they do n
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
 
 from fastapi.testclient import TestClient
 
@@ -22,6 +25,8 @@ FRONT = "http://study.test"
 
 def _client(rig, settings, name: str, clock=None):  # noqa: F811
     kwargs = {"clock": clock} if clock else {}
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)  # Argilla's token key, as `crowdpref up` leaves it
+    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("s" * 64)
     portal = Portal(settings, rig.store, open_collection=rig.portal._open_collection, **kwargs)
     _write(rig.studies, name, participants="invite")
     client = TestClient(create_app(portal), base_url=settings.portal_public_url)
@@ -36,9 +41,10 @@ def _participant(rig, portal, name):  # noqa: F811
     return collection, participant
 
 
-def test_on_two_origins_start_opens_the_frame_whose_argilla_signs_in_with_the_password(rig, caplog):  # noqa: F811
+def test_with_an_argilla_crowdpref_did_not_start_the_frame_signs_in_with_the_password(rig, caplog):  # noqa: F811
     caplog.set_level(logging.DEBUG)
-    portal, client = _client(rig, rig.settings, "apart")
+    settings = rig.settings.model_copy(update={"argilla_handover": False})  # no hand-over page there
+    portal, client = _client(rig, settings, "apart")
     start = client.post("/s/apart/study1/start", follow_redirects=False)
     assert start.status_code == 303
     assert start.headers["location"] == "/s/apart/study1/work"  # no password in it
@@ -47,7 +53,7 @@ def test_on_two_origins_start_opens_the_frame_whose_argilla_signs_in_with_the_pa
     assert work.headers["cache-control"] == "no-store" and work.headers["referrer-policy"] == "no-referrer"
     collection, participant = _participant(rig, portal, "apart")
     src = pages.frame_target(work.text)
-    assert src.startswith(f"{rig.settings.argilla_participant_url}/sign-in?auth=")
+    assert src.startswith(f"{settings.argilla_participant_url}/sign-in?auth=")
     password = rig.store.password(participant.account_id)
     assert password not in caplog.text and "auth=" not in caplog.text
     # the bar: how far they are, and the way to the finish page, on screen from the first item on
@@ -56,10 +62,37 @@ def test_on_two_origins_start_opens_the_frame_whose_argilla_signs_in_with_the_pa
     assert '"/s/apart/study1/progress"' in work.text  # what its script asks
 
 
+def test_on_two_origins_the_frame_hands_argilla_a_minted_session_in_the_fragment(rig, caplog):  # noqa: F811
+    caplog.set_level(logging.DEBUG)
+    assert rig.settings.embedded_argilla and rig.settings.argilla_serves_handover  # our launcher's Argilla
+    portal, client = _client(rig, rig.settings, "handed")
+    start = client.post("/s/handed/study1/start", follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == "/s/handed/study1/work"
+    work = client.get("/s/handed/study1/work")
+    _, participant = _participant(rig, portal, "handed")
+    src = pages.frame_target(work.text)
+    base = f"{rig.settings.argilla_participant_url}{argilla_session.HANDOVER_PATH}#"
+    assert src.startswith(base)  # the session in the fragment: no server, proxy or log receives it
+    token = argilla_session.handover_token(src)
+    assert argilla_session.username_of(token) == participant.username
+    fragment = parse_qs(src.split("#", 1)[1])
+    assert fragment["to"] == [f"/dataset/{participant.dataset_id}/annotation-mode"]  # their first item
+    assert int(fragment["e"][0]) > time.time() * 1000
+    assert "auth=" not in work.text and rig.store.password(participant.account_id) not in work.text
+    assert token not in caplog.text
+
+
+def test_the_hand_over_page_argilla_serves_is_the_one_the_portal_links(tmp_path):
+    """services/argilla/launch.py runs in Argilla's venv: its path and storage keys, read from the
+    file, are the portal's."""
+    launcher = (Path(__file__).resolve().parents[2] / "services" / "argilla" / "launch.py").read_text()
+    assert f'HANDOVER_PATH = "{argilla_session.HANDOVER_PATH}"' in launcher
+    assert (f'TOKEN_KEY, EXPIRATION_KEY = "{argilla_session.TOKEN_KEY}", "{argilla_session.EXPIRATION_KEY}"'
+            in launcher)
+
+
 def test_on_one_origin_the_frame_opens_the_first_item_with_the_minted_session(rig):  # noqa: F811
     settings = rig.settings.model_copy(update={"portal_url": FRONT, "argilla_public_url": FRONT})
-    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
-    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("s" * 64)
     portal, client = _client(rig, settings, "same")
     start = client.post("/s/same/study1/start", follow_redirects=False)
     assert start.status_code == 200
@@ -74,13 +107,14 @@ def test_the_bar_turns_to_finish_once_every_item_is_submitted(rig):  # noqa: F81
     portal, client = _client(rig, rig.settings, "bar")
     client.post("/s/bar/study1/start", follow_redirects=False)
     collection, participant = _participant(rig, portal, "bar")
-    assert client.get("/s/bar/study1/progress").json() == {"submitted": 0, "total": 3, "done": False}
+    assert client.get("/s/bar/study1/progress").json() == {"submitted": 0, "total": 3, "done": False,
+                                                           "given_back": False}
     first, *rest = participant.held
     rig.store.record_progress(collection.info.id, participant.id, {first: 1.0}, None)
     assert client.get("/s/bar/study1/work").text.count("1 of 3 items submitted") == 1
     rig.store.record_progress(collection.info.id, participant.id, {item: 1.0 for item in rest}, None)
     progress = client.get("/s/bar/study1/progress")
-    assert progress.json() == {"submitted": 3, "total": 3, "done": True}
+    assert progress.json() == {"submitted": 3, "total": 3, "done": True, "given_back": False}
     assert progress.headers["cache-control"] == "no-store"
     # the frame of someone who completed is their finish page
     done = client.get("/s/bar/study1/work", follow_redirects=False)
@@ -132,3 +166,12 @@ def test_a_browser_reads_the_session_and_the_next_address_from_the_start_page():
     assert pages.session_handover(pages.message("Full", "no")) is None
     work = pages.work_frame("T", "https://a/sign-in?auth=x&y=1", 0, 2, False, "/d", "/p", invited=False)
     assert pages.frame_target(work) == "https://a/sign-in?auth=x&y=1"
+
+
+def test_the_bar_of_someone_whose_place_was_given_back_stops_asking(rig):  # noqa: F811
+    portal, client = _client(rig, rig.settings, "gone")
+    client.post("/s/gone/study1/start", follow_redirects=False)
+    collection, participant = _participant(rig, portal, "gone")
+    collection.release(participant, reason="RETURNED on Prolific")
+    assert client.get("/s/gone/study1/progress").json()["given_back"] is True
+    assert "p.given_back" in pages.work_frame("T", "https://a/x", 0, 3, False, "/d", "/p", invited=False)
