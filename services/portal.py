@@ -22,6 +22,7 @@ PORTAL_SETTINGS = (
     "host", "portal_port", "argilla_port",  # where it listens; the embedded Argilla's address
     "argilla_url", "argilla_api_key",  # Argilla: accounts, datasets, webhooks, releases
     "argilla_public_url", "portal_url", "public_url",  # the addresses participants and Prolific use
+    "argilla_handover",  # whether its work frame hands Argilla a minted session (Argilla's own page)
     "database_url", "postgres_port",  # the study store
     "portal_studies", "portal_trusted_proxies",
     "prolific_token", "prolific_api_url", "prolific_app_url", "prolific_workspace_id",

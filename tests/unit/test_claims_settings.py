@@ -75,6 +75,8 @@ def _value_for(field: str, other: bool = False) -> tuple[str, object]:
     if "Literal" in annotation:  # each field's second choice, then its first
         choices = Settings.model_fields[field].annotation.__args__  # type: ignore[union-attr]
         return (choices[0], choices[0]) if other else (choices[1], choices[1])
+    if "bool" in annotation:
+        return ("true", True) if other else ("false", False)
     if "int" in annotation:
         return ("7346", 7346) if other else ("7345", 7345)
     if field == "public_url":  # https, a host name, no path
