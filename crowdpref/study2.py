@@ -309,20 +309,20 @@ def export_ratings(collection: Collection, run_folder: Path) -> tuple[pd.DataFra
     return frame, report
 
 
-def gold_outcomes(store: Store, study: str) -> pd.DataFrame:
+def gold_outcomes(store: Store, study: str, private_dir: Path) -> pd.DataFrame:
     """Study 2's graded gold pairs as the gold anchor reads them (``rater_key``, ``passed``;
-    :func:`crowdpref.aggregation.gold_frame`), from the store's ``check_graded`` events; empty
-    when the study has no gold pairs or no study-2 collection yet."""
-    from crowdpref import ids
-
+    :func:`crowdpref.checks.gold_frame`), from the store's ``check_graded`` events, each rater
+    keyed as ratings.parquet keys them (the run's salted pseudonym, ``private_dir``); empty when
+    the study has no gold pairs or no study-2 collection yet."""
     info = store.find_collection(study, "study2")
     if info is None:
         return checks.gold_frame([])
+    key = Pseudonyms(private_dir).participant_key
     names = {p.id: p.username for p in store.participants(info.id)}
     graded = []
     for event in store.events(info.id, kinds=["check_graded"]):
         if event["participant_id"] in names and event["item_id"]:
             passed = json.loads(event["detail"] or "{}").get("passed")
             if passed is not None:
-                graded.append((ids.participant_key(names[event["participant_id"]]), event["item_id"], bool(passed)))
+                graded.append((key(names[event["participant_id"]]), event["item_id"], bool(passed)))
     return checks.gold_frame(graded)

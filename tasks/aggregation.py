@@ -94,7 +94,7 @@ def read_inputs(run: RunFolder) -> AggregationInputs:
     store = open_store(load_settings())
     try:  # people who withdrew: their answers, the pairs built from them and their ratings go
         gone = withdrawn_in(store, run.path.name, run.private_dir)
-        gold = gold_outcomes(store, run.path.name)
+        gold = gold_outcomes(store, run.path.name, run.private_dir)
     finally:
         store.close()
     return replace(leave_out_fields(inputs, gone), withdrawn=gone.participants, gold=gold)

@@ -212,3 +212,28 @@ def test_the_store_holds_checks_records_verdicts_and_excludes_work(tmp_path):
     assert isinstance(third, Claimed) and set(third.participant.items) == set(items)
     assert sorted(e["item_id"] for e in store.events(info.id, ["reallocated"])) == sorted(items)
     assert store.check(info.id) == []
+
+
+def test_gold_outcomes_key_each_rater_as_the_ratings_do(tmp_path):
+    """The gold anchor joins graded gold pairs to ratings.parquet by ``rater_key``: the run's
+    salted pseudonym of the username. (It once called a function that did not exist: the demo's
+    aggregation failed and no test saw it.)"""
+    from crowdpref.pseudonyms import Pseudonyms
+    from crowdpref.study2 import gold_outcomes
+
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    private = tmp_path / "run" / "private"
+    assert gold_outcomes(store, "s", private).empty  # no study-2 collection yet
+    info = store.collection("s", "study2", ["p1", "p2", "p3"], copies=1, per_participant=2, seed=1,
+                            username_prefix="s-s2", counterbalance=False)
+    gold, instructed = f"{checks.CHECK_PREFIX}g-one", f"{checks.CHECK_PREFIX}i-one"
+    first = store.claim(info, "person-1", "simulated")
+    second = store.claim(info, "person-2", "simulated")
+    assert isinstance(first, Claimed) and isinstance(second, Claimed)
+    store.record_checks(info.id, first.participant.id, {gold: True, instructed: False}, "passed")
+    store.record_checks(info.id, second.participant.id, {gold: False}, "failed")
+    frame = gold_outcomes(store, "s", private)
+    key = Pseudonyms(private).participant_key  # what ratings.parquet's rater_key holds
+    assert sorted(frame.itertuples(index=False, name=None)) == sorted(
+        [(key(first.participant.username), True), (key(second.participant.username), False)])  # gold only
+    store.close()
