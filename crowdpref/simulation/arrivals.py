@@ -6,8 +6,9 @@ walks through:
   tests of the collection mechanism.
 - :class:`ProlificDoor`: the way people arrive for real. The FAKE Prolific hands out a
   PROLIFIC_PID and SESSION_ID for the study's Prolific study; the participant opens the portal
-  link, is verified, claims, presses Start and is sent to the work frame, whose frame opens
-  Argilla's sign-in page with their credentials (which is all the crowd learns of them); drop-outs return the study on Prolific
+  link, is verified, claims, presses Start and is sent to the work frame; the session the portal
+  minted for them (or, for an Argilla crowdpref did not start, their credentials in the frame's
+  sign-in page) is all the crowd learns of them; drop-outs return the study on Prolific
   and never-starters time out there (Prolific's webhook tells the portal, which frees the work
   at once); finishers open the portal's finish page and follow the completion redirect with
   their code. Used by the demo.
@@ -40,8 +41,9 @@ CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
 
 @dataclass(frozen=True)
 class Arrival:
-    """Who got in, and what their browser holds to reach Argilla: the password of the one-hop
-    sign-in (two origins), or the Argilla session the portal minted (one origin)."""
+    """Who got in, and what their browser holds to reach Argilla: the Argilla session the portal
+    minted (one origin, or Argilla's hand-over page), or the password of the one-hop sign-in (an
+    Argilla crowdpref did not start)."""
 
     participant: ParticipantState
     password: str | None = field(repr=False)
