@@ -512,6 +512,9 @@ def _without_explained_traceback(format_record: Callable[[logging.LogRecord], st
 def demo(
     study: Path = typer.Argument(Path("studies/demo.yaml"), help="The study config to run."),
     max_wait_s: float = typer.Option(120.0, help="How long to wait for quiet participants to be released."),
+    compare_onboarding: bool = typer.Option(
+        False, "--compare-onboarding", help="Then run the same study with the same crowd and no onboarding "
+        "(as NAME-no-onboarding) and print both runs' onboarding and check figures side by side."),
 ) -> None:
     """Run the whole study with the simulated crowd and print where to look.
 
@@ -561,6 +564,50 @@ def demo(
     if release.exists():
         console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",
                       highlight=False, soft_wrap=True)
+    if compare_onboarding:
+        plain = without_onboarding(study, settings)
+        _call_flow(study_flow, settings, "study", study=str(plain), simulate=True, max_wait_s=max_wait_s)
+        console.print(onboarding_comparison(config, load_study(plain), settings))
+
+
+def without_onboarding(study: Path, settings: Settings) -> Path:
+    """A copy of the config ``study`` named ``<name>-no-onboarding``, with no onboarding in either
+    study and everything else - the seed, the crowd, the checks - as it is: the same simulated
+    people, with nothing before the work. Written to ``<state>/studies/``; returns its path."""
+    import yaml
+
+    from crowdpref.runfolder import write_text
+
+    data = yaml.safe_load(Path(study).read_text(encoding="utf-8"))
+    data["name"] = f"{data['name']}-no-onboarding"
+    for key in ("study1", "study2"):
+        if isinstance(data.get(key), dict):
+            data[key].pop("onboarding", None)
+    path = settings.state_dir / "studies" / f"{data['name']}.yaml"
+    write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), path)
+    return path
+
+
+def onboarding_comparison(with_config: Any, without_config: Any, settings: Settings) -> Table:
+    """Both runs of ``demo --compare-onboarding`` per study: who the onboarding held out of the
+    work, and how much work the checks later excluded (and others redid)."""
+    from crowdpref.progress import study_progress
+
+    table = Table(title="the same crowd with and without onboarding")
+    for column in ("study", "run", "people who claimed work", "screened out before the work",
+                   "participants the checks excluded", "work the checks excluded (redone)"):
+        table.add_column(column)
+    runs = [("with onboarding", study_progress(with_config, settings)),
+            ("without", study_progress(without_config, settings))]
+    for key in ("study1", "study2"):
+        for label, progress in runs:
+            part = next(p for p in progress.parts if p.key == key)
+            claimed = sum(part.participants.values())
+            screened = part.onboarding.screened_out if part.onboarding else 0
+            checks = part.checks
+            table.add_row(key, label, str(claimed), str(screened),
+                          str(checks.excluded_participants) if checks else "-", f"{part.excluded} {part.unit}")
+    return table
 
 
 def _print_onboarding(config: Any, settings: Settings) -> None:
