@@ -355,17 +355,13 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
         frame = pages.frame_target(work.text)
         if frame is None:
             raise Fatal("the work frame opens no Argilla page")
-        handed = argilla_session.handover_token(frame)  # two origins: Argilla's hand-over page
-        if handed is not None:
-            minted, password = handed, None
-            username = argilla_session.username_of(minted)
-        elif start.status_code == 303:  # an Argilla without the hand-over page: the password sign-in
+        # a minted session: in the frame's hand-over URL (two origins), or from the Start page (one)
+        minted = argilla_session.handover_token(frame) or (handover[0] if start.status_code != 303 else None)
+        if minted is not None:
+            password, username = None, argilla_session.username_of(minted)
+        else:  # an Argilla without the hand-over page: the password sign-in in the frame
             auth = parse_qs(urlsplit(frame).query)["auth"][0]
             username, password = base64.b64decode(auth).decode().split(":", 1)
-            minted = None
-        else:
-            minted, password = handover[0], None
-            username = argilla_session.username_of(minted)
         v.usernames.add(username)
         if minted is not None and v.password is None:
             token = minted  # what the page's script writes where Argilla's frontend keeps its session

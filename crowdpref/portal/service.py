@@ -124,6 +124,11 @@ class RateLimiter:
             self._hits.popitem(last=False)
 
 
+def first_item_path(dataset_id: str) -> str:
+    """Argilla's page of a dataset's first pending record (annotation mode), on Argilla's origin."""
+    return f"/dataset/{dataset_id}/annotation-mode"
+
+
 def work_path(study: str, key: str) -> str:
     """The work frame's address on the portal (the portal's bar over Argilla)."""
     return f"/s/{study}/{key}/work"
@@ -409,7 +414,7 @@ class Portal:
         self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
         self._secret_read: tuple[float, str | None] | None = None  # (when, Prolific's webhook secret)
         self._progress_lock = threading.Lock()
-        self._progress_read: OrderedDict[str, float] = OrderedDict()  # username -> last Argilla read (monotonic)
+        self._progress_reads = RateLimiter(1, PROGRESS_READ_S)  # the bar's Argilla reads, per username
 
     # studies and collections -------------------------------------------------------------------
     def study_path(self, study: str) -> Path | None:
@@ -806,9 +811,9 @@ class Portal:
 
     def _first_item_url(self, participant: ParticipantState) -> str:
         """Argilla's page of the participant's first pending item (their dataset's annotation
-        mode), or Argilla's home when no dataset is known yet."""
+        mode, :func:`first_item_path`), or Argilla's home when no dataset is known yet."""
         base = self.settings.argilla_participant_url
-        return f"{base}/dataset/{participant.dataset_id}/annotation-mode" if participant.dataset_id else f"{base}/"
+        return f"{base}{first_item_path(participant.dataset_id)}" if participant.dataset_id else f"{base}/"
 
     def work(self, study: str, key: Key, cookie: str | None) -> WorkFrame:
         """The work frame: the portal's bar (progress, the way to the finish page) over Argilla.
@@ -825,7 +830,7 @@ class Portal:
         elif self.settings.argilla_serves_handover and participant.dataset_id:
             token, expires = self._mint(participant)
             target = argilla_session.handover_url(self.settings.argilla_participant_url, token, expires,
-                                                  f"/dataset/{participant.dataset_id}/annotation-mode")
+                                                  first_item_path(participant.dataset_id))
         else:
             target = self._password_sign_in(collection, participant)
         return WorkFrame(target, len(participant.submitted), len(participant.assignments))
@@ -836,14 +841,8 @@ class Portal:
         uses), read from Argilla, at most once per :data:`PROGRESS_READ_S` per participant."""
         collection, participant = self.participant(study, key, cookie)
         if participant.status == ACTIVE and not collection.webhooks_active():
-            now = time.monotonic()
             with self._progress_lock:
-                due = now - self._progress_read.get(participant.username, -PROGRESS_READ_S) >= PROGRESS_READ_S
-                if due:
-                    self._progress_read[participant.username] = now
-                    self._progress_read.move_to_end(participant.username)
-                    while len(self._progress_read) > 10_000:
-                        self._progress_read.popitem(last=False)
+                due = self._progress_reads.take(participant.username, time.monotonic())
             if due:
                 try:
                     participant = collection.refresh(participant)

@@ -32,15 +32,6 @@ class PlatformStore(StoreBase):
         with self._write(cid) as conn:
             conn.execute(update(t.participants).where(t.participants.c.id == pid).values(session_hash=value))
 
-    def find_by_session(self, session_id: str) -> tuple[CollectionInfo, ParticipantState] | None:
-        """The participant who entered with this platform session, in any collection."""
-        with self._read() as conn:
-            row = conn.execute(select(t.participants.c.id, t.participants.c.collection_id).where(
-                t.participants.c.session_hash == self.key_hash(session_id))).first()
-            if row is None:
-                return None
-            return self._info(row.collection_id, conn), self._participant(conn, row.id)
-
     def participations(self, *, session_id: str | None = None, key: str | None = None) -> list[Participation]:
         """Who a platform session (or a person's key) names, light: (collection, participant,
         status) per participation, without their assignments - what a webhook's reply needs."""

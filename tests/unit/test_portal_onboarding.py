@@ -261,5 +261,6 @@ def test_a_prolific_participant_who_passes_is_found_by_their_session_at_once(rig
     client.post(f"/s/{name}/study1/onboarding/next")
     passed = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
     assert passed.status_code == 303 and passed.headers["location"].endswith("/welcome")
-    found = rig.store.find_by_session(ids["SESSION_ID"])
-    assert found is not None and found[1].session_hash == rig.store.key_hash(ids["SESSION_ID"])
+    [found] = rig.store.participations(session_id=ids["SESSION_ID"])  # by the hash of the session
+    claimed = rig.store.participant(found.collection_id, rig.store.participants(found.collection_id)[0].username)
+    assert found.participant_id == claimed.id and claimed.session_hash == rig.store.key_hash(ids["SESSION_ID"])

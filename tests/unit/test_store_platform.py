@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crowdpref.store import Claimed, Store, StoreError, default_url
+from crowdpref.store.results import Participation
 
 
 def _store(tmp_path: Path) -> Store:
@@ -26,9 +27,11 @@ def test_a_session_is_found_by_its_hash_and_never_stored_raw(tmp_path: Path) -> 
     claimed = store.claim(info, "5f1e2d3c4b5a69788796a5b4", "prolific")
     assert isinstance(claimed, Claimed)
     store.record_session(info.id, claimed.participant.id, "65aa00bb11cc22dd33ee44ff")
-    found = store.find_by_session("65aa00bb11cc22dd33ee44ff")
-    assert found is not None and found[0].id == info.id and found[1].username == claimed.participant.username
-    assert store.find_by_session("000000000000000000000000") is None
+    assert store.participations(session_id="65aa00bb11cc22dd33ee44ff") == [
+        Participation(info.id, claimed.participant.id, "active")]
+    assert store.participations(session_id="000000000000000000000000") == []
+    assert store.participations(key="5f1e2d3c4b5a69788796a5b4") == [Participation(info.id, claimed.participant.id,
+                                                                                  "active")]
     assert [p.username for _, p in store.find_by_key("5f1e2d3c4b5a69788796a5b4")] == [claimed.participant.username]
     store.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("store.sqlite*"))
