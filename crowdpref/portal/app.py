@@ -34,7 +34,7 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   it starts and disables it when it stops, :mod:`crowdpref.portal.argilla_hooks`).
 - ``GET  /healthz``.
 
-Nothing logs query strings: uvicorn's access log is off and :class:`_PathOnlyLog` writes the
+Nothing logs query strings: uvicorn's access log is off and :class:`PathOnlyLog` writes the
 method, path and status only.
 
 Limits: a request body over ``MAX_BODY_BYTES`` (64 KiB; ``/hooks/argilla``:
@@ -133,6 +133,31 @@ class BodyLimit:
         await response(scope, _nothing, send)
 
 
+class PathOnlyLog:
+    """ASGI middleware: one log line per request - method, path (never the query string),
+    status and the app's time. A plain ASGI layer: no task and no response object per request
+    (Starlette's ``@app.middleware("http")`` costs both on every webhook and page)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [0]
+
+        async def noting_status(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_status)
+        finally:
+            log.info("%s %s %s %.0f ms", scope["method"], scope["path"], status[0] or 500,
+                     (time.perf_counter() - started) * 1000)
+
+
 async def _nothing() -> dict[str, Any]:
     return {"type": "http.disconnect"}
 
@@ -191,14 +216,6 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     app.state.portal = portal
     secure = portal.settings.portal_public_url.startswith("https://")
     proxies = trusted_proxies(portal.settings)
-
-    @app.middleware("http")
-    async def _path_only_log(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        log.info("%s %s %s %.0f ms", request.method, request.url.path, response.status_code,
-                 (time.perf_counter() - started) * 1000)
-        return response
 
     @app.exception_handler(InOnboarding)
     async def _in_onboarding(request: Request, exc: InOnboarding) -> Response:
@@ -386,6 +403,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         status, reply = await run_in_threadpool(portal.argilla_webhook, dict(request.headers), body)
         return JSONResponse(reply, status_code=status)
 
+    app.add_middleware(PathOnlyLog)
     app.add_middleware(BodyLimit)  # added last: the outermost layer, before anything reads a body
     return app
 

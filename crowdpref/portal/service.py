@@ -39,7 +39,7 @@ from crowdpref.onboarding import Graded, OnboardingConfig, grade, onboarding_of,
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
 from crowdpref.store.engine import StoreError
 from crowdpref.store.onboarding import PASSED, SCREENED_OUT
-from crowdpref.store.results import OnboardingState, Participation
+from crowdpref.store.results import OnboardingState
 
 Key = Literal["study1", "study2"]
 KEYS: tuple[Key, ...] = ("study1", "study2")
@@ -909,7 +909,8 @@ class Portal:
         recorded as ``pending`` with the participant, in the same row that de-duplicates the
         delivery, and their work is released after the reply (:meth:`run_delivery`, on
         :attr:`after_reply`); a portal that dies first runs it when it starts again
-        (:meth:`resume_deliveries`). Store reads and writes only here, no Argilla call."""
+        (:meth:`resume_deliveries`). One store transaction (:meth:`Store.record_status_delivery`:
+        the participant found, the delivery and its event written), no Argilla call."""
         from crowdpref.prolific import WebhookRejected, verify_webhook
 
         secret = self._webhook_secret()
@@ -926,8 +927,6 @@ class Portal:
                 event_id = verify_webhook(fresh, headers, body, now=self.clock())
         except WebhookRejected as exc:
             return exc.status, {"error": exc.reason}
-        if self.store.delivery_seen(event_id):
-            return 200, {"duplicate": True}
         try:
             payload = json.loads(body)
             if not isinstance(payload, dict):
@@ -935,21 +934,20 @@ class Portal:
         except ValueError:
             return 400, {"error": "body is not a JSON object"}
         kind = str(payload.get("event_type") or "submission.status.change")
-        found, status = self._named(kind, payload)
-        if found is None:
-            outcome = "ignored" if kind != "submission.status.change" else "unknown participant"
-            if not self.store.record_delivery(event_id, "prolific", kind, outcome):
+        if kind != "submission.status.change":
+            if not self.store.record_delivery(event_id, "prolific", kind, "ignored"):
                 return 200, {"duplicate": True}
-            return 200, {"outcome": outcome}
-        freeing = status in FREEING
-        outcome = f"{status}: queued" if freeing else f"recorded {status}"
-        named = (found.collection_id, found.participant_id, status)
-        if not self.store.record_delivery(event_id, "prolific", kind, outcome, pending=named if freeing else None,
-                                          status_event=named):
-            return 200, {"duplicate": True}  # the same delivery, recorded by a concurrent request
-        if freeing:
+            return 200, {"outcome": "ignored"}
+        session, person = payload.get("resource_id"), payload.get("participant_id")
+        recorded = self.store.record_status_delivery(
+            event_id, "prolific", kind, str(payload.get("status", "")).upper(), freeing=FREEING,
+            session_id=session if isinstance(session, str) and session else None,
+            key=person if isinstance(person, str) else None)
+        if recorded is None:
+            return 200, {"duplicate": True}  # recorded before, or by a concurrent request
+        if recorded.pending:
             self.after_reply.submit(event_id)
-        return 200, {"outcome": outcome}
+        return 200, {"outcome": recorded.outcome}
 
     def _webhook_secret(self, again: bool = False) -> str | None:
         """Prolific's webhook secret from the store, read once per :data:`SECRET_READ_S` (``again``:
@@ -959,22 +957,6 @@ class Portal:
         if again or held is None or held[1] is None or now - held[0] >= SECRET_READ_S:  # none yet: ask again
             held = self._secret_read = (now, self.store.get_meta(WEBHOOK_SECRET))
         return held[1]
-
-    def _named(self, kind: str, payload: Mapping[str, Any]) -> tuple[Participation | None, str]:
-        """The participation a status change names (by its session, else the person's only
-        active participation), and the status. Light: no participant's work is read."""
-        if kind != "submission.status.change":
-            return None, ""
-        status = str(payload.get("status", "")).upper()
-        found = None
-        session = payload.get("resource_id")
-        if isinstance(session, str) and session:
-            named = self.store.participations(session_id=session)
-            found = named[0] if named else None
-        if found is None and isinstance(payload.get("participant_id"), str):
-            active = [p for p in self.store.participations(key=payload["participant_id"]) if p.status == ACTIVE]
-            found = active[0] if len(active) == 1 else None
-        return found, status
 
     def run_delivery(self, event_id: str) -> str | None:
         """Do the work a pending delivery asks for - release the participant's unsubmitted work

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -14,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
-from crowdpref.store.results import CollectionInfo, ParticipantState, Participation, PlatformStudy
-from crowdpref.store.statuses import DeliveryState
+from crowdpref.store.results import CollectionInfo, ParticipantState, Participation, PlatformStudy, StatusDelivery
+from crowdpref.store.statuses import ACTIVE, DeliveryState
 
 PENDING, DONE = DeliveryState.PENDING, DeliveryState.DONE
 
@@ -35,11 +36,17 @@ class PlatformStore(StoreBase):
     def participations(self, *, session_id: str | None = None, key: str | None = None) -> list[Participation]:
         """Who a platform session (or a person's key) names, light: (collection, participant,
         status) per participation, without their assignments - what a webhook's reply needs."""
-        c = t.participants.c
-        where = c.session_hash == self.key_hash(session_id) if session_id is not None else \
-            c.key_hash == self.key_hash(key or "")
         with self._read() as conn:
-            rows = conn.execute(select(c.collection_id, c.id, c.status).where(where)).all()
+            if session_id is not None:
+                return self._participations(conn, session_hash=self.key_hash(session_id))
+            return self._participations(conn, key_hash=self.key_hash(key or ""))
+
+    @staticmethod
+    def _participations(conn: Any, *, session_hash: str | None = None,
+                        key_hash: str | None = None) -> list[Participation]:
+        c = t.participants.c
+        where = c.session_hash == session_hash if session_hash is not None else c.key_hash == key_hash
+        rows = conn.execute(select(c.collection_id, c.id, c.status).where(where)).all()
         return [Participation(r.collection_id, r.id, str(r.status)) for r in rows]
 
     def find_by_key(self, key: str) -> list[tuple[CollectionInfo, ParticipantState]]:
@@ -83,10 +90,37 @@ class PlatformStore(StoreBase):
                     self._event(conn, cid, "platform_study", platform=platform, state=state, places=places)
         return self.platform_study(cid)  # type: ignore[return-value]
 
-    def delivery_seen(self, event_id: str) -> bool:
-        with self._read() as conn:
-            return conn.execute(select(t.webhook_deliveries.c.event_id).where(
-                t.webhook_deliveries.c.event_id == event_id)).first() is not None
+    def record_status_delivery(self, event_id: str, source: str, kind: str, status: str, *,
+                               session_id: str | None, key: str | None,
+                               freeing: Collection[str]) -> StatusDelivery | None:
+        """Record a platform's status change in **one** transaction - what a webhook's reply
+        waits for: find the participation it names (by its session, else the person's only
+        active participation), then write the delivery (``pending`` with that participant when
+        ``status`` is in ``freeing``: its work is done after the reply) and its
+        ``platform_status`` event. None for a duplicate (the event id is recorded already)."""
+        found: Participation | None = None
+        try:
+            with self._write() as conn:  # no collection lock: a reply never waits for a claim
+                if session_id:
+                    found = next(iter(self._participations(conn, session_hash=self.key_hash(session_id))), None)
+                if found is None and key is not None:
+                    active = [p for p in self._participations(conn, key_hash=self.key_hash(key)) if p.status == ACTIVE]
+                    found = active[0] if len(active) == 1 else None
+                pending = found is not None and status in freeing
+                outcome = "unknown participant" if found is None else \
+                    f"{status}: queued" if pending else f"recorded {status}"
+                values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
+                                              received_at=self.clock(), outcome=outcome, state=DONE)
+                if found is not None:
+                    if pending:
+                        values.update(state=PENDING, collection_id=found.collection_id,
+                                      participant_id=found.participant_id, platform_status=status[:30])
+                conn.execute(insert(t.webhook_deliveries).values(**values))
+                if found is not None:
+                    self._event(conn, found.collection_id, "platform_status", found.participant_id, status=status)
+        except IntegrityError:
+            return None
+        return StatusDelivery(found, outcome, pending)
 
     def record_delivery(self, event_id: str, source: str, kind: str, outcome: str, *,
                         pending: tuple[int, int, str] | None = None,

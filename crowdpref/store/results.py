@@ -200,3 +200,14 @@ class Participation:
     collection_id: int
     participant_id: int
     status: str
+
+
+@dataclass(frozen=True)
+class StatusDelivery:
+    """A platform's status change, recorded (:meth:`Store.record_status_delivery`): the
+    participation it names (None: nobody this store knows), the outcome written, and whether
+    work is left pending for after the reply."""
+
+    found: Participation | None
+    outcome: str
+    pending: bool

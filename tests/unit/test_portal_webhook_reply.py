@@ -2,8 +2,8 @@
 answering: the webhook secret is read from the store once per ``SECRET_READ_S`` (and again at
 once when a signature fails with the secret held, so a secret replaced by ``crowdpref
 prolific-webhooks --force`` is honoured from its first delivery); the participant is found
-without reading their work; the delivery and its ``platform_status`` event are written in one
-transaction."""
+without reading their work, in the transaction that writes the delivery and its
+``platform_status`` event: one store transaction per reply."""
 
 from __future__ import annotations
 
@@ -64,6 +64,15 @@ def test_a_return_is_queued_with_its_event_in_one_write_without_reading_the_work
     # the same event again: a duplicate, and no second event
     assert rig.portal.prolific_webhook(*_delivery("s", body, "ev-1")) == (200, {"duplicate": True})
     assert len(rig.store.events(collection.info.id, kinds=["platform_status"])) == 1
+    # with the secret held, a reply is one store transaction (found, recorded, logged)
+    transactions: list[str] = []
+    read, write = rig.store._read, rig.store._write
+    monkeypatch.setattr(rig.store, "_read", lambda *a, **k: (transactions.append("read"), read(*a, **k))[1])
+    monkeypatch.setattr(rig.store, "_write", lambda *a, **k: (transactions.append("write"), write(*a, **k))[1])
+    review = dict(body, status="AWAITING REVIEW")
+    assert rig.portal.prolific_webhook(*_delivery("s", review, "ev-2")) == (200, {"outcome": "recorded AWAITING REVIEW"})
+    assert transactions == ["write"]
+    assert len(rig.store.events(collection.info.id, kinds=["platform_status"])) == 2
 
 
 def _counting(init, built):

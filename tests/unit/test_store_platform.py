@@ -4,12 +4,13 @@ completion codes stable per collection and different between them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from crowdpref.store import Claimed, Store, StoreError, default_url
-from crowdpref.store.results import Participation
+from crowdpref.store.results import Participation, StatusDelivery
 
 
 def _store(tmp_path: Path) -> Store:
@@ -51,11 +52,41 @@ def test_one_platform_study_per_collection(tmp_path: Path) -> None:
 
 def test_a_webhook_delivery_is_recorded_once(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    assert not store.delivery_seen("evt-1")
     assert store.record_delivery("evt-1", "prolific", "submission.status.change", "RETURNED: work released")
-    assert store.delivery_seen("evt-1")
     assert not store.record_delivery("evt-1", "prolific", "submission.status.change", "again")
     assert [d["outcome"] for d in store.deliveries("prolific")] == ["RETURNED: work released"]
+
+
+def test_a_status_change_is_matched_and_recorded_in_one_transaction(tmp_path: Path) -> None:
+    """The webhook reply's one write: the participant its session (else the person's only
+    active participation) names, the delivery - pending when the status frees a place - and one
+    ``platform_status`` event; a duplicate writes nothing."""
+    store = _store(tmp_path)
+    info = _collection(store)
+    claimed = store.claim(info, "5f1e2d3c4b5a69788796a5b4", "prolific")
+    store.record_session(info.id, claimed.participant.id, "65aa00bb11cc22dd33ee44ff")
+    writes: list[int] = []
+    begin = store._write
+    store._write = lambda *a, **k: (writes.append(1), begin(*a, **k))[1]  # type: ignore[method-assign]
+    freeing = {"RETURNED"}
+    found = Participation(info.id, claimed.participant.id, "active")
+    returned = store.record_status_delivery("e1", "prolific", "submission.status.change", "RETURNED",
+                                            session_id="65aa00bb11cc22dd33ee44ff", key=None, freeing=freeing)
+    assert returned == StatusDelivery(found, "RETURNED: queued", True) and writes == [1]
+    assert store.pending_deliveries("prolific") == ["e1"]
+    # the same event again: nothing written
+    assert store.record_status_delivery("e1", "prolific", "submission.status.change", "RETURNED",
+                                        session_id="65aa00bb11cc22dd33ee44ff", key=None, freeing=freeing) is None
+    # by the person's key (no session): their one active participation; a status that frees nothing
+    awaiting = store.record_status_delivery("e2", "prolific", "submission.status.change", "AWAITING REVIEW",
+                                            session_id=None, key="5f1e2d3c4b5a69788796a5b4", freeing=freeing)
+    assert awaiting == StatusDelivery(found, "recorded AWAITING REVIEW", False)
+    nobody = store.record_status_delivery("e3", "prolific", "submission.status.change", "RETURNED",
+                                          session_id="000000000000000000000000", key="0" * 24, freeing=freeing)
+    assert nobody == StatusDelivery(None, "unknown participant", False)
+    assert [json.loads(e["detail"]) for e in store.events(info.id, kinds=["platform_status"])] == [
+        {"status": "RETURNED"}, {"status": "AWAITING REVIEW"}]
+    assert store.pending_deliveries("prolific") == ["e1"] and len(store.deliveries("prolific")) == 3
 
 
 def test_secrets_are_created_once_and_survive_reopening(tmp_path: Path) -> None:
