@@ -115,8 +115,7 @@ class ClaimsStore(StoreBase):
         p, a, s = t.participants.c, t.accounts.c, t.assignments.c
         with self._write(info.id) as conn:
             info = self._info(info.id, conn)  # R, Q... as the store holds them now (the config may have changed)
-            existing = conn.execute(select(p.id, p.status, p.withdrawn_at).where(
-                p.collection_id == info.id, p.key_hash == key_hash)).first()
+            existing = conn.execute(_FIND_PARTICIPANT, {"cid": info.id, "key_hash": key_hash}).first()
             if existing is not None:
                 if (existing.status in (ParticipantStatus.RELEASING, ParticipantStatus.RELEASED)
                         or existing.withdrawn_at is not None):
@@ -132,18 +131,16 @@ class ClaimsStore(StoreBase):
                 self._event(conn, info.id, "full")
                 return Full()
             chosen = [row.item_id for row in open_rows]
-            account_row = conn.execute(select(a.id, a.username, a.dataset_id).where(
-                a.collection_id == info.id, a.state == AccountState.READY,
-                ~exists().where(p.account_id == a.id)).order_by(a.id).limit(1)).first()
+            account_row = conn.execute(_READY_ACCOUNT, {"cid": info.id}).first()
             if account_row is not None:
-                conn.execute(update(t.accounts).where(a.id == account_row.id).values(state=AccountState.BOUND))
+                conn.execute(_BIND_ACCOUNT, {"aid": account_row.id})
                 account = Account(account_row.id, account_row.username, AccountState.BOUND,
                                   self._password(conn, account_row.id))
                 dataset_id = account_row.dataset_id
             else:
                 account, dataset_id = self._new_account(conn, info, AccountState.CREATING), None
             account_id = account.id
-            pid = conn.execute(insert(t.participants).values(
+            pid = conn.execute(_INSERT_PARTICIPANT, dict(
                 collection_id=info.id, key_hash=key_hash, source=source, account_id=account_id,
                 status=ParticipantStatus.ACTIVE, claimed_at=now, last_activity_at=now, records_logged=False,
                 drop_requested=False,
@@ -151,7 +148,7 @@ class ClaimsStore(StoreBase):
             orders = self._display_orders(conn, info, chosen, key_hash) if info.counterbalance else {}
             extra = list(checks(chosen, orders, key_hash)) if checks is not None else []
             batch = [(item, orders.get(item)) for item in chosen] + [(item, swapped) for item, swapped in extra]
-            conn.execute(insert(t.assignments), [
+            conn.execute(_INSERT_ASSIGNMENTS, [
                 {"collection_id": info.id, "participant_id": pid, "item_id": item, "position": n,
                  "status": AssignmentStatus.HELD, "swapped": swapped, "assigned_at": now}
                 for n, (item, swapped) in enumerate(batch)
@@ -225,6 +222,28 @@ class ClaimsStore(StoreBase):
             return problems
 
 
+# The claim's statements, built once: a claim is on every arrival's path, and building a
+# statement (and its cache key) costs more than SQLite takes to run it.
+_p, _a, _c = t.participants.c, t.accounts.c, t.item_counts.c
+_FIND_PARTICIPANT = select(_p.id, _p.status, _p.withdrawn_at).where(
+    _p.collection_id == bindparam("cid"), _p.key_hash == bindparam("key_hash"))
+_READY_ACCOUNT = (select(_a.id, _a.username, _a.dataset_id)
+                  .where(_a.collection_id == bindparam("cid"), _a.state == AccountState.READY,
+                         ~exists().where(_p.account_id == _a.id))
+                  .order_by(_a.id).limit(1))
+_BIND_ACCOUNT = update(t.accounts).where(_a.id == bindparam("aid")).values(state=AccountState.BOUND)
+_INSERT_PARTICIPANT = insert(t.participants)
+_INSERT_ASSIGNMENTS = insert(t.assignments)
+_NEXT_LEVEL = (select(_c.taken).where(_c.collection_id == bindparam("cid"), _c.taken > bindparam("above"),
+                                      _c.taken < bindparam("copies"))
+               .order_by(_c.taken).limit(1))
+"""The least-taken level above ``above`` with copies still missing."""
+_AT_LEVEL = select(_c.item_id, _c.released, _c.excluded, _c.reopened, _c.withdrawn).where(
+    _c.collection_id == bindparam("cid"), _c.taken == bindparam("level"))
+_AT_LEVEL_FROM = _AT_LEVEL.where(_c.rank >= bindparam("start")).order_by(_c.rank, _c.item_id).limit(bindparam("need"))
+_AT_LEVEL_BEFORE = _AT_LEVEL.where(_c.rank < bindparam("start")).order_by(_c.rank, _c.item_id).limit(bindparam("need"))
+"""A level's items from the participant's point on the rank circle, then from its start (wrapping round)."""
+
 _SEEN_ORDERS = (select(t.assignments.c.item_id, t.assignments.c.swapped, func.count())
                 .where(t.assignments.c.collection_id == bindparam("cid"),
                        t.assignments.c.item_id.in_(bindparam("items", expanding=True)),
@@ -240,22 +259,17 @@ def _open_items(conn: Connection, info: CollectionInfo, key_hash: str) -> list[R
     (a seeded hash of the collection's seed and their key), wrapping round - so simultaneous
     arrivals start at different points and spread out. Only levels below R; a few index
     range reads of at most Q rows each, however many items the collection has."""
-    c = t.item_counts.c
     start = counts.rank(info.seed, key_hash)
-    columns = (c.item_id, c.released, c.excluded, c.reopened, c.withdrawn)
     chosen: list[Row[Any]] = []
     level = -1
     while len(chosen) < info.per_participant:
-        level = conn.execute(select(c.taken).where(c.collection_id == info.id, c.taken > level,
-                                                   c.taken < info.copies)
-                             .order_by(c.taken).limit(1)).scalar()
+        level = conn.execute(_NEXT_LEVEL, {"cid": info.id, "above": level, "copies": info.copies}).scalar()
         if level is None:
             break
-        at_level = select(*columns).where(c.collection_id == info.id, c.taken == level)
-        for part in (c.rank >= start, c.rank < start):
+        for part in (_AT_LEVEL_FROM, _AT_LEVEL_BEFORE):
             need = info.per_participant - len(chosen)
             if need:
-                chosen += conn.execute(at_level.where(part).order_by(c.rank, c.item_id).limit(need)).all()
+                chosen += conn.execute(part, {"cid": info.id, "level": level, "start": start, "need": need}).all()
     return chosen
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, insert, select
 from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlalchemy.pool import QueuePool
 
@@ -169,7 +169,7 @@ class StoreBase:
         if conn is None:
             with self._read() as own:
                 return self._info(cid, own)
-        row = conn.execute(select(t.collections).where(t.collections.c.id == cid)).one()
+        row = conn.execute(_COLLECTION, {"cid": cid}).one()
         return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
                               bool(row.counterbalance), row.username_prefix)
 
@@ -186,7 +186,7 @@ class StoreBase:
         return Account(account_id, username, state, password)
 
     def _password(self, conn: Connection, account_id: int) -> str:
-        return conn.execute(select(t.credentials.c.password).where(t.credentials.c.account_id == account_id)).scalar_one()
+        return conn.execute(_PASSWORD, {"aid": account_id}).scalar_one()
 
     def _participant(self, conn: Connection, pid: int) -> ParticipantState:
         return self._participants(conn, [pid])[0]
@@ -255,6 +255,8 @@ class StoreBase:
 
 # --- engine, migrations --------------------------------------------------------------------------
 _INSERT_EVENT = insert(t.events)
+_COLLECTION = select(t.collections).where(t.collections.c.id == bindparam("cid"))
+_PASSWORD = select(t.credentials.c.password).where(t.credentials.c.account_id == bindparam("aid"))
 
 
 def _cannot_open(url: str, exc: BaseException) -> str:
