@@ -153,8 +153,8 @@ class ClaimsStore(StoreBase):
             counts.shift(conn, info.id, [(item, None, AssignmentStatus.HELD) for item in chosen])
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
                         warm=account_row is not None)
-            reallocated = [row.item_id for row in open_rows
-                           if row.released or row.excluded or row.reopened or row.withdrawn]
+            # items given back before (released, excluded, reopened or withdrawn copies)
+            reallocated = [item for item, *given_back in open_rows if any(given_back)]
             if reallocated:  # one statement for them all (a busy study re-takes up to Q released slots)
                 conn.execute(insert(t.events), [
                     {"collection_id": info.id, "at": now, "kind": "reallocated", "participant_id": pid,

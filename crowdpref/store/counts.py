@@ -45,25 +45,40 @@ Move = tuple[str, "str | None", str]
 def shift(conn: Connection, cid: int, moves: Iterable[Move]) -> None:
     """Apply assignment moves to the counts of collection ``cid`` (one UPDATE per distinct
     change; an item without a row - a quality check - is left alone)."""
-    deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for item, before, after in moves:
-        if before == after:
-            continue
-        delta = deltas[item]
-        if before is not None:
-            delta[before] -= 1
-            if before in IN_FLIGHT_OR_DONE:
-                delta["taken"] -= 1
-        delta[after] += 1
-        if after in IN_FLIGHT_OR_DONE:
-            delta["taken"] += 1
+    moves = list(moves)
     groups: dict[tuple[tuple[str, int], ...], list[str]] = defaultdict(list)
-    for item, delta in deltas.items():
-        key = tuple(sorted((column, n) for column, n in delta.items() if n))
-        if key:
-            groups[key].append(item)
+    if len({item for item, _, _ in moves}) == len(moves):  # each item moves once (a claim, a release...)
+        for item, before, after in moves:
+            key = _change(before, after)
+            if key:
+                groups[key].append(item)
+    else:  # an item moves more than once: add its moves up first
+        deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for item, before, after in moves:
+            for column, n in _change(before, after):
+                deltas[item][column] += n
+        for item, delta in deltas.items():
+            key = tuple(sorted((column, n) for column, n in delta.items() if n))
+            if key:
+                groups[key].append(item)
     for key, items in groups.items():
         conn.execute(_shift_statement(key), {"cid": cid, "items": items})
+
+
+@functools.lru_cache(maxsize=64)
+def _change(before: str | None, after: str) -> tuple[tuple[str, int], ...]:
+    """What one assignment's move does to its item's counts: (column, +1/-1) pairs, sorted."""
+    delta: dict[str, int] = defaultdict(int)
+    if before == after:
+        return ()
+    if before is not None:
+        delta[before] -= 1
+        if before in IN_FLIGHT_OR_DONE:
+            delta["taken"] -= 1
+    delta[after] += 1
+    if after in IN_FLIGHT_OR_DONE:
+        delta["taken"] += 1
+    return tuple(sorted((str(column), n) for column, n in delta.items() if n))
 
 
 @functools.lru_cache(maxsize=256)
