@@ -29,10 +29,13 @@ demo: setup
 # Runs the whole suite, after building the docs strictly (a broken link or a reference to a
 # missing object fails it). Services the tests need are started by session fixtures and stopped
 # at the end; the trap also stops anything left by an interrupted run.
+# TEST_WORKERS processes share the files (pytest-xdist, a file's tests stay on one worker); each
+# starts the services its tests need in its own state folder. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: setup docs-check
 	@mkdir -p test-output
 	@trap 'for home in test-output/state-*; do [ -d "$$home" ] && CROWDPREF_HOME=$$home $(CROWDPREF) down >/dev/null 2>&1; done; true' EXIT; \
-	  $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	  $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)

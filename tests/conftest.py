@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from crowdpref.settings import Settings, load_settings
+# pytest-xdist's workers start with COLUMNS/LINES of a 80x24 terminal in their environment; rich
+# fixes a console's width from COLUMNS when the console is made (crowdpref.cli's, at import), so
+# the CLI tests' own COLUMNS (CliRunner's env) would be ignored and tables wrap differently.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
+from crowdpref.settings import Settings, load_settings  # noqa: E402
 
 if TYPE_CHECKING:
     from services.postgres import PostgresServer
