@@ -109,40 +109,35 @@ class PlatformStore(StoreBase):
                 pending = found is not None and status in freeing
                 outcome = "unknown participant" if found is None else \
                     f"{status}: queued" if pending else f"recorded {status}"
-                values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
-                                              received_at=self.clock(), outcome=outcome, state=DONE)
-                if found is not None:
-                    if pending:
-                        values.update(state=PENDING, collection_id=found.collection_id,
-                                      participant_id=found.participant_id, platform_status=status[:30])
-                conn.execute(insert(t.webhook_deliveries).values(**values))
+                self._insert_delivery(conn, event_id, source, kind, outcome,
+                                      (found.collection_id, found.participant_id, status) if pending else None)
                 if found is not None:
                     self._event(conn, found.collection_id, "platform_status", found.participant_id, status=status)
         except IntegrityError:
             return None
         return StatusDelivery(found, outcome, pending)
 
-    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str, *,
-                        pending: tuple[int, int, str] | None = None,
-                        status_event: tuple[int, int, str] | None = None) -> bool:
-        """Remember a webhook event; False when it was already recorded (a duplicate delivery
-        recorded meanwhile). ``pending``: (collection id, participant id, platform status) - the
-        work the event asks for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`).
-        ``status_event``: (collection id, participant id, platform status) logged as a
-        ``platform_status`` event in the same transaction."""
+    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str) -> bool:
+        """Remember a webhook event that asks for nothing more (ignored, or handled at once);
+        False when it was already recorded (a duplicate delivery recorded meanwhile)."""
+        try:
+            with self._write() as conn:  # no collection lock: a reply never waits for a claim
+                self._insert_delivery(conn, event_id, source, kind, outcome)
+            return True
+        except IntegrityError:
+            return False
+
+    def _insert_delivery(self, conn: Any, event_id: str, source: str, kind: str, outcome: str,
+                         pending: tuple[int, int, str] | None = None) -> None:
+        """The delivery's row (its event id de-duplicates: a second insert raises IntegrityError).
+        ``pending``: (collection id, participant id, platform status) - the work the event asks
+        for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`)."""
         values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
                                       received_at=self.clock(), outcome=outcome[:200], state=DONE)
         if pending is not None:
             cid, pid, status = pending
             values.update(state=PENDING, collection_id=cid, participant_id=pid, platform_status=status[:30])
-        try:
-            with self._write() as conn:  # no collection lock: a reply never waits for a claim
-                conn.execute(insert(t.webhook_deliveries).values(**values))
-                if status_event is not None:
-                    self._event(conn, status_event[0], "platform_status", status_event[1], status=status_event[2])
-            return True
-        except IntegrityError:
-            return False
+        conn.execute(insert(t.webhook_deliveries).values(**values))
 
     def pending_deliveries(self, source: str = "prolific") -> list[str]:
         """The event ids of deliveries replied to whose work is not done yet (oldest first)."""

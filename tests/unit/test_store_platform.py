@@ -87,6 +87,12 @@ def test_a_status_change_is_matched_and_recorded_in_one_transaction(tmp_path: Pa
     assert [json.loads(e["detail"]) for e in store.events(info.id, kinds=["platform_status"])] == [
         {"status": "RETURNED"}, {"status": "AWAITING REVIEW"}]
     assert store.pending_deliveries("prolific") == ["e1"] and len(store.deliveries("prolific")) == 3
+    # a status of any length fits the delivery's columns (outcome 200, platform status 30 characters)
+    long = "RETURNED" + "X" * 300
+    assert store.record_status_delivery("e4", "prolific", "submission.status.change", long,
+                                        session_id="65aa00bb11cc22dd33ee44ff", key=None, freeing={long}).pending
+    [row] = [d for d in store.deliveries("prolific") if d["event_id"] == "e4"]
+    assert len(row["outcome"]) == 200 and len(row["platform_status"]) == 30
 
 
 def test_secrets_are_created_once_and_survive_reopening(tmp_path: Path) -> None:
