@@ -9,6 +9,7 @@ index (:mod:`crowdpref.store.counts`), so its cost does not grow with the number
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
@@ -148,7 +149,7 @@ class ClaimsStore(StoreBase):
             extra = list(checks(chosen, orders, key_hash)) if checks is not None else []
             batch = [(item, orders.get(item)) for item in chosen] + [(item, swapped) for item, swapped in extra]
             held = str(AssignmentStatus.HELD)
-            conn.exec_driver_sql(_insert_assignments_sql(conn), [
+            conn.exec_driver_sql(_insert_assignments_sql(conn.dialect.paramstyle), [
                 (info.id, pid, item, n, held, swapped, now) for n, (item, swapped) in enumerate(batch)])
             counts.shift(conn, info.id, [(item, None, AssignmentStatus.HELD) for item in chosen])
             self._event(conn, info.id, "claimed", pid, at=now, items=len(chosen), source=source,
@@ -231,16 +232,6 @@ _BIND_ACCOUNT = update(t.accounts).where(_a.id == bindparam("aid")).values(state
 _INSERT_PARTICIPANT = insert(t.participants)
 _UNSEEN = (0, 0)
 _ASSIGNMENT_COLUMNS = ("collection_id", "participant_id", "item_id", "position", "status", "swapped", "assigned_at")
-
-
-def _insert_assignments_sql(conn: Connection) -> str:
-    """A claim's assignments as the driver's own executemany (60 rows: SQLAlchemy's per-row
-    parameter processing cost more than SQLite's inserts)."""
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    return (f"INSERT INTO assignments ({', '.join(_ASSIGNMENT_COLUMNS)}) "
-            f"VALUES ({', '.join([mark] * len(_ASSIGNMENT_COLUMNS))})")
-
-
 _NEXT_LEVEL = (select(_c.taken).where(_c.collection_id == bindparam("cid"), _c.taken > bindparam("above"),
                                       _c.taken < bindparam("copies"))
                .order_by(_c.taken).limit(1))
@@ -250,6 +241,17 @@ _AT_LEVEL = select(_c.item_id, _c.released, _c.excluded, _c.reopened, _c.withdra
 _AT_LEVEL_FROM = _AT_LEVEL.where(_c.rank >= bindparam("start")).order_by(_c.rank, _c.item_id).limit(bindparam("need"))
 _AT_LEVEL_BEFORE = _AT_LEVEL.where(_c.rank < bindparam("start")).order_by(_c.rank, _c.item_id).limit(bindparam("need"))
 """A level's items from the participant's point on the rank circle, then from its start (wrapping round)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _insert_assignments_sql(paramstyle: str) -> str:
+    """A claim's assignments as the driver's own executemany (60 rows: SQLAlchemy's per-row
+    parameter processing cost more than SQLite's inserts), in the driver's paramstyle (SQLite's
+    ``qmark``, psycopg's ``%s``)."""
+    mark = "?" if paramstyle == "qmark" else "%s"
+    return (f"INSERT INTO assignments ({', '.join(_ASSIGNMENT_COLUMNS)}) "
+            f"VALUES ({', '.join([mark] * len(_ASSIGNMENT_COLUMNS))})")
+
 
 _SEEN_ORDERS = (select(t.assignments.c.item_id, t.assignments.c.swapped, func.count())
                 .where(t.assignments.c.collection_id == bindparam("cid"),
