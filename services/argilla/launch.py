@@ -16,9 +16,11 @@ the stock ``database users create`` which echoes an existing API key.
 processes import it afresh) first moves bcrypt off argilla-server's event loop
 (:func:`bcrypt_off_the_loop`): a user's creation, password change and login hash or check the
 password in a thread, so a burst of them no longer stops every other request, and two cores hash
-at once (pyca/bcrypt releases the GIL). If argilla-server's internals it relies on changed, the
-start fails with one ``crowdpref: `` line instead of running with bcrypt on the loop. Both also
-serve the session hand-over page (:func:`mount_session_handover`).
+at once (pyca/bcrypt releases the GIL), and makes record writes cheaper (``record_writes.py``:
+no webhook event built for records when no webhook wants one, settings parsed without a new
+pydantic schema per value). If argilla-server's internals they rely on changed, the start fails
+with one ``crowdpref: `` line instead of running unpatched. Both also serve the session
+hand-over page (:func:`mount_session_handover`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
+from record_writes import PatchProblem, lighter_record_writes  # noqa: E402
 
 
 PROBLEM_PREFIX = "crowdpref: "
@@ -176,15 +179,21 @@ def mount_session_handover(app: Any) -> None:
     app.router.routes.insert(0, Route(HANDOVER_PATH, handover, methods=["GET"]))
 
 
+def _patched_or_exit() -> None:
+    """Every patch of the launcher, or one ``crowdpref:`` line and exit status 1."""
+    try:
+        bcrypt_off_the_loop()
+        lighter_record_writes()
+    except (LauncherProblem, PatchProblem) as exc:  # one line for the operator, not a traceback per worker
+        print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
 def __getattr__(name: str) -> Any:
-    """``launch:app``: argilla-server's ASGI app with bcrypt off the loop (for uvicorn's worker
-    processes, which import the app themselves rather than run :func:`main`)."""
+    """``launch:app``: argilla-server's ASGI app, patched (for uvicorn's worker processes, which
+    import the app themselves rather than run :func:`main`)."""
     if name == "app":
-        try:
-            bcrypt_off_the_loop()
-        except LauncherProblem as exc:  # one line for the operator, not a traceback per worker
-            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
-            raise SystemExit(1) from None
+        _patched_or_exit()
         from argilla_server import app
 
         mount_session_handover(app)
@@ -252,11 +261,7 @@ def main() -> None:
         print("owner password and API key replaced")
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "start":
-        try:
-            bcrypt_off_the_loop()
-        except LauncherProblem as exc:
-            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
-            sys.exit(1)
+        _patched_or_exit()
         from argilla_server import app as server_app  # the object uvicorn's "argilla_server:app" finds
 
         mount_session_handover(server_app)

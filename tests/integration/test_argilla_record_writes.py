@@ -1,0 +1,187 @@
+"""The launcher's record-write patches (services/argilla/record_writes.py) change what argilla-server
+costs, never what it stores, answers or sends.
+
+One script runs argilla-server's own HTTP API in-process (its ASGI app with its lifespan, on a
+real migrated SQLite database, in the Argilla venv), once stock and once patched, and does what a
+study does to a dataset: records written in bulk (each with a metadata value the dataset
+declares), one rewritten, one deleted, one refused for a metadata value outside the property's
+terms. It counts the record webhook events argilla-server builds, the ``TypeAdapter`` objects its
+models construct, and the webhook jobs it enqueues (``notify_event_job.delay`` recorded instead of
+sent to Redis). First with one webhook on ``response.created`` only (crowdpref's portal subscribes
+to response events), then with one on ``record.created``/``updated``/``deleted``.
+
+- Patched, the first phase builds no record event and no adapter; stock builds one event per
+  record and one adapter per metadata value.
+- Both variants answer the same, enqueue the same jobs (events, records, payloads), and refuse
+  the bad metadata with the same message.
+- The running server (``launch:app``, as uvicorn's workers load it) has both patches applied, and
+  an argilla-server whose internals changed makes ``start`` exit 1 with one ``crowdpref:`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.integration.test_argilla_bcrypt import ARGILLA_PYTHON, LAUNCH_DIR, _argilla_env
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not ARGILLA_PYTHON.exists(), reason="no Argilla venv (.venv-argilla): run make setup")]
+
+RECORDS = 10
+SCRIPT = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[2])
+import launch, record_writes
+if sys.argv[1] == "patched":
+    record_writes.lighter_record_writes()
+import httpx
+from argilla_server import app, _app
+from argilla_server.jobs import webhook_jobs
+from argilla_server.models import database
+from argilla_server.webhooks.v1 import records as record_events
+
+_app.configure_redis = lambda: None  # its lifespan pings Redis; the jobs below never reach it
+N = int(sys.argv[4])
+counts = {"built": 0, "adapters": 0}
+jobs = []
+
+class Delay:  # notify_event_job.delay, recorded instead of queued in Redis
+    @staticmethod
+    def delay(webhook_id, event, timestamp, data):
+        jobs.append({"event": str(event), "external_id": data.get("external_id"), "keys": sorted(data)})
+        return None
+webhook_jobs.notify_event_job = Delay
+
+stock_validate = record_events.RecordEventSchema.model_validate
+def counted_validate(obj, *args, **kwargs):  # what building a record event costs: its schema
+    counts["built"] += 1
+    return stock_validate(obj, *args, **kwargs)
+record_events.RecordEventSchema.model_validate = counted_validate
+
+class CountedAdapter(database.TypeAdapter):
+    def __init__(self, *args, **kwargs):
+        counts["adapters"] += 1
+        super().__init__(*args, **kwargs)
+database.TypeAdapter = CountedAdapter
+
+async def main():
+    problem = await launch._set_owner(__import__("pathlib").Path(sys.argv[3]), replace=False)
+    assert not problem, problem
+    key = json.load(open(sys.argv[3]))["api_key"]
+    out = {}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://argilla",
+                                     headers={"X-Argilla-Api-Key": key}) as c:
+            async def call(method, path, expect, **kw):
+                r = await c.request(method, "/api/v1" + path, **kw)
+                assert r.status_code == expect, (method, path, r.status_code, r.text)
+                return r.json() if r.content else None
+            ws = await call("POST", "/workspaces", 201, json={"name": "w"})
+            ds = await call("POST", "/datasets", 201, json={"name": "d", "workspace_id": ws["id"]})
+            d = "/datasets/" + ds["id"]
+            await call("POST", d + "/fields", 201, json={"name": "text", "title": "Text", "settings": {"type": "text"}})
+            await call("POST", d + "/questions", 201, json={"name": "q", "title": "Q", "required": True, "settings": {
+                "type": "rating", "options": [{"value": 1}, {"value": 2}]}})
+            await call("POST", d + "/metadata-properties", 201, json={"name": "category", "title": "Category", "settings": {
+                "type": "terms", "values": ["a", "b"]}})
+            await call("PUT", d + "/publish", 200)
+            hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": ["response.created"]})
+
+            def items(prefix, category="a"):
+                return {"items": [{"external_id": f"{prefix}{i}", "fields": {"text": f"question {i}"},
+                                   "metadata": {"category": category}} for i in range(N)]}
+            counts.update(built=0, adapters=0)
+            written = await call("PUT", d + "/records/bulk", 200, json=items("r"))
+            out["response_only"] = {**counts, "jobs": list(jobs), "answer": sorted(
+                (r["external_id"], r["metadata"]["category"], r["status"]) for r in written["items"])}
+            bad = await c.put("/api/v1" + d + "/records/bulk", json=items("x", category="z"))
+            out["bad_metadata"] = [bad.status_code, bad.json()]
+            await call("DELETE", "/webhooks/" + hook["id"], 200)
+            await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
+                "record.created", "record.updated", "record.deleted"]})
+            jobs.clear(); counts.update(built=0, adapters=0)
+            await call("PUT", d + "/records/bulk", 200, json=items("s"))
+            await call("PUT", d + "/records/bulk", 200, json={"items": [
+                {"external_id": "s0", "fields": {"text": "rewritten"}, "metadata": {"category": "b"}}]})
+            listed = await call("GET", d + "/records", 200, params={"limit": 100})
+            gone = next(r["id"] for r in listed["items"] if r["external_id"] == "s1")
+            await call("DELETE", d + "/records", 204, params={"ids": gone})
+            out["record_hook"] = {"built": counts["built"], "jobs": list(jobs)}
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def _run(tmp_path, variant: str) -> dict:
+    migrated = tmp_path / "migrated"
+    if not migrated.exists():
+        migrated.mkdir()
+        migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
+                                 env=_argilla_env(migrated), capture_output=True, text=True, timeout=300)
+        assert migrate.returncode == 0, migrate.stderr[-2000:]
+    home = tmp_path / variant
+    home.mkdir()
+    shutil.copy2(migrated / "argilla.db", home / "argilla.db")
+    creds = home / "owner.json"
+    creds.write_text(json.dumps({"username": "owner", "password": "owner-password-1234",
+                                 "api_key": f"key-{variant}-0123456789abcdef"}))
+    env = {**_argilla_env(home), "ARGILLA_SEARCH_ENGINE": "crowdpref-sql"}
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", SCRIPT, variant, str(LAUNCH_DIR), str(creds), str(RECORDS)],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=home)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answer_and_send_the_same(tmp_path):
+    stock, patched = _run(tmp_path, "stock"), _run(tmp_path, "patched")
+    # what the study's write costs: stock builds an event per record and an adapter per value
+    assert stock["response_only"]["built"] == RECORDS and stock["response_only"]["adapters"] >= RECORDS
+    assert patched["response_only"]["built"] == 0 and patched["response_only"]["adapters"] == 0
+    # ... and what it does is the same
+    assert stock["response_only"]["jobs"] == patched["response_only"]["jobs"] == []
+    assert stock["response_only"]["answer"] == patched["response_only"]["answer"]
+    assert [r[0] for r in patched["response_only"]["answer"]] == sorted(f"r{i}" for i in range(RECORDS))
+    assert stock["bad_metadata"] == patched["bad_metadata"] and stock["bad_metadata"][0] == 422
+    assert "category" in json.dumps(patched["bad_metadata"][1])
+    # a webhook that wants record events gets every one, with the stock payload
+    sent = patched["record_hook"]["jobs"]
+    assert sent == stock["record_hook"]["jobs"]
+    assert patched["record_hook"]["built"] == stock["record_hook"]["built"] == RECORDS + 2
+    assert [(j["event"], j["external_id"]) for j in sent] == (
+        [("record.created", f"s{i}") for i in range(RECORDS)] + [("record.updated", "s0"), ("record.deleted", "s1")])
+    assert all({"id", "external_id", "fields", "metadata", "dataset"} <= set(j["keys"]) for j in sent)
+
+
+def test_the_multi_worker_entry_applies_the_record_write_patches(tmp_path):
+    """``uvicorn launch:app --workers N`` loads ``launch:app`` in each worker: both patches on."""
+    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); import launch, record_writes; launch.app; "
+            "from argilla_server.models import database; from argilla_server.webhooks.v1 import records; "
+            "print(getattr(database, record_writes.PATCHED, False), getattr(records, record_writes.PATCHED, False))")
+    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0 and ok.stdout.strip() == "True True", ok.stderr[-2000:]
+
+
+@pytest.mark.parametrize("change, named", [
+    ("from argilla_server.webhooks.v1 import records as r; r.build_record_event = lambda db, event: None",
+     "build_record_event(db, event)"),
+    ("from argilla_server.contexts import records as r; r.build_record_event_v1 = None",
+     "no longer imports build_record_event"),
+    ("from argilla_server.models import database as m; m.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
+     "MetadataProperty.parsed_settings is no longer"),
+])
+def test_start_refuses_an_argilla_whose_record_internals_changed(tmp_path, change, named):
+    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); {change}; import launch; "
+            "sys.argv = ['launch.py', 'start']; launch.main()")
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crowdpref: "), run.stderr
+    assert named in lines[0] and "services/argilla/record_writes.py" in lines[0]
