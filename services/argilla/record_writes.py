@@ -7,7 +7,7 @@ launch burst that write was about three quarters of argilla-server's CPU (py-spy
 ``benchmarks/portal.py --profile public --arrivals 200 --window 10``, 2026-11-26: 1,275 of the
 ~1,620 busy samples of its event loops). Two stock costs made most of it, neither needed:
 
-1. **Record events nobody subscribed to** (:func:`record_events_only_when_wanted`). For every
+1. **Record events nobody subscribed to** (:func:`_record_events_only_when_wanted`). For every
    record written, updated or deleted, argilla-server builds a webhook event - a query for the
    dataset with five eager loads, the record validated into the event's schema - and only then
    looks for a webhook that wants it. crowdpref's portal subscribes to ``response.*`` events
@@ -16,7 +16,7 @@ launch burst that write was about three quarters of argilla-server's CPU (py-spy
    once per database session (one per request) instead of once per record. A webhook that does
    list ``record.created`` (or ``updated``, ``deleted``, ``completed``) gets exactly what the stock
    server sends it.
-2. **A pydantic schema built per value** (:func:`settings_adapters_built_once`).
+2. **A pydantic schema built per value** (:func:`_settings_adapters_built_once`).
    ``MetadataProperty.parsed_settings`` and ``Question.parsed_settings`` built a new
    ``TypeAdapter`` (a core schema for a discriminated union) on every call - per record and
    metadata value when records are validated, per question when a response is: 24% of the bulk
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 PATCHED = "_crowdpref_record_writes"  # set on argilla_server.webhooks.v1.records once patched
 WANTED_KEY = "crowdpref_wanted_record_events"  # the session's ``info`` entry: the events webhooks want
@@ -61,23 +61,14 @@ def _source(function: Any) -> str:
         return ""
 
 
-def _refuse(problems: list[str], what: str) -> None:
-    if problems:
-        raise PatchProblem(f"argilla-server's internals are not the ones the {what} patch was written for ("
-                           + "; ".join(problems) + "): update services/argilla/record_writes.py for this "
-                           "argilla-server version, or reinstall the version in services/argilla/requirements.txt")
-
-
-def record_events_only_when_wanted() -> None:
+def _record_events_only_when_wanted() -> tuple[list[str], Callable[[], None]]:
     """Build a record's webhook event only when an enabled webhook wants that event (see the
-    module's docstring). Idempotent."""
+    module's docstring): the problems that stop it, and the function that applies it."""
     from argilla_server.contexts import records as records_context
     from argilla_server.contexts import webhooks
     from argilla_server.webhooks.v1 import event as event_module
     from argilla_server.webhooks.v1 import records as record_events
 
-    if getattr(record_events, PATCHED, False):
-        return
     problems = _signature_problems(record_events, {"build_record_event": ["db", "record_event", "record"],
                                                    "notify_record_event": ["db", "record_event", "record"]})
     problems += _signature_problems(webhooks, {"list_enabled_webhooks": ["db"]})
@@ -87,43 +78,43 @@ def record_events_only_when_wanted() -> None:
         problems.append("argilla_server.contexts.records no longer imports build_record_event as build_record_event_v1")
     if not callable(getattr(getattr(event_module, "Event", None), "notify", None)):
         problems.append("argilla_server.webhooks.v1.event.Event.notify missing")
-    _refuse(problems, "record events")
 
-    stock_build, list_enabled = record_events.build_record_event, webhooks.list_enabled_webhooks
+    def apply() -> None:
+        stock_build, list_enabled = record_events.build_record_event, webhooks.list_enabled_webhooks
 
-    class Unwanted(event_module.Event):
-        """An event no enabled webhook wants: nothing to send (the stock ``notify`` would look the
-        webhooks up again and send nothing)."""
+        class Unwanted(event_module.Event):
+            """An event no enabled webhook wants: nothing to send (the stock ``notify`` would look
+            the webhooks up again and send nothing)."""
 
-        async def notify(self, db: Any) -> list:
-            return []
+            async def notify(self, db: Any) -> list:
+                return []
 
-    async def wanted(db: Any, record_event: Any) -> bool:
-        events = db.info.get(WANTED_KEY)
-        if events is None:  # once per session; argilla-server opens one per request
-            events = db.info[WANTED_KEY] = [list(hook.events) for hook in await list_enabled(db)]
-        return any(record_event in hook_events for hook_events in events)  # the stock test, per webhook
+        async def wanted(db: Any, record_event: Any) -> bool:
+            events = db.info.get(WANTED_KEY)
+            if events is None:  # once per session; argilla-server opens one per request
+                events = db.info[WANTED_KEY] = [list(hook.events) for hook in await list_enabled(db)]
+            return any(record_event in hook_events for hook_events in events)  # the stock test, per webhook
 
-    async def build_record_event(db: Any, record_event: Any, record: Any) -> Any:
-        if not await wanted(db, record_event):
-            return Unwanted(event=record_event, timestamp=datetime.utcnow(), data={})
-        return await stock_build(db, record_event, record)
+        async def build_record_event(db: Any, record_event: Any, record: Any) -> Any:
+            if not await wanted(db, record_event):
+                return Unwanted(event=record_event, timestamp=datetime.utcnow(), data={})
+            return await stock_build(db, record_event, record)
 
-    record_events.build_record_event = build_record_event  # notify_record_event calls it by this name
-    records_context.build_record_event_v1 = build_record_event  # deleted records' events
-    setattr(record_events, PATCHED, True)
+        record_events.build_record_event = build_record_event  # notify_record_event calls it by this name
+        records_context.build_record_event_v1 = build_record_event  # deleted records' events
+        setattr(record_events, PATCHED, True)
+
+    return problems, apply
 
 
-def settings_adapters_built_once() -> None:
+def _settings_adapters_built_once() -> tuple[list[str], Callable[[], None]]:
     """``Question.parsed_settings`` and ``MetadataProperty.parsed_settings`` parse with one
-    ``TypeAdapter`` each, built here, instead of a new one per call. Idempotent."""
+    ``TypeAdapter`` each, built here, instead of a new one per call: the problems that stop it,
+    and the function that applies it."""
     from argilla_server.models import database
     from pydantic import TypeAdapter
 
-    done = getattr(database, PATCHED, False)
-    if done:
-        return
-    patches, problems = [], []
+    found, problems = [], []
     for model, settings in (("Question", "QuestionSettings"), ("MetadataProperty", "MetadataPropertySettings")):
         cls, union = getattr(database, model, None), getattr(database, settings, None)
         prop = getattr(cls, "parsed_settings", None) if cls is not None else None
@@ -134,16 +125,32 @@ def settings_adapters_built_once() -> None:
         if stock not in _source(prop.fget):
             problems.append(f"{model}.parsed_settings is no longer `{stock}`")
             continue
-        patches.append((cls, TypeAdapter(union)))
-    _refuse(problems, "settings adapters")
-    for cls, adapter in patches:
-        cls.parsed_settings = property(lambda self, adapter=adapter: adapter.validate_python(self.settings),
-                                       doc="The settings parsed (crowdpref: with one TypeAdapter, built once).")
-    setattr(database, PATCHED, True)
+        found.append((cls, union))
+
+    def apply() -> None:
+        for cls, union in found:
+            adapter = TypeAdapter(union)
+            cls.parsed_settings = property(lambda self, adapter=adapter: adapter.validate_python(self.settings),
+                                           doc="The settings parsed (crowdpref: with one TypeAdapter, built once).")
+        setattr(database, PATCHED, True)
+
+    return problems, apply
 
 
 def lighter_record_writes() -> None:
-    """Both patches; :class:`PatchProblem` if either cannot be applied (the launcher then does
-    not start)."""
-    settings_adapters_built_once()
-    record_events_only_when_wanted()
+    """Both patches, or neither: :class:`PatchProblem` naming every change found (the launcher
+    then does not start). Idempotent."""
+    from argilla_server.models import database
+    from argilla_server.webhooks.v1 import records as record_events
+
+    if getattr(record_events, PATCHED, False) and getattr(database, PATCHED, False):
+        return
+    events_problems, apply_events = _record_events_only_when_wanted()
+    settings_problems, apply_settings = _settings_adapters_built_once()
+    problems = events_problems + settings_problems
+    if problems:
+        raise PatchProblem("argilla-server's internals are not the ones the record-write patches were written for ("
+                           + "; ".join(problems) + "): update services/argilla/record_writes.py for this "
+                           "argilla-server version, or reinstall the version in services/argilla/requirements.txt")
+    apply_settings()
+    apply_events()

@@ -14,8 +14,9 @@ to response events), then with one on ``record.created``/``updated``/``deleted``
   record and one adapter per metadata value.
 - Both variants answer the same, enqueue the same jobs (events, records, payloads), and refuse
   the bad metadata with the same message.
-- The running server (``launch:app``, as uvicorn's workers load it) has both patches applied, and
-  an argilla-server whose internals changed makes ``start`` exit 1 with one ``crowdpref:`` line.
+- An argilla-server whose internals changed is refused, naming what changed, and ``start`` then
+  exits 1 with one ``crowdpref:`` line. (``launch:app``, as uvicorn's workers load it, applies both
+  patches: tests/integration/test_argilla_bcrypt.py.)
 """
 
 from __future__ import annotations
@@ -158,30 +159,43 @@ def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answe
     assert all({"id", "external_id", "fields", "metadata", "dataset"} <= set(j["keys"]) for j in sent)
 
 
-def test_the_multi_worker_entry_applies_the_record_write_patches(tmp_path):
-    """``uvicorn launch:app --workers N`` loads ``launch:app`` in each worker: both patches on."""
-    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); import launch, record_writes; launch.app; "
-            "from argilla_server.models import database; from argilla_server.webhooks.v1 import records; "
-            "print(getattr(database, record_writes.PATCHED, False), getattr(records, record_writes.PATCHED, False))")
-    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
-                        text=True, timeout=120)
-    assert ok.returncode == 0 and ok.stdout.strip() == "True True", ok.stderr[-2000:]
-
-
-@pytest.mark.parametrize("change, named", [
-    ("from argilla_server.webhooks.v1 import records as r; r.build_record_event = lambda db, event: None",
-     "build_record_event(db, event)"),
-    ("from argilla_server.contexts import records as r; r.build_record_event_v1 = None",
-     "no longer imports build_record_event"),
-    ("from argilla_server.models import database as m; m.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
+CHANGES = [  # (a change to argilla-server's internals, undone after, what the refusal names)
+    ("from argilla_server.webhooks.v1 import records as r; undo = (r, 'build_record_event', r.build_record_event); "
+     "r.build_record_event = lambda db, event: None", "build_record_event(db, event)"),
+    ("from argilla_server.contexts import records as r; undo = (r, 'build_record_event_v1', r.build_record_event_v1); "
+     "r.build_record_event_v1 = None", "no longer imports build_record_event"),
+    ("from argilla_server.models import database as r; undo = (r.MetadataProperty, 'parsed_settings', "
+     "r.MetadataProperty.parsed_settings); r.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
      "MetadataProperty.parsed_settings is no longer"),
-])
-def test_start_refuses_an_argilla_whose_record_internals_changed(tmp_path, change, named):
-    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); {change}; import launch; "
+]
+REFUSALS = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import record_writes
+out = []
+for change in json.loads(sys.argv[2]):
+    exec(change)
+    try:
+        record_writes.lighter_record_writes()
+        out.append("applied")
+    except record_writes.PatchProblem as exc:
+        out.append(str(exc))
+    setattr(*undo)
+print(json.dumps(out))
+"""
+
+
+def test_the_patches_refuse_an_argilla_whose_record_internals_changed(tmp_path):
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", REFUSALS, str(LAUNCH_DIR), json.dumps([c for c, _ in CHANGES])],
+                         env=_argilla_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for refusal, (_, named) in zip(json.loads(run.stdout.strip().splitlines()[-1]), CHANGES, strict=True):
+        assert named in refusal and "services/argilla/record_writes.py" in refusal, refusal
+    # and the launcher's start turns a refusal into one line and exit status 1
+    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); {CHANGES[0][0]}; import launch; "
             "sys.argv = ['launch.py', 'start']; launch.main()")
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 1
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("crowdpref: "), run.stderr
-    assert named in lines[0] and "services/argilla/record_writes.py" in lines[0]
+    start = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
+                           text=True, timeout=120)
+    assert start.returncode == 1
+    lines = start.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and CHANGES[0][1] in lines[0], start.stderr
