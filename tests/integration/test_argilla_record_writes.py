@@ -2,7 +2,7 @@
 costs, never what it stores, answers or sends.
 
 One script runs argilla-server's own HTTP API in-process (its ASGI app with its lifespan, on a
-real migrated SQLite database, in the Argilla venv), once stock and once patched, and does what a
+real migrated SQLite database, in the Argilla venv), first stock, then patched, and does what a
 study does to a dataset: records written in bulk (each with a metadata value the dataset
 declares), one rewritten, one deleted, one refused for a metadata value outside the property's
 terms. It counts the record webhook events argilla-server builds, the ``TypeAdapter`` objects its
@@ -22,7 +22,6 @@ to response events), then with one on ``record.created``/``updated``/``deleted``
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -35,10 +34,8 @@ pytestmark = [pytest.mark.integration,
 RECORDS = 10
 SCRIPT = r"""
 import asyncio, json, sys
-sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[1])
 import launch, record_writes
-if sys.argv[1] == "patched":
-    record_writes.lighter_record_writes()
 import httpx
 from argilla_server import app, _app
 from argilla_server.jobs import webhook_jobs
@@ -46,7 +43,7 @@ from argilla_server.models import database
 from argilla_server.webhooks.v1 import records as record_events
 
 _app.configure_redis = lambda: None  # its lifespan pings Redis; the jobs below never reach it
-N = int(sys.argv[4])
+N = int(sys.argv[3])
 counts = {"built": 0, "adapters": 0}
 jobs = []
 
@@ -69,12 +66,9 @@ class CountedAdapter(database.TypeAdapter):
         super().__init__(*args, **kwargs)
 database.TypeAdapter = CountedAdapter
 
-async def main():
-    problem = await launch._set_owner(__import__("pathlib").Path(sys.argv[3]), replace=False)
-    assert not problem, problem
-    key = json.load(open(sys.argv[3]))["api_key"]
+async def phase(variant, key):
     out = {}
-    async with app.router.lifespan_context(app):
+    if True:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://argilla",
                                      headers={"X-Argilla-Api-Key": key}) as c:
@@ -82,7 +76,7 @@ async def main():
                 r = await c.request(method, "/api/v1" + path, **kw)
                 assert r.status_code == expect, (method, path, r.status_code, r.text)
                 return r.json() if r.content else None
-            ws = await call("POST", "/workspaces", 201, json={"name": "w"})
+            ws = await call("POST", "/workspaces", 201, json={"name": "w-" + variant})
             ds = await call("POST", "/datasets", 201, json={"name": "d", "workspace_id": ws["id"]})
             d = "/datasets/" + ds["id"]
             await call("POST", d + "/fields", 201, json={"name": "text", "title": "Text", "settings": {"type": "text"}})
@@ -96,14 +90,14 @@ async def main():
             def items(prefix, category="a"):
                 return {"items": [{"external_id": f"{prefix}{i}", "fields": {"text": f"question {i}"},
                                    "metadata": {"category": category}} for i in range(N)]}
-            counts.update(built=0, adapters=0)
+            jobs.clear(); counts.update(built=0, adapters=0)
             written = await call("PUT", d + "/records/bulk", 200, json=items("r"))
             out["response_only"] = {**counts, "jobs": list(jobs), "answer": sorted(
                 (r["external_id"], r["metadata"]["category"], r["status"]) for r in written["items"])}
             bad = await c.put("/api/v1" + d + "/records/bulk", json=items("x", category="z"))
             out["bad_metadata"] = [bad.status_code, bad.json()]
             await call("DELETE", "/webhooks/" + hook["id"], 200)
-            await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
+            hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
                 "record.created", "record.updated", "record.deleted"]})
             jobs.clear(); counts.update(built=0, adapters=0)
             await call("PUT", d + "/records/bulk", 200, json=items("s"))
@@ -113,34 +107,41 @@ async def main():
             gone = next(r["id"] for r in listed["items"] if r["external_id"] == "s1")
             await call("DELETE", d + "/records", 204, params={"ids": gone})
             out["record_hook"] = {"built": counts["built"], "jobs": list(jobs)}
-    print(json.dumps(out))
+            await call("DELETE", "/webhooks/" + hook["id"], 200)
+    return out
+
+async def main():  # one process: the stock server first, then the same server patched
+    problem = await launch._set_owner(__import__("pathlib").Path(sys.argv[2]), replace=False)
+    assert not problem, problem
+    key = json.load(open(sys.argv[2]))["api_key"]
+    async with app.router.lifespan_context(app):
+        stock = await phase("stock", key)
+        record_writes.lighter_record_writes()
+        patched = await phase("patched", key)
+    print(json.dumps({"stock": stock, "patched": patched}))
 
 asyncio.run(main())
 """
 
 
-def _run(tmp_path, variant: str) -> dict:
-    migrated = tmp_path / "migrated"
-    if not migrated.exists():
-        migrated.mkdir()
-        migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
-                                 env=_argilla_env(migrated), capture_output=True, text=True, timeout=300)
-        assert migrate.returncode == 0, migrate.stderr[-2000:]
-    home = tmp_path / variant
-    home.mkdir()
-    shutil.copy2(migrated / "argilla.db", home / "argilla.db")
-    creds = home / "owner.json"
+def _run(tmp_path) -> dict:
+    """The script's figures: {"stock": ..., "patched": ...}."""
+    migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
+                             env=_argilla_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    creds = tmp_path / "owner.json"
     creds.write_text(json.dumps({"username": "owner", "password": "owner-password-1234",
-                                 "api_key": f"key-{variant}-0123456789abcdef"}))
-    env = {**_argilla_env(home), "ARGILLA_SEARCH_ENGINE": "crowdpref-sql"}
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", SCRIPT, variant, str(LAUNCH_DIR), str(creds), str(RECORDS)],
-                         env=env, capture_output=True, text=True, timeout=300, cwd=home)
+                                 "api_key": "key-0123456789abcdef0123"}))
+    env = {**_argilla_env(tmp_path), "ARGILLA_SEARCH_ENGINE": "crowdpref-sql"}
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", SCRIPT, str(LAUNCH_DIR), str(creds), str(RECORDS)],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answer_and_send_the_same(tmp_path):
-    stock, patched = _run(tmp_path, "stock"), _run(tmp_path, "patched")
+    figures = _run(tmp_path)
+    stock, patched = figures["stock"], figures["patched"]
     # what the study's write costs: stock builds an event per record and an adapter per value
     assert stock["response_only"]["built"] == RECORDS and stock["response_only"]["adapters"] >= RECORDS
     assert patched["response_only"]["built"] == 0 and patched["response_only"]["adapters"] == 0
