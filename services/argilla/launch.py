@@ -16,9 +16,9 @@ the stock ``database users create`` which echoes an existing API key.
 processes import it afresh) first moves bcrypt off argilla-server's event loop
 (:func:`bcrypt_off_the_loop`): a user's creation, password change and login hash or check the
 password in a thread, so a burst of them no longer stops every other request, and two cores hash
-at once (pyca/bcrypt releases the GIL), and makes record writes cheaper (``record_writes.py``:
-no webhook event built for records when no webhook wants one, settings parsed without a new
-pydantic schema per value). If argilla-server's internals they rely on changed, the start fails
+at once (pyca/bcrypt releases the GIL), and makes an arrival's requests cheaper
+(``lighter_requests.py``: no webhook event built for records when no webhook wants one, settings
+parsed without a new pydantic schema per value, a workspace membership read once per request). If argilla-server's internals they rely on changed, the start fails
 with one ``crowdpref: `` line instead of running unpatched. Both also serve the session
 hand-over page (:func:`mount_session_handover`).
 """
@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
-from record_writes import PatchProblem, lighter_record_writes  # noqa: E402
+from lighter_requests import PatchProblem, lighter_requests  # noqa: E402
 
 
 PROBLEM_PREFIX = "crowdpref: "
@@ -183,7 +183,7 @@ def _patched_or_exit() -> None:
     """Every patch of the launcher, or one ``crowdpref:`` line and exit status 1."""
     try:
         bcrypt_off_the_loop()
-        lighter_record_writes()
+        lighter_requests()
     except (LauncherProblem, PatchProblem) as exc:  # one line for the operator, not a traceback per worker
         print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
         raise SystemExit(1) from None

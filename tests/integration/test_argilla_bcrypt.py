@@ -170,16 +170,15 @@ def test_start_refuses_an_argilla_whose_accounts_changed(tmp_path, change, named
 
 def test_launch_app_the_multi_worker_entry_is_patched_too(tmp_path):
     """``uvicorn launch:app --workers N`` (several Argilla workers): each worker imports
-    ``launch:app``, which applies the patches (bcrypt, and services/argilla/record_writes.py's) -
+    ``launch:app``, which applies the patches (bcrypt, and services/argilla/lighter_requests.py's) -
     or exits with the same one line."""
     env = _argilla_env(tmp_path)
     base = f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); from argilla_server.contexts import accounts; "
-    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "import launch, record_writes; launch.app; "
-                         "from argilla_server.models import database; from argilla_server.webhooks.v1 import records; "
-                         "print(getattr(accounts, launch.BCRYPT_PATCHED, False), "
-                         "getattr(database, record_writes.PATCHED, False), getattr(records, record_writes.PATCHED, False))"],
+    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "import launch, lighter_requests as lr; launch.app; "
+                         "from argilla_server.models import database; "
+                         "print(getattr(accounts, launch.BCRYPT_PATCHED, False), getattr(database, lr.PATCHED, False))"],
                         env=env, capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0 and ok.stdout.strip() == "True True True", ok.stderr[-2000:]  # + record_writes.py
+    assert ok.returncode == 0 and ok.stdout.strip() == "True True", ok.stderr[-2000:]  # + lighter_requests.py
     broken = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "del accounts.update_user; import launch; launch.app"],
                             env=env, capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1

@@ -1,21 +1,26 @@
-"""The launcher's record-write patches (services/argilla/record_writes.py) change what argilla-server
-costs, never what it stores, answers or sends.
+"""The launcher's patches for an arrival's requests (services/argilla/lighter_requests.py) change
+what argilla-server costs, never what it stores, answers or sends.
 
 One script runs argilla-server's own HTTP API in-process (its ASGI app with its lifespan, on a
 real migrated SQLite database, in the Argilla venv), first stock, then patched, and does what a
 study does to a dataset: records written in bulk (each with a metadata value the dataset
-declares), one rewritten, one deleted, one refused for a metadata value outside the property's
-terms. It counts the record webhook events argilla-server builds, the ``TypeAdapter`` objects its
-models construct, and the webhook jobs it enqueues (``notify_event_job.delay`` recorded instead of
-sent to Redis). First with one webhook on ``response.created`` only (crowdpref's portal subscribes
-to response events), then with one on ``record.created``/``updated``/``deleted``.
+declares, and one it hides from annotators, as study 1's question id), one rewritten, one
+deleted, one refused for a metadata value outside the property's terms; an annotator who belongs
+to the workspace searches their pending records, and one who does not is refused. It counts the
+record webhook events argilla-server builds, the ``TypeAdapter`` objects its models construct,
+the workspace-membership queries, and the webhook jobs it enqueues (``notify_event_job.delay``
+recorded instead of sent to Redis). First with one webhook on ``response.created`` only
+(crowdpref's portal subscribes to response events), then with one on
+``record.created``/``updated``/``deleted``.
 
 - Patched, the first phase builds no record event and no adapter; stock builds one event per
-  record and one adapter per metadata value.
-- Both variants answer the same, enqueue the same jobs (events, records, payloads), and refuse
-  the bad metadata with the same message.
+  record and one adapter per metadata value. Patched, the search asks about the annotator's
+  membership once; stock once per record.
+- Both variants answer the same (the records, the metadata an annotator may see, the refusals),
+  enqueue the same jobs (events, records, payloads), and refuse the bad metadata with the same
+  message.
 - An argilla-server whose internals changed is refused, naming what changed, and ``start`` then
-  exits 1 with one ``crowdpref:`` line. (``launch:app``, as uvicorn's workers load it, applies both
+  exits 1 with one ``crowdpref:`` line. (``launch:app``, as uvicorn's workers load it, applies the
   patches: tests/integration/test_argilla_bcrypt.py.)
 """
 
@@ -35,7 +40,7 @@ RECORDS = 10
 SCRIPT = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-import launch, record_writes
+import launch, lighter_requests
 import httpx
 from argilla_server import app, _app
 from argilla_server.jobs import webhook_jobs
@@ -44,7 +49,7 @@ from argilla_server.webhooks.v1 import records as record_events
 
 _app.configure_redis = lambda: None  # its lifespan pings Redis; the jobs below never reach it
 N = int(sys.argv[3])
-counts = {"built": 0, "adapters": 0}
+counts = {"built": 0, "adapters": 0, "memberships": 0}
 jobs = []
 
 class Delay:  # notify_event_job.delay, recorded instead of queued in Redis
@@ -59,6 +64,12 @@ def counted_validate(obj, *args, **kwargs):  # what building a record event cost
     counts["built"] += 1
     return stock_validate(obj, *args, **kwargs)
 record_events.RecordEventSchema.model_validate = counted_validate
+
+stock_get_by = database.WorkspaceUser.get_by
+async def counted_get_by(db, **kwargs):  # what User.is_member asks the database
+    counts["memberships"] += 1
+    return await stock_get_by(db, **kwargs)
+database.WorkspaceUser.get_by = counted_get_by
 
 class CountedAdapter(database.TypeAdapter):
     def __init__(self, *args, **kwargs):
@@ -84,16 +95,34 @@ async def phase(variant, key):
                 "type": "rating", "options": [{"value": 1}, {"value": 2}]}})
             await call("POST", d + "/metadata-properties", 201, json={"name": "category", "title": "Category", "settings": {
                 "type": "terms", "values": ["a", "b"]}})
+            await call("POST", d + "/metadata-properties", 201, json={"name": "question_id", "title": "Id", "settings": {
+                "type": "terms"}, "visible_for_annotators": False})  # as study 1's
             await call("PUT", d + "/publish", 200)
             hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": ["response.created"]})
 
             def items(prefix, category="a"):
                 return {"items": [{"external_id": f"{prefix}{i}", "fields": {"text": f"question {i}"},
-                                   "metadata": {"category": category}} for i in range(N)]}
+                                   "metadata": {"category": category, "question_id": f"{prefix}{i}"}} for i in range(N)]}
             jobs.clear(); counts.update(built=0, adapters=0)
             written = await call("PUT", d + "/records/bulk", 200, json=items("r"))
             out["response_only"] = {**counts, "jobs": list(jobs), "answer": sorted(
                 (r["external_id"], r["metadata"]["category"], r["status"]) for r in written["items"])}
+            # the participant's search: a member of the workspace, then someone who is not
+            found = {}
+            for name, member in (("member", True), ("outsider", False)):
+                user = await call("POST", "/users", 201, json={"first_name": name, "username": f"{name}-{variant}",
+                                                              "role": "annotator", "password": "p" * 16})
+                if member:
+                    await call("POST", f"/workspaces/{ws['id']}/users", 201, json={"user_id": user["id"]})
+                counts["memberships"] = 0
+                r = await c.post(f"/api/v1/me/datasets/{ds['id']}/records/search", params={"limit": 50},
+                                 headers={"X-Argilla-Api-Key": user["api_key"]}, json={"filters": {"and": [{
+                                     "type": "terms", "scope": {"entity": "response", "property": "status"},
+                                     "values": ["pending"]}]}})
+                found[name] = {"status": r.status_code, "memberships": counts["memberships"], "records": sorted(
+                    [item["record"]["external_id"], item["record"]["metadata"]]
+                    for item in r.json()["items"]) if r.status_code == 200 else r.json()}
+            out["search"] = found
             bad = await c.put("/api/v1" + d + "/records/bulk", json=items("x", category="z"))
             out["bad_metadata"] = [bad.status_code, bad.json()]
             await call("DELETE", "/webhooks/" + hook["id"], 200)
@@ -116,7 +145,7 @@ async def main():  # one process: the stock server first, then the same server p
     key = json.load(open(sys.argv[2]))["api_key"]
     async with app.router.lifespan_context(app):
         stock = await phase("stock", key)
-        record_writes.lighter_record_writes()
+        lighter_requests.lighter_requests()
         patched = await phase("patched", key)
     print(json.dumps({"stock": stock, "patched": patched}))
 
@@ -139,8 +168,12 @@ def _run(tmp_path) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answer_and_send_the_same(tmp_path):
-    figures = _run(tmp_path)
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory) -> dict:
+    return _run(tmp_path_factory.mktemp("argilla-in-process"))
+
+
+def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answer_and_send_the_same(figures):
     stock, patched = figures["stock"], figures["patched"]
     # what the study's write costs: stock builds an event per record and an adapter per value
     assert stock["response_only"]["built"] == RECORDS and stock["response_only"]["adapters"] >= RECORDS
@@ -160,6 +193,20 @@ def test_record_writes_build_no_unwanted_event_and_no_schema_per_value_but_answe
     assert all({"id", "external_id", "fields", "metadata", "dataset"} <= set(j["keys"]) for j in sent)
 
 
+def test_an_annotators_search_reads_their_membership_once_and_shows_and_refuses_the_same(figures):
+    stock, patched = figures["stock"]["search"], figures["patched"]["search"]
+    # the member gets their pending records, metadata filtered for an annotator (no question_id)
+    expected = sorted([f"r{i}", {"category": "a"}] for i in range(RECORDS))
+    assert stock["member"]["status"] == patched["member"]["status"] == 200
+    assert stock["member"]["records"] == patched["member"]["records"] == expected
+    # stock asks the database once per record's visible metadata value; patched once per request
+    assert stock["member"]["memberships"] >= RECORDS
+    assert 1 <= patched["member"]["memberships"] <= 2
+    # someone outside the workspace is refused, by both, the same way
+    assert stock["outsider"]["status"] == patched["outsider"]["status"] == 403
+    assert stock["outsider"]["records"] == patched["outsider"]["records"]
+
+
 CHANGES = [  # (a change to argilla-server's internals, undone after, what the refusal names)
     ("from argilla_server.webhooks.v1 import records as r; undo = (r, 'build_record_event', r.build_record_event); "
      "r.build_record_event = lambda db, event: None", "build_record_event(db, event)"),
@@ -168,30 +215,32 @@ CHANGES = [  # (a change to argilla-server's internals, undone after, what the r
     ("from argilla_server.models import database as r; undo = (r.MetadataProperty, 'parsed_settings', "
      "r.MetadataProperty.parsed_settings); r.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
      "MetadataProperty.parsed_settings is no longer"),
+    ("from argilla_server.models import database as r; undo = (r.User, 'is_member', r.User.is_member); "
+     "r.User.is_member = lambda self, workspace_id: True", "User.is_member missing or not async"),
 ]
 REFUSALS = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import record_writes
+import lighter_requests
 out = []
 for change in json.loads(sys.argv[2]):
     exec(change)
     try:
-        record_writes.lighter_record_writes()
+        lighter_requests.lighter_requests()
         out.append("applied")
-    except record_writes.PatchProblem as exc:
+    except lighter_requests.PatchProblem as exc:
         out.append(str(exc))
     setattr(*undo)
 print(json.dumps(out))
 """
 
 
-def test_the_patches_refuse_an_argilla_whose_record_internals_changed(tmp_path):
+def test_the_patches_refuse_an_argilla_whose_internals_changed(tmp_path):
     run = subprocess.run([str(ARGILLA_PYTHON), "-c", REFUSALS, str(LAUNCH_DIR), json.dumps([c for c, _ in CHANGES])],
                          env=_argilla_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     for refusal, (_, named) in zip(json.loads(run.stdout.strip().splitlines()[-1]), CHANGES, strict=True):
-        assert named in refusal and "services/argilla/record_writes.py" in refusal, refusal
+        assert named in refusal and "services/argilla/lighter_requests.py" in refusal, refusal
     # and the launcher's start turns a refusal into one line and exit status 1
     code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); {CHANGES[0][0]}; import launch; "
             "sys.argv = ['launch.py', 'start']; launch.main()")

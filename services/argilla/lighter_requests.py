@@ -1,11 +1,13 @@
-"""Two patches that make argilla-server's record writes cheaper without changing what it stores,
-answers or sends. Runs INSIDE the argilla-server virtualenv; ``launch.py`` applies both wherever it
-applies the bcrypt patch (``start`` and ``launch:app``).
+"""Three patches that make the requests of a participant's arrival cheaper for argilla-server,
+without changing what it stores, answers or sends. Runs INSIDE the argilla-server virtualenv;
+``launch.py`` applies them wherever it applies the bcrypt patch (``start`` and ``launch:app``).
 
-Why: a participant's arrival writes their records into their dataset (one bulk upsert), and in a
-launch burst that write was about three quarters of argilla-server's CPU (py-spy on
-``benchmarks/portal.py --profile public --arrivals 200 --window 10``, 2026-11-26: 1,275 of the
-~1,620 busy samples of its event loops). Two stock costs made most of it, neither needed:
+Why: in a launch burst, argilla-server's CPU was most of the machine's, and each arrival makes
+three requests of it: the portal writes the participant's records (one bulk upsert), then their
+browser lists their datasets and searches their pending records. py-spy on ``benchmarks/portal.py
+--profile public --arrivals 200 --window 10`` (2026-11-26) found the bulk write at about three
+quarters of argilla-server's busy samples; ``benchmarks/argilla_requests.py`` (each request's CPU,
+in-process) then found the rest. Three stock costs, none needed:
 
 1. **Record events nobody subscribed to** (:func:`_record_events_only_when_wanted`). For every
    record written, updated or deleted, argilla-server builds a webhook event - a query for the
@@ -21,10 +23,16 @@ launch burst that write was about three quarters of argilla-server's CPU (py-spy
    ``TypeAdapter`` (a core schema for a discriminated union) on every call - per record and
    metadata value when records are validated, per question when a response is: 24% of the bulk
    write. Patched, each builds its adapter once; the parse is the same.
+3. **A membership query per record and metadata value** (:func:`_membership_read_once`). An
+   annotator's records search filters each record's metadata by the annotator's rights, and each
+   check asked the database whether the annotator belongs to the dataset's workspace: 20 queries
+   for 10 records with two metadata values, about half the search's CPU. Patched, a membership
+   found is remembered for the rest of the request (in its database session); a non-member is
+   still asked about every time, so nothing is allowed that the stock server refuses.
 
 If argilla-server's internals are not the ones these were written against (2.8), applying them
-raises :class:`PatchProblem` naming what changed, and ``launch.py`` refuses to start with one
-``crowdpref:`` line, as for the bcrypt patch.
+raises :class:`PatchProblem` naming what changed (and applies none), and ``launch.py`` refuses to
+start with one ``crowdpref:`` line, as for the bcrypt patch.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ import inspect
 from datetime import datetime
 from typing import Any, Callable
 
-PATCHED = "_crowdpref_record_writes"  # set on argilla_server.webhooks.v1.records once patched
-WANTED_KEY = "crowdpref_wanted_record_events"  # the session's ``info`` entry: the events webhooks want
+PATCHED = "_crowdpref_lighter_requests"  # set on each patched module
+WANTED_KEY = "crowdpref_wanted_record_events"  # a session's ``info`` entry: the events webhooks want
+MEMBER_KEY = "crowdpref_memberships"  # a session's ``info`` entry: (user id, workspace id) found members
 
 
 class PatchProblem(Exception):
@@ -132,25 +141,57 @@ def _settings_adapters_built_once() -> tuple[list[str], Callable[[], None]]:
             adapter = TypeAdapter(union)
             cls.parsed_settings = property(lambda self, adapter=adapter: adapter.validate_python(self.settings),
                                            doc="The settings parsed (crowdpref: with one TypeAdapter, built once).")
-        setattr(database, PATCHED, True)
 
     return problems, apply
 
 
-def lighter_record_writes() -> None:
-    """Both patches, or neither: :class:`PatchProblem` naming every change found (the launcher
+def _membership_read_once() -> tuple[list[str], Callable[[], None]]:
+    """``User.is_member`` remembers, per database session, the memberships it found: the problems
+    that stop it, and the function that applies it."""
+    from argilla_server.models import database
+
+    user = getattr(database, "User", None)
+    stock = getattr(user, "is_member", None)
+    problems = []
+    if not callable(stock) or not inspect.iscoroutinefunction(stock):
+        problems.append("User.is_member missing or not async")
+    elif list(inspect.signature(stock).parameters) != ["self", "workspace_id"]:
+        problems.append(f"User.is_member{inspect.signature(stock)} is not is_member(self, workspace_id)")
+    elif not isinstance(getattr(user, "current_async_session", None), property):
+        problems.append("User.current_async_session missing")
+
+    def apply() -> None:
+        async def is_member(self: Any, workspace_id: Any) -> bool:
+            session = self.current_async_session
+            if session is None:  # a detached user: as stock (which would fail the same way)
+                return await stock(self, workspace_id)
+            found = session.info.setdefault(MEMBER_KEY, set())
+            if (self.id, workspace_id) in found:
+                return True
+            member = await stock(self, workspace_id)
+            if member:  # only memberships are remembered: a refusal is asked again
+                found.add((self.id, workspace_id))
+            return member
+
+        user.is_member = is_member
+        setattr(user, PATCHED, True)
+
+    return problems, apply
+
+
+def lighter_requests() -> None:
+    """All three patches, or none: :class:`PatchProblem` naming every change found (the launcher
     then does not start). Idempotent."""
     from argilla_server.models import database
-    from argilla_server.webhooks.v1 import records as record_events
 
-    if getattr(record_events, PATCHED, False) and getattr(database, PATCHED, False):
+    if getattr(database, PATCHED, False):
         return
-    events_problems, apply_events = _record_events_only_when_wanted()
-    settings_problems, apply_settings = _settings_adapters_built_once()
-    problems = events_problems + settings_problems
+    found = [_record_events_only_when_wanted(), _settings_adapters_built_once(), _membership_read_once()]
+    problems = [problem for problems, _ in found for problem in problems]
     if problems:
-        raise PatchProblem("argilla-server's internals are not the ones the record-write patches were written for ("
-                           + "; ".join(problems) + "): update services/argilla/record_writes.py for this "
-                           "argilla-server version, or reinstall the version in services/argilla/requirements.txt")
-    apply_settings()
-    apply_events()
+        raise PatchProblem("argilla-server's internals are not the ones services/argilla/lighter_requests.py was "
+                           "written for (" + "; ".join(problems) + "): update it for this argilla-server version, "
+                           "or reinstall the version in services/argilla/requirements.txt")
+    for _, apply in found:
+        apply()
+    setattr(database, PATCHED, True)  # the mark that all three are on

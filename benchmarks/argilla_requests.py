@@ -1,0 +1,177 @@
+"""What one participant's arrival costs argilla-server, request by request: stock against the
+launcher's patches (services/argilla/lighter_requests.py), in the same run.
+
+argilla-server's own HTTP API runs in-process (its ASGI app with its lifespan, in the Argilla venv,
+on a fresh migrated SQLite database, no uvicorn and no network), so the CPU each request costs is
+read exactly with ``time.process_time`` around it. Each simulated arrival makes the requests an
+arrival makes through the public profile:
+
+1. the portal writes the participant's records into their dataset (``PUT .../records/bulk``: Q
+   records shaped like study 1's - a question field, two metadata values each);
+2. the browser, signed in as the participant, lists their datasets (``GET /api/v1/me/datasets``);
+3. and searches their pending records (``POST /api/v1/me/datasets/<id>/records/search``).
+
+``--arrivals`` arrivals on the stock server and as many on the patched one, each server in its
+own process on its own copy of the same freshly migrated database (each arrival its own annotator,
+workspace and dataset, made beforehand and not timed). One webhook subscribed to ``response.*``
+events is enabled throughout, as the portal's is.
+
+    .venv/bin/python benchmarks/argilla_requests.py [--arrivals 40] [--records 10]
+
+Target: none of its own; the figures explain the burst's CPU (docs/performance.md#argillas-record-writes-profiled-and-made-lighter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
+LAUNCH_DIR = REPO / "services" / "argilla"
+
+INNER = r"""
+import asyncio, json, sys, time
+sys.path.insert(0, sys.argv[1])
+import launch, lighter_requests
+import httpx
+from argilla_server import app, _app
+
+_app.configure_redis = lambda: None  # the lifespan pings Redis; no job is sent (no webhook wants record events)
+ARRIVALS, RECORDS, VARIANT = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+if VARIANT == "patched":
+    lighter_requests.lighter_requests()
+
+async def main():
+    problem = await launch._set_owner(__import__("pathlib").Path(sys.argv[2]), replace=False)
+    assert not problem, problem
+    key = json.load(open(sys.argv[2]))["api_key"]
+    out = {}
+    async with app.router.lifespan_context(app):
+        owner = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://argilla",
+                                  headers={"X-Argilla-Api-Key": key}, timeout=60)
+        async def call(client, method, path, expect, **kw):
+            r = await client.request(method, "/api/v1" + path, **kw)
+            assert r.status_code == expect, (method, path, r.status_code, r.text[:300])
+            return r.json() if r.content else None
+        await call(owner, "POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
+            "response.created", "response.updated", "response.deleted"]})
+        for variant in (VARIANT,):
+            people = []
+            for i in range(ARRIVALS + 1):  # provisioned beforehand, like the warm pool (not timed)
+                name = f"{variant}-{i:03d}"
+                ws = await call(owner, "POST", "/workspaces", 201, json={"name": name})
+                user = await call(owner, "POST", "/users", 201, json={
+                    "first_name": name, "username": name, "role": "annotator", "password": "p" * 16})
+                await call(owner, "POST", f"/workspaces/{ws['id']}/users", 201, json={"user_id": user["id"]})
+                ds = await call(owner, "POST", "/datasets", 201, json={
+                    "name": "study1", "workspace_id": ws["id"],
+                    "distribution": {"strategy": "overlap", "min_submitted": 1}})
+                d = "/datasets/" + ds["id"]
+                await call(owner, "POST", d + "/fields", 201, json={"name": "question", "title": "Question",
+                                                                     "settings": {"type": "text"}})
+                await call(owner, "POST", d + "/questions", 201, json={
+                    "name": "response", "title": "Your answer", "required": True, "settings": {"type": "text"}})
+                await call(owner, "POST", d + "/questions", 201, json={
+                    "name": "quality", "title": "Quality", "required": True,
+                    "settings": {"type": "rating", "options": [{"value": v} for v in range(1, 6)]}})
+                for meta in ("category", "question_id"):  # as study 1: the question id hidden from annotators
+                    await call(owner, "POST", d + "/metadata-properties", 201, json={
+                        "name": meta, "title": meta, "settings": {"type": "terms"},
+                        "visible_for_annotators": meta == "category"})
+                await call(owner, "PUT", d + "/publish", 200)
+                people.append((ds["id"], user["api_key"]))
+            costs = {"records written (bulk)": [], "my datasets": [], "pending records (search)": []}
+            search = {"filters": {"and": [{"type": "terms", "scope": {"entity": "response", "property": "status"},
+                                           "values": ["pending"]}]}}
+            for i, (dataset_id, api_key) in enumerate(people):
+                me = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://argilla",
+                                       headers={"X-Argilla-Api-Key": api_key}, timeout=60)
+                items = [{"external_id": f"q{i}-{j}", "fields": {"question": f"Question {j} for arrival {i}?"},
+                          "metadata": {"category": f"category-{j % 19}", "question_id": f"q{i}-{j}"}}
+                         for j in range(RECORDS)]
+                steps = [("records written (bulk)", lambda: call(owner, "PUT", f"/datasets/{dataset_id}/records/bulk",
+                                                                 200, json={"items": items})),
+                         ("my datasets", lambda: call(me, "GET", "/me/datasets", 200)),
+                         ("pending records (search)", lambda: call(me, "POST",
+                          f"/me/datasets/{dataset_id}/records/search", 200, json=search, params={"limit": 50}))]
+                for name, step in steps:
+                    started = time.process_time()
+                    result = await step()
+                    if i:  # the first arrival warms caches: not counted
+                        costs[name].append(time.process_time() - started)
+                    if name.startswith("pending"):
+                        assert len(result["items"]) == RECORDS, len(result["items"])
+                await me.aclose()
+            out[variant] = costs
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arrivals", type=int, default=40, help="arrivals per variant (default 40)")
+    parser.add_argument("--records", type=int, default=10, help="records per arrival (default 10, study 1's Q)")
+    args = parser.parse_args(argv)
+    if not ARGILLA_PYTHON.exists():
+        print("argilla_requests.py: no Argilla venv (.venv-argilla): run make setup", file=sys.stderr)
+        return 2
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="crowdpref-argilla-writes-") as home:
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "ARGILLA_HOME_PATH": home, "HF_HUB_OFFLINE": "1",
+               "ARGILLA_DATABASE_URL": f"sqlite+aiosqlite:///{home}/argilla.db", "DO_NOT_TRACK": "1",
+               "ARGILLA_SEARCH_ENGINE": "crowdpref-sql"}
+        with console.status("migrating a fresh Argilla database"):
+            migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
+                                     env=env, capture_output=True, text=True, timeout=600)
+        if migrate.returncode != 0:
+            print(f"argilla_requests.py: migrating Argilla's database failed: {migrate.stderr.strip()[-300:]}",
+                  file=sys.stderr)
+            return 1
+        creds = Path(home) / "owner.json"
+        creds.write_text(json.dumps({"username": "owner", "password": "owner-password-1234",
+                                     "api_key": "bench-0123456789abcdef0123"}))
+        costs = {}
+        for variant in ("stock", "patched"):
+            folder = Path(home) / variant
+            folder.mkdir()
+            shutil.copy2(Path(home) / "argilla.db", folder / "argilla.db")
+            with console.status(f"{args.arrivals} arrivals, {variant} (provisioning each annotator: bcrypt)"):
+                run = subprocess.run([str(ARGILLA_PYTHON), "-c", INNER, str(LAUNCH_DIR), str(creds), str(args.arrivals),
+                                      str(args.records), variant], capture_output=True, text=True, timeout=3600,
+                                     cwd=folder, env={**env, "ARGILLA_HOME_PATH": str(folder),
+                                                      "ARGILLA_DATABASE_URL": f"sqlite+aiosqlite:///{folder}/argilla.db"})
+            if run.returncode != 0:
+                print(f"argilla_requests.py: the in-process server ({variant}) failed: {run.stderr.strip()[-500:]}",
+                      file=sys.stderr)
+                return 1
+            costs.update(json.loads(run.stdout.strip().splitlines()[-1]))
+    table = Table(title=f"argilla-server CPU per request, median of {args.arrivals} arrivals "
+                        f"({args.records} records each; in-process, SQLite)")
+    for column in ("request", "stock", "patched", "patched / stock"):
+        table.add_column(column, justify="right")
+    totals = {"stock": 0.0, "patched": 0.0}
+    for name in costs["stock"]:
+        stock, patched = (statistics.median(costs[v][name]) for v in ("stock", "patched"))
+        totals["stock"] += stock
+        totals["patched"] += patched
+        table.add_row(name, f"{stock * 1000:.1f} ms", f"{patched * 1000:.1f} ms", f"{patched / stock:.2f}x")
+    table.add_row("one arrival", f"{totals['stock'] * 1000:.1f} ms", f"{totals['patched'] * 1000:.1f} ms",
+                  f"{totals['patched'] / totals['stock']:.2f}x")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
