@@ -18,7 +18,7 @@ events is enabled throughout, as the portal's is.
 
     .venv/bin/python benchmarks/argilla_requests.py [--arrivals 40] [--records 10]
 
-Target: none of its own; the figures explain the burst's CPU (docs/performance.md#argillas-record-writes-profiled-and-made-lighter).
+Target: none of its own; the figures explain the burst's CPU (docs/performance.md#argillas-share-of-an-arrival-profiled-and-made-lighter).
 """
 
 from __future__ import annotations
