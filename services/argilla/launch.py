@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
-from lighter_requests import PatchProblem, lighter_requests  # noqa: E402
+from lighter_requests import PatchProblem, lighter_requests, signature_problems, source_of  # noqa: E402
 
 
 PROBLEM_PREFIX = "crowdpref: "
@@ -75,16 +74,10 @@ def bcrypt_off_the_loop() -> None:
 
     if getattr(accounts, BCRYPT_PATCHED, False):
         return
-    problems = []
-    for name, params in _EXPECTED.items():
-        function = getattr(accounts, name, None)
-        if not callable(function):
-            problems.append(f"{name} missing")
-        elif list(inspect.signature(function).parameters) != params:
-            problems.append(f"{name}{inspect.signature(function)} is not {name}({', '.join(params)})")
+    problems = signature_problems(accounts, _EXPECTED)
     for name in ("create_user", "update_user"):
         function = getattr(accounts, name, None)
-        if callable(function) and "hash_password(" not in inspect.getsource(function):
+        if callable(function) and "hash_password(" not in source_of(function):
             problems.append(f"{name} no longer calls hash_password")
     if problems:
         raise LauncherProblem(

@@ -50,7 +50,8 @@ class PatchProblem(Exception):
     """argilla-server's internals are not the ones a patch was written for."""
 
 
-def _signature_problems(module: Any, expected: dict[str, list[str]]) -> list[str]:
+def signature_problems(module: Any, expected: dict[str, list[str]]) -> list[str]:
+    """What differs between ``module``'s functions and ``expected`` (name -> parameters, in order)."""
     problems = []
     for name, params in expected.items():
         function = getattr(module, name, None)
@@ -62,7 +63,7 @@ def _signature_problems(module: Any, expected: dict[str, list[str]]) -> list[str
     return problems
 
 
-def _source(function: Any) -> str:
+def source_of(function: Any) -> str:
     """The function's source, or "" where there is none to read (built at run time, say)."""
     try:
         return inspect.getsource(function)
@@ -78,10 +79,10 @@ def _record_events_only_when_wanted() -> tuple[list[str], Callable[[], None]]:
     from argilla_server.webhooks.v1 import event as event_module
     from argilla_server.webhooks.v1 import records as record_events
 
-    problems = _signature_problems(record_events, {"build_record_event": ["db", "record_event", "record"],
+    problems = signature_problems(record_events, {"build_record_event": ["db", "record_event", "record"],
                                                    "notify_record_event": ["db", "record_event", "record"]})
-    problems += _signature_problems(webhooks, {"list_enabled_webhooks": ["db"]})
-    if not problems and "build_record_event(" not in _source(record_events.notify_record_event):
+    problems += signature_problems(webhooks, {"list_enabled_webhooks": ["db"]})
+    if not problems and "build_record_event(" not in source_of(record_events.notify_record_event):
         problems.append("notify_record_event no longer calls build_record_event")
     if getattr(records_context, "build_record_event_v1", None) is not record_events.build_record_event:
         problems.append("argilla_server.contexts.records no longer imports build_record_event as build_record_event_v1")
@@ -131,7 +132,7 @@ def _settings_adapters_built_once() -> tuple[list[str], Callable[[], None]]:
             problems.append(f"{model}.parsed_settings or {settings} missing")
             continue
         stock = f"return TypeAdapter({settings}).validate_python(self.settings)"
-        if stock not in _source(prop.fget):
+        if stock not in source_of(prop.fget):
             problems.append(f"{model}.parsed_settings is no longer `{stock}`")
             continue
         found.append((cls, union))
