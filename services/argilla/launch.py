@@ -18,9 +18,10 @@ processes import it afresh) first moves bcrypt off argilla-server's event loop
 password in a thread, so a burst of them no longer stops every other request, and two cores hash
 at once (pyca/bcrypt releases the GIL), and makes an arrival's requests cheaper
 (``lighter_requests.py``: no webhook event built for records when no webhook wants one, settings
-parsed without a new pydantic schema per value, a workspace membership read once per request). If argilla-server's internals they rely on changed, the start fails
-with one ``crowdpref: `` line instead of running unpatched. Both also serve the session
-hand-over page (:func:`mount_session_handover`).
+parsed without a new pydantic schema per value, a workspace membership read once per request).
+If argilla-server's internals they rely on changed, the start fails with one ``crowdpref: ``
+line instead of running unpatched. Both also serve the session hand-over page
+(:func:`mount_session_handover`).
 """
 
 from __future__ import annotations
