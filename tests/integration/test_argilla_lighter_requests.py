@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration,
 
 RECORDS = 10
 SCRIPT = r"""
-import asyncio, json, sys
+import asyncio, contextlib, io, json, sys
 sys.path.insert(0, sys.argv[1])
 import launch, lighter_requests
 import httpx
@@ -145,14 +145,44 @@ async def main():  # one process: the stock server first, then the same server p
     key = json.load(open(sys.argv[2]))["api_key"]
     async with app.router.lifespan_context(app):
         stock = await phase("stock", key)
+        refusals = []  # internals changed (each undone after): refused by name, nothing applied
+        for change in json.loads(sys.argv[4]):
+            names = {}
+            exec(change, names)
+            try:
+                lighter_requests.lighter_requests()
+                refusals.append("applied")
+            except lighter_requests.PatchProblem as exc:
+                refusals.append(str(exc))
+            if change == json.loads(sys.argv[4])[0]:  # and the launcher says so in one line, exit status 1
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    try:
+                        launch._patched_or_exit()
+                        code = 0
+                    except SystemExit as exc:
+                        code = exc.code
+                start = {"code": code, "stderr": err.getvalue()}
+            setattr(*names["undo"])
         lighter_requests.lighter_requests()
         patched = await phase("patched", key)
-    print(json.dumps({"stock": stock, "patched": patched}))
+    print(json.dumps({"stock": stock, "patched": patched, "refusals": refusals, "start": start}))
 
 asyncio.run(main())
 """
 
 
+CHANGES = [  # (a change to argilla-server's internals, undone after, what the refusal names)
+    ("from argilla_server.webhooks.v1 import records as r; undo = (r, 'build_record_event', r.build_record_event); "
+     "r.build_record_event = lambda db, event: None", "build_record_event(db, event)"),
+    ("from argilla_server.contexts import records as r; undo = (r, 'build_record_event_v1', r.build_record_event_v1); "
+     "r.build_record_event_v1 = None", "no longer imports build_record_event"),
+    ("from argilla_server.models import database as r; undo = (r.MetadataProperty, 'parsed_settings', "
+     "r.MetadataProperty.parsed_settings); r.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
+     "MetadataProperty.parsed_settings is no longer"),
+    ("from argilla_server.models import database as r; undo = (r.User, 'is_member', r.User.is_member); "
+     "r.User.is_member = lambda self, workspace_id: True", "User.is_member missing or not async"),
+]
 def _run(tmp_path) -> dict:
     """The script's figures: {"stock": ..., "patched": ...}."""
     migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
@@ -162,7 +192,8 @@ def _run(tmp_path) -> dict:
     creds.write_text(json.dumps({"username": "owner", "password": "owner-password-1234",
                                  "api_key": "key-0123456789abcdef0123"}))
     env = {**_argilla_env(tmp_path), "ARGILLA_SEARCH_ENGINE": "crowdpref-sql"}
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", SCRIPT, str(LAUNCH_DIR), str(creds), str(RECORDS)],
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", SCRIPT, str(LAUNCH_DIR), str(creds), str(RECORDS),
+                          json.dumps([change for change, _ in CHANGES])],
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -207,45 +238,10 @@ def test_an_annotators_search_reads_their_membership_once_and_shows_and_refuses_
     assert stock["outsider"]["records"] == patched["outsider"]["records"]
 
 
-CHANGES = [  # (a change to argilla-server's internals, undone after, what the refusal names)
-    ("from argilla_server.webhooks.v1 import records as r; undo = (r, 'build_record_event', r.build_record_event); "
-     "r.build_record_event = lambda db, event: None", "build_record_event(db, event)"),
-    ("from argilla_server.contexts import records as r; undo = (r, 'build_record_event_v1', r.build_record_event_v1); "
-     "r.build_record_event_v1 = None", "no longer imports build_record_event"),
-    ("from argilla_server.models import database as r; undo = (r.MetadataProperty, 'parsed_settings', "
-     "r.MetadataProperty.parsed_settings); r.MetadataProperty.parsed_settings = property(lambda s: s.settings)",
-     "MetadataProperty.parsed_settings is no longer"),
-    ("from argilla_server.models import database as r; undo = (r.User, 'is_member', r.User.is_member); "
-     "r.User.is_member = lambda self, workspace_id: True", "User.is_member missing or not async"),
-]
-REFUSALS = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import lighter_requests
-out = []
-for change in json.loads(sys.argv[2]):
-    exec(change)
-    try:
-        lighter_requests.lighter_requests()
-        out.append("applied")
-    except lighter_requests.PatchProblem as exc:
-        out.append(str(exc))
-    setattr(*undo)
-print(json.dumps(out))
-"""
-
-
-def test_the_patches_refuse_an_argilla_whose_internals_changed(tmp_path):
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", REFUSALS, str(LAUNCH_DIR), json.dumps([c for c, _ in CHANGES])],
-                         env=_argilla_env(tmp_path), capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    for refusal, (_, named) in zip(json.loads(run.stdout.strip().splitlines()[-1]), CHANGES, strict=True):
+def test_the_patches_refuse_an_argilla_whose_internals_changed(figures):
+    for refusal, (_, named) in zip(figures["refusals"], CHANGES, strict=True):
         assert named in refusal and "services/argilla/lighter_requests.py" in refusal, refusal
     # and the launcher's start turns a refusal into one line and exit status 1
-    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); {CHANGES[0][0]}; import launch; "
-            "sys.argv = ['launch.py', 'start']; launch.main()")
-    start = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
-                           text=True, timeout=120)
-    assert start.returncode == 1
-    lines = start.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and CHANGES[0][1] in lines[0], start.stderr
+    lines = figures["start"]["stderr"].strip().splitlines()
+    assert figures["start"]["code"] == 1
+    assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and CHANGES[0][1] in lines[0], lines
