@@ -41,7 +41,7 @@ import inspect
 from datetime import datetime
 from typing import Any, Callable
 
-PATCHED = "_crowdpref_lighter_requests"  # set on each patched module
+PATCHED = "_crowdpref_lighter_requests"  # set on argilla_server.models.database once all three are on
 WANTED_KEY = "crowdpref_wanted_record_events"  # a session's ``info`` entry: the events webhooks want
 MEMBER_KEY = "crowdpref_memberships"  # a session's ``info`` entry: (user id, workspace id) found members
 
@@ -112,7 +112,6 @@ def _record_events_only_when_wanted() -> tuple[list[str], Callable[[], None]]:
 
         record_events.build_record_event = build_record_event  # notify_record_event calls it by this name
         records_context.build_record_event_v1 = build_record_event  # deleted records' events
-        setattr(record_events, PATCHED, True)
 
     return problems, apply
 
@@ -175,7 +174,6 @@ def _membership_read_once() -> tuple[list[str], Callable[[], None]]:
             return member
 
         user.is_member = is_member
-        setattr(user, PATCHED, True)
 
     return problems, apply
 
@@ -195,4 +193,4 @@ def lighter_requests() -> None:
                            "or reinstall the version in services/argilla/requirements.txt")
     for _, apply in found:
         apply()
-    setattr(database, PATCHED, True)  # the mark that all three are on
+    setattr(database, PATCHED, True)

@@ -79,64 +79,63 @@ database.TypeAdapter = CountedAdapter
 
 async def phase(variant, key):
     out = {}
-    if True:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://argilla",
-                                     headers={"X-Argilla-Api-Key": key}) as c:
-            async def call(method, path, expect, **kw):
-                r = await c.request(method, "/api/v1" + path, **kw)
-                assert r.status_code == expect, (method, path, r.status_code, r.text)
-                return r.json() if r.content else None
-            ws = await call("POST", "/workspaces", 201, json={"name": "w-" + variant})
-            ds = await call("POST", "/datasets", 201, json={"name": "d", "workspace_id": ws["id"]})
-            d = "/datasets/" + ds["id"]
-            await call("POST", d + "/fields", 201, json={"name": "text", "title": "Text", "settings": {"type": "text"}})
-            await call("POST", d + "/questions", 201, json={"name": "q", "title": "Q", "required": True, "settings": {
-                "type": "rating", "options": [{"value": 1}, {"value": 2}]}})
-            await call("POST", d + "/metadata-properties", 201, json={"name": "category", "title": "Category", "settings": {
-                "type": "terms", "values": ["a", "b"]}})
-            await call("POST", d + "/metadata-properties", 201, json={"name": "question_id", "title": "Id", "settings": {
-                "type": "terms"}, "visible_for_annotators": False})  # as study 1's
-            await call("PUT", d + "/publish", 200)
-            hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": ["response.created"]})
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://argilla",
+                                 headers={"X-Argilla-Api-Key": key}) as c:
+        async def call(method, path, expect, **kw):
+            r = await c.request(method, "/api/v1" + path, **kw)
+            assert r.status_code == expect, (method, path, r.status_code, r.text)
+            return r.json() if r.content else None
+        ws = await call("POST", "/workspaces", 201, json={"name": "w-" + variant})
+        ds = await call("POST", "/datasets", 201, json={"name": "d", "workspace_id": ws["id"]})
+        d = "/datasets/" + ds["id"]
+        await call("POST", d + "/fields", 201, json={"name": "text", "title": "Text", "settings": {"type": "text"}})
+        await call("POST", d + "/questions", 201, json={"name": "q", "title": "Q", "required": True, "settings": {
+            "type": "rating", "options": [{"value": 1}, {"value": 2}]}})
+        await call("POST", d + "/metadata-properties", 201, json={"name": "category", "title": "Category", "settings": {
+            "type": "terms", "values": ["a", "b"]}})
+        await call("POST", d + "/metadata-properties", 201, json={"name": "question_id", "title": "Id", "settings": {
+            "type": "terms"}, "visible_for_annotators": False})  # as study 1's
+        await call("PUT", d + "/publish", 200)
+        hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": ["response.created"]})
 
-            def items(prefix, category="a"):
-                return {"items": [{"external_id": f"{prefix}{i}", "fields": {"text": f"question {i}"},
-                                   "metadata": {"category": category, "question_id": f"{prefix}{i}"}} for i in range(N)]}
-            jobs.clear(); counts.update(built=0, adapters=0)
-            written = await call("PUT", d + "/records/bulk", 200, json=items("r"))
-            out["response_only"] = {**counts, "jobs": list(jobs), "answer": sorted(
-                (r["external_id"], r["metadata"]["category"], r["status"]) for r in written["items"])}
-            # the participant's search: a member of the workspace, then someone who is not
-            found = {}
-            for name, member in (("member", True), ("outsider", False)):
-                user = await call("POST", "/users", 201, json={"first_name": name, "username": f"{name}-{variant}",
-                                                              "role": "annotator", "password": "p" * 16})
-                if member:
-                    await call("POST", f"/workspaces/{ws['id']}/users", 201, json={"user_id": user["id"]})
-                counts["memberships"] = 0
-                r = await c.post(f"/api/v1/me/datasets/{ds['id']}/records/search", params={"limit": 50},
-                                 headers={"X-Argilla-Api-Key": user["api_key"]}, json={"filters": {"and": [{
-                                     "type": "terms", "scope": {"entity": "response", "property": "status"},
-                                     "values": ["pending"]}]}})
-                found[name] = {"status": r.status_code, "memberships": counts["memberships"], "records": sorted(
-                    [item["record"]["external_id"], item["record"]["metadata"]]
-                    for item in r.json()["items"]) if r.status_code == 200 else r.json()}
-            out["search"] = found
-            bad = await c.put("/api/v1" + d + "/records/bulk", json=items("x", category="z"))
-            out["bad_metadata"] = [bad.status_code, bad.json()]
-            await call("DELETE", "/webhooks/" + hook["id"], 200)
-            hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
-                "record.created", "record.updated", "record.deleted"]})
-            jobs.clear(); counts.update(built=0, adapters=0)
-            await call("PUT", d + "/records/bulk", 200, json=items("s"))
-            await call("PUT", d + "/records/bulk", 200, json={"items": [
-                {"external_id": "s0", "fields": {"text": "rewritten"}, "metadata": {"category": "b"}}]})
-            listed = await call("GET", d + "/records", 200, params={"limit": 100})
-            gone = next(r["id"] for r in listed["items"] if r["external_id"] == "s1")
-            await call("DELETE", d + "/records", 204, params={"ids": gone})
-            out["record_hook"] = {"built": counts["built"], "jobs": list(jobs)}
-            await call("DELETE", "/webhooks/" + hook["id"], 200)
+        def items(prefix, category="a"):
+            return {"items": [{"external_id": f"{prefix}{i}", "fields": {"text": f"question {i}"},
+                               "metadata": {"category": category, "question_id": f"{prefix}{i}"}} for i in range(N)]}
+        jobs.clear(); counts.update(built=0, adapters=0)
+        written = await call("PUT", d + "/records/bulk", 200, json=items("r"))
+        out["response_only"] = {**counts, "jobs": list(jobs), "answer": sorted(
+            (r["external_id"], r["metadata"]["category"], r["status"]) for r in written["items"])}
+        # the participant's search: a member of the workspace, then someone who is not
+        found = {}
+        for name, member in (("member", True), ("outsider", False)):
+            user = await call("POST", "/users", 201, json={"first_name": name, "username": f"{name}-{variant}",
+                                                          "role": "annotator", "password": "p" * 16})
+            if member:
+                await call("POST", f"/workspaces/{ws['id']}/users", 201, json={"user_id": user["id"]})
+            counts["memberships"] = 0
+            r = await c.post(f"/api/v1/me/datasets/{ds['id']}/records/search", params={"limit": 50},
+                             headers={"X-Argilla-Api-Key": user["api_key"]}, json={"filters": {"and": [{
+                                 "type": "terms", "scope": {"entity": "response", "property": "status"},
+                                 "values": ["pending"]}]}})
+            found[name] = {"status": r.status_code, "memberships": counts["memberships"], "records": sorted(
+                [item["record"]["external_id"], item["record"]["metadata"]]
+                for item in r.json()["items"]) if r.status_code == 200 else r.json()}
+        out["search"] = found
+        bad = await c.put("/api/v1" + d + "/records/bulk", json=items("x", category="z"))
+        out["bad_metadata"] = [bad.status_code, bad.json()]
+        await call("DELETE", "/webhooks/" + hook["id"], 200)
+        hook = await call("POST", "/webhooks", 201, json={"url": "http://127.0.0.1:9/h", "events": [
+            "record.created", "record.updated", "record.deleted"]})
+        jobs.clear(); counts.update(built=0, adapters=0)
+        await call("PUT", d + "/records/bulk", 200, json=items("s"))
+        await call("PUT", d + "/records/bulk", 200, json={"items": [
+            {"external_id": "s0", "fields": {"text": "rewritten"}, "metadata": {"category": "b"}}]})
+        listed = await call("GET", d + "/records", 200, params={"limit": 100})
+        gone = next(r["id"] for r in listed["items"] if r["external_id"] == "s1")
+        await call("DELETE", d + "/records", 204, params={"ids": gone})
+        out["record_hook"] = {"built": counts["built"], "jobs": list(jobs)}
+        await call("DELETE", "/webhooks/" + hook["id"], 200)
     return out
 
 async def main():  # one process: the stock server first, then the same server patched
@@ -145,8 +144,8 @@ async def main():  # one process: the stock server first, then the same server p
     key = json.load(open(sys.argv[2]))["api_key"]
     async with app.router.lifespan_context(app):
         stock = await phase("stock", key)
-        refusals = []  # internals changed (each undone after): refused by name, nothing applied
-        for change in json.loads(sys.argv[4]):
+        refusals, changes = [], json.loads(sys.argv[4])  # internals changed (each undone after): refused by name
+        for change in changes:
             names = {}
             exec(change, names)
             try:
@@ -154,7 +153,7 @@ async def main():  # one process: the stock server first, then the same server p
                 refusals.append("applied")
             except lighter_requests.PatchProblem as exc:
                 refusals.append(str(exc))
-            if change == json.loads(sys.argv[4])[0]:  # and the launcher says so in one line, exit status 1
+            if change == changes[0]:  # and the launcher says so in one line, exit status 1
                 err = io.StringIO()
                 with contextlib.redirect_stderr(err):
                     try:
@@ -183,8 +182,11 @@ CHANGES = [  # (a change to argilla-server's internals, undone after, what the r
     ("from argilla_server.models import database as r; undo = (r.User, 'is_member', r.User.is_member); "
      "r.User.is_member = lambda self, workspace_id: True", "User.is_member missing or not async"),
 ]
+
+
 def _run(tmp_path) -> dict:
-    """The script's figures: {"stock": ..., "patched": ...}."""
+    """The script's figures: each phase's ("stock", "patched"), the refusals of ``CHANGES`` and the
+    launcher's exit on the first ("start")."""
     migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
                              env=_argilla_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-2000:]
