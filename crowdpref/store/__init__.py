@@ -48,6 +48,7 @@ from crowdpref.store.results import (
     ParticipantState,
     PlatformStudy,
     Refused,
+    RetiredRecords,
 )
 from crowdpref.store.statuses import (
     ACTIVE,
@@ -64,6 +65,7 @@ from crowdpref.store.statuses import (
     RELEASED,
     RELEASING,
     REOPENED,
+    RETIRED,
     SUBMITTED,
     UNANSWERED,
     WITHDRAWN,
@@ -75,10 +77,10 @@ from crowdpref.store.statuses import (
 
 __all__ = [
     "ACTIVE", "BOUND", "COMPLETE", "CREATING", "EXCLUDED", "FAILED", "FINISHED", "HELD", "IN_FLIGHT_OR_DONE",
-    "PASSED", "READY", "RELEASED", "RELEASING", "REOPENED", "STORE_FILE", "SUBMITTED", "UNANSWERED", "WITHDRAWN",
+    "PASSED", "READY", "RELEASED", "RELEASING", "REOPENED", "RETIRED", "STORE_FILE", "SUBMITTED", "UNANSWERED", "WITHDRAWN",
     "Account", "AccountState", "Assignment", "AssignmentStatus", "CheckPlanner", "CheckVerdict", "ClaimResult",
     "Claimed", "CollectionInfo", "Full", "ItemCounts", "OnboardingState", "OnboardingStore", "ParticipantState",
-    "ParticipantStatus", "PlatformStudy", "Refused", "Source", "Store", "StoreError", "default_url", "open_store", "upgrade",
+    "ParticipantStatus", "PlatformStudy", "Refused", "RetiredRecords", "Source", "Store", "StoreError", "default_url", "open_store", "upgrade",
 ]
 
 

@@ -84,9 +84,10 @@ class ClaimsStore(StoreBase):
                               bool(row.counterbalance), row.username_prefix)
 
     def items(self, cid: int) -> list[str]:
+        """The collection's items in order, without retired ones (:meth:`retire_items`): the
+        items that must end with R answers."""
         with self._read() as conn:
-            return list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)
-                                     .order_by(t.items.c.ordinal)).scalars())
+            return counts.live_items(conn, cid)
 
     def claim(self, info: CollectionInfo, key: str, source: str, *,
               exclude_collection: CollectionInfo | None = None,

@@ -10,7 +10,8 @@ not items of the collection: they have no row, and their moves change nothing.
 A claim then reads the open items (``taken < R``) from the index ``(collection_id, taken,
 rank, item_id)``: the least-taken level first, each level from a point on the ``rank`` circle
 the participant's key picks (:func:`rank`) - a few index range reads of Q rows, whatever the
-size of the collection. :func:`recount` counts again from the assignment rows; :func:`drift`
+size of the collection. A retired item (:data:`RETIRED_EVENT`) has no row, so no claim
+reads it. :func:`recount` counts again from the assignment rows; :func:`drift`
 compares the two and :func:`rebuild` repairs a collection's rows from the assignments.
 """
 
@@ -26,8 +27,12 @@ from sqlalchemy import Connection, Update, bindparam, delete, func, insert, sele
 from crowdpref.store import schema as t
 from crowdpref.store.statuses import IN_FLIGHT_OR_DONE, AssignmentStatus
 
-STATUSES: tuple[str, ...] = tuple(str(status) for status in AssignmentStatus)
-"""The count columns: one per assignment status, named as the status."""
+STATUSES: tuple[str, ...] = tuple(str(status) for status in AssignmentStatus if status != AssignmentStatus.RETIRED)
+"""The count columns: one per assignment status, named as the status (``retired`` has none: a
+retired item has no count row)."""
+RETIRED_EVENT = "item_retired"
+"""The event that retires an item of a collection (:meth:`crowdpref.store.Store.retire_items`):
+its count row is deleted, so no claim reads it again."""
 RANK_SPACE = 2**31
 """Ranks (and a claim's starting point) lie in 0 .. RANK_SPACE - 1 (fits PostgreSQL's integer)."""
 
@@ -92,6 +97,20 @@ def _shift_statement(key: tuple[tuple[str, int], ...]) -> Update:
             .values({column: c[column] + n for column, n in key}))
 
 
+def retired(conn: Connection, cid: int) -> set[str]:
+    """The collection's retired items (an ``item_retired`` event each)."""
+    e = t.events.c
+    return set(conn.execute(select(e.item_id).where(e.collection_id == cid, e.kind == RETIRED_EVENT,
+                                                    e.item_id.is_not(None))).scalars())
+
+
+def live_items(conn: Connection, cid: int) -> list[str]:
+    """The collection's items in order, without the retired ones."""
+    gone = retired(conn, cid)
+    return [item for item in conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)
+                                          .order_by(t.items.c.ordinal)).scalars() if item not in gone]
+
+
 def add_items(conn: Connection, cid: int, items: Sequence[str]) -> None:
     """Rows for items new to the collection, counted from any assignments they already have."""
     if not items:
@@ -131,7 +150,7 @@ def stored(conn: Connection, cid: int) -> dict[str, dict[str, int]]:
 def drift(conn: Connection, cid: int) -> list[str]:
     """Where the counts differ from a recount of the assignment rows (empty when in step)."""
     have = stored(conn, cid)
-    items = list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
+    items = live_items(conn, cid)  # a retired item has no count row
     counted = recount(conn, cid)
     problems = []
     for item in items:
@@ -148,8 +167,7 @@ def drift(conn: Connection, cid: int) -> list[str]:
 def rebuild(conn: Connection, cid: int) -> None:
     """Replace the collection's count rows by a recount from its items and assignments."""
     conn.execute(delete(t.item_counts).where(t.item_counts.c.collection_id == cid))
-    items = list(conn.execute(select(t.items.c.item_id).where(t.items.c.collection_id == cid)).scalars())
-    add_items(conn, cid, items)
+    add_items(conn, cid, live_items(conn, cid))
 
 
 def _row(cid: int, item: str, counts: dict[str, int]) -> dict[str, object]:

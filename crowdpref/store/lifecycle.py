@@ -4,20 +4,25 @@ An active participant's submitted items are recorded as they come
 (:meth:`LifecycleStore.record_progress`); quality checks are graded; a release is two-phase
 (``releasing``, then ``released``), so a kill in between is finished by the next run. Once
 finished, a participant's work can be excluded (failed checks), an item's answer reopened, or
-the participant withdrawn (:meth:`LifecycleStore.withdraw`).
+the participant withdrawn (:meth:`LifecycleStore.withdraw`). An item can be retired for good
+(:meth:`LifecycleStore.retire_items`: a study-2 pair holding a withdrawn writer's answer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 
 from crowdpref.store import counts
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
-from crowdpref.store.results import ParticipantState
+from crowdpref.store.results import ParticipantState, RetiredRecords
 from crowdpref.store.statuses import FINISHED, AssignmentStatus, ParticipantStatus
+
+RECORD_DELETED_EVENT = "retired_record_deleted"
+"""A retired assignment's record left the participant's Argilla dataset
+(:meth:`LifecycleStore.retired_records_deleted`)."""
 
 
 class LifecycleStore(StoreBase):
@@ -143,6 +148,9 @@ class LifecycleStore(StoreBase):
         with self._write(cid) as conn:
             known = conn.execute(select(t.items.c.item_id).where(
                 t.items.c.collection_id == cid, t.items.c.item_id == item_id)).first()
+            if known is not None and item_id in counts.retired(conn, cid):
+                raise StoreError(f"item '{item_id}' was retired (a writer of its answers withdrew): it is no longer "
+                                 "collected, there is nothing to reopen")
             if known is None:
                 raise StoreError(f"item '{item_id}' is not an item of this collection: check the id (the export's "
                                  "message and validation.json name it)")
@@ -206,6 +214,88 @@ class LifecycleStore(StoreBase):
             self._event(conn, cid, "withdrawn", pid, at=now, reason=reason,
                         items=sum(item in items for item in counted))
             return [item for item in counted if item in items]
+
+    def retire_items(self, cid: int, items: Sequence[str], reason: str,
+                     repeats: Mapping[str, str] | None = None) -> list[str]:
+        """Take ``items`` out of the collection for good (a study-1 writer whose answer is in
+        the pair withdrew), in one transaction: an ``item_retired`` event each (``reason``, no
+        ids) and its count row deleted, so no claim hands it out again and the collection no
+        longer waits for its R answers (:meth:`items` leaves it out). Every held copy becomes
+        ``retired``, and so does a quality check of ``repeats`` (check item -> the item it
+        repeats) that is held, or that is answered while its item was held (it can never be
+        graded). A participant left holding nothing becomes complete (their activity counter
+        moves, so the next monitoring pass reads them and grades their checks). Answers already
+        submitted stay submitted: the participant did the work, their completion (and pay) is
+        unchanged; they answer no item of the collection any more, so no export counts them.
+        The records of retired assignments are to leave Argilla: :meth:`retired_records`.
+        Returns the items retired now (unknown or already retired ones are skipped)."""
+        p, s = t.participants.c, t.assignments.c
+        repeats = dict(repeats or {})
+        now = self.clock()
+        with self._write(cid) as conn:
+            live = set(counts.live_items(conn, cid))
+            todo = [item for item in dict.fromkeys(items) if item in live]
+            if not todo:
+                return []
+            checks = [c for c, item in repeats.items() if item in todo]
+            rows = conn.execute(select(s.id, s.participant_id, s.item_id, s.status).where(
+                s.collection_id == cid, s.item_id.in_(todo + checks),
+                s.status.in_((AssignmentStatus.HELD, AssignmentStatus.SUBMITTED)))).all()
+            held_items = {(r.participant_id, r.item_id) for r in rows
+                          if r.status == AssignmentStatus.HELD and r.item_id in todo}
+            retire = [r for r in rows if r.status == AssignmentStatus.HELD
+                      or (r.item_id in repeats and (r.participant_id, repeats[r.item_id]) in held_items)]
+            if retire:
+                conn.execute(update(t.assignments).where(s.id.in_([r.id for r in retire]))
+                             .values(status=AssignmentStatus.RETIRED, released_at=now))
+            conn.execute(delete(t.item_counts).where(t.item_counts.c.collection_id == cid,
+                                                     t.item_counts.c.item_id.in_(todo)))
+            for item in todo:
+                self._event(conn, cid, counts.RETIRED_EVENT, item_id=item, at=now, reason=reason)
+            touched = sorted({r.participant_id for r in retire})
+            for pid in touched:
+                held = conn.execute(select(func.count()).select_from(t.assignments).where(
+                    s.participant_id == pid, s.status == AssignmentStatus.HELD)).scalar_one()
+                if held == 0:
+                    result = conn.execute(update(t.participants)
+                                          .where(p.id == pid, p.status == ParticipantStatus.ACTIVE)
+                                          .values(status=ParticipantStatus.COMPLETE, completed_at=now,
+                                                  activity_seq=p.activity_seq + 1))
+                    if result.rowcount:
+                        self._event(conn, cid, "completed", pid, at=now, retired=True)
+            return todo
+
+    def retired_items(self, cid: int) -> list[str]:
+        """The collection's retired items (:meth:`retire_items`), sorted."""
+        with self._read() as conn:
+            return sorted(counts.retired(conn, cid))
+
+    def retired_records(self, cid: int) -> list[RetiredRecords]:
+        """Per participant, the records of their retired assignments not yet deleted from their
+        Argilla dataset (no :data:`RECORD_DELETED_EVENT` for them): what the next pass deletes."""
+        p, a, s, e = t.participants.c, t.accounts.c, t.assignments.c, t.events.c
+        with self._read() as conn:
+            rows = conn.execute(select(s.participant_id, s.item_id, a.username, a.dataset_id)
+                                .join(t.participants, p.id == s.participant_id)
+                                .join(t.accounts, a.id == p.account_id)
+                                .where(s.collection_id == cid, s.status == AssignmentStatus.RETIRED)
+                                .order_by(s.participant_id, s.position)).all()
+            done = set(conn.execute(select(e.participant_id, e.item_id).where(
+                e.collection_id == cid, e.kind == RECORD_DELETED_EVENT)).tuples())
+        out: dict[int, RetiredRecords] = {}
+        for r in rows:
+            if (r.participant_id, r.item_id) in done:
+                continue
+            have = out.get(r.participant_id)
+            out[r.participant_id] = RetiredRecords(r.participant_id, r.username, r.dataset_id,
+                                                   (*(have.items if have else ()), r.item_id))
+        return list(out.values())
+
+    def retired_records_deleted(self, cid: int, pid: int, items: Sequence[str]) -> None:
+        """The records of ``items`` (retired assignments of participant ``pid``) left Argilla."""
+        with self._write(cid) as conn:
+            for item in items:
+                self._event(conn, cid, RECORD_DELETED_EVENT, pid, item)
 
     def withdrawn_usernames(self, cid: int) -> list[str]:
         """The account usernames of the collection's participants who withdrew (for leaving

@@ -93,6 +93,17 @@ class ParticipantState:
 
 
 @dataclass(frozen=True)
+class RetiredRecords:
+    """Records of retired assignments still to delete from one participant's Argilla dataset
+    (:meth:`crowdpref.store.Store.retired_records`)."""
+
+    participant_id: int
+    username: str
+    dataset_id: str | None
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A claim that holds work. ``new`` is False when the participant had claimed before (the
     same work comes back). The password is for handing to that participant only."""

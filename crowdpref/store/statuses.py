@@ -38,6 +38,7 @@ class AssignmentStatus(StrEnum):
     EXCLUDED = "excluded"  # submitted, then taken out of the count (the participant failed the checks)
     REOPENED = "reopened"  # counted, then taken out of the count on its own (unusable or lost answer): collected again
     WITHDRAWN = "withdrawn"  # the participant withdrew: their answer never counts again, nor is it published
+    RETIRED = "retired"  # held when its item was retired (a study-1 writer in the pair withdrew): never answered
 
 
 class CheckVerdict(StrEnum):
@@ -63,6 +64,7 @@ COMPLETE, RELEASED = ParticipantStatus.COMPLETE, ParticipantStatus.RELEASED  # R
 # assignment statuses (and RELEASED)
 HELD, SUBMITTED = AssignmentStatus.HELD, AssignmentStatus.SUBMITTED
 EXCLUDED, REOPENED, WITHDRAWN = AssignmentStatus.EXCLUDED, AssignmentStatus.REOPENED, AssignmentStatus.WITHDRAWN
+RETIRED = AssignmentStatus.RETIRED
 IN_FLIGHT_OR_DONE = (AssignmentStatus.HELD, AssignmentStatus.SUBMITTED)
 """The assignments that take one of an item's R copies."""
 FINISHED = (ParticipantStatus.COMPLETE, ParticipantStatus.RELEASED)
