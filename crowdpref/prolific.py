@@ -8,12 +8,12 @@ signature check of Prolific's webhooks. No Prefect here: tasks wrap it.
 Retries (one rule, :func:`retry_decision`): only where a repeat cannot do harm. Reads and
 idempotent writes retry on 429, 5xx and transport errors with exponential backoff and jitter
 (``Retry-After`` honoured). Calls that create something (a study, a participant group, a
-webhook secret or subscription, a bonus) retry only when the request certainly was not
+webhook secret or subscription) retry only when the request certainly was not
 processed (429, a refused or timed-out connection); after a 5xx or a dropped read they fail at
 once with :class:`ProlificAmbiguous` - NOT transient, so no retry policy repeats it - and the
 caller reconciles (the recruit step looks its study up by internal name, a group is found by
-name with :meth:`ProlificClient.list_participant_groups`). Paying bonuses and bulk approval are
-never repeated at all. A single approve / reject refused (4xx) after an earlier attempt - ours
+name with :meth:`ProlificClient.list_participant_groups`). Bulk approval is never repeated at
+all. A single approve / reject refused (4xx) after an earlier attempt - ours
 whose reply was lost, or another reviewer's - reads the submission back and is done when it is
 already in the state asked for.
 
@@ -481,21 +481,6 @@ class ProlificClient:
     def remove_from_participant_group(self, group_id: str, participant_ids: list[str]) -> None:
         self._request("DELETE", f"participant-groups/{group_id}/participants/", "idempotent",
                       json={"participant_ids": list(participant_ids)})
-
-    # bonuses -------------------------------------------------------------------------------------------
-    def create_bonus(self, study_id: str, csv_bonuses: str) -> str:
-        """Set up bonuses (``"<participant id>,<amount>\\n..."``); nothing is paid until
-        :meth:`pay_bonus`. Returns the bulk bonus id (the reply, BulkBonus, also carries
-        ``amount``, ``fees``, ``vat`` and ``total_amount``)."""
-        return str(self._request("POST", "submissions/bonus-payments/", "create",
-                                 json={"study_id": study_id, "csv_bonuses": csv_bonuses})["id"])
-
-    def pay_bonus(self, bonus_id: str) -> str:
-        """Pays real money: never retried (record that it was sent before calling). Prolific
-        answers 202 with a message (returned); a 5xx or a lost reply raises
-        :class:`ProlificAmbiguous`."""
-        reply = self._request("POST", f"bulk-bonus-payments/{bonus_id}/pay/", "never")
-        return reply if isinstance(reply, str) else str(reply or "")
 
     # webhooks ------------------------------------------------------------------------------------------
     def create_webhook_secret(self, workspace_id: str) -> str:

@@ -3,7 +3,7 @@
 Tasks that cross the network (Argilla, an LLM, the Hub, Prolific) retry with backoff and jitter,
 but ONLY on transient failures - a refused or dropped connection, a timeout, a 5xx. A problem the
 user must fix (bad config, missing input, wrong key, a 4xx) fails at once with its one-line
-message. Non-idempotent calls (e.g. paying Prolific bonuses) never use this policy. A call that
+message. Non-idempotent calls (e.g. Prolific's bulk approval) never use this policy. A call that
 may or may not have been done (:class:`~crowdpref.prolific.ProlificAmbiguous`: a creation, a
 payment or a bulk approval whose reply was lost) is never transient, whatever it says: a task
 retry would repeat it blindly; the next run reconciles (reads back) instead."""

@@ -10,7 +10,7 @@ Serves ``/api/v1/`` (token auth) on 127.0.0.1: studies (draft -> ACTIVE -> PAUSE
 places only up once published, paginated lists), submissions with their statuses (RESERVED,
 ACTIVE, TIMED-OUT, AWAITING REVIEW, APPROVED, RETURNED, REJECTED; SCREENED OUT through a
 FIXED_SCREEN_OUT_PAYMENT code, paid and counted against its slots), approve / reject / bulk
-approve, participant groups, bonuses, webhook secrets and subscriptions (confirm handshake).
+approve, participant groups, webhook secrets and subscriptions (confirm handshake).
 Every status change of a submission is delivered to the confirmed ``submission.status.change``
 subscriptions, signed like Prolific (base64 HMAC-SHA256 over timestamp + body - computed here
 independently of crowdpref's own code), at least once: failures are retried (up to 12
@@ -44,7 +44,7 @@ is checked, and serves. Test control (``/_fake/...``, ``/submissions/complete``,
 not Prolific's API and is not checked.
 
 Where the document is silent, the fake decides, and says so where it does (which status a
-refused transition gets, whether approving an approved submission is refused, the bonus fees).
+refused transition gets, whether approving an approved submission is refused).
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ COUNTED = ("ACTIVE", "APPROVED", "AWAITING REVIEW", "REJECTED", "RESERVED", "RET
 STUDY_SHORT = ("id", "name", "internal_name", "status", "study_type", "estimated_completion_time",
                "total_available_places", "places_taken", "number_of_submissions", "reward", "total_cost",
                "published_at", "publish_at", "date_created", "credential_pool_id", "is_ready_to_publish")
-BONUS_FEE_RATE = 1 / 3  # the document gives no fee rate for BulkBonus.fees: a flat third, no VAT
 TRANSITIONS = {"PUBLISH": ({"UNPUBLISHED"}, "ACTIVE"), "PAUSE": ({"ACTIVE"}, "PAUSED"),
                "START": ({"PAUSED"}, "ACTIVE"), "STOP": ({"ACTIVE", "PAUSED"}, "COMPLETED")}
 PLACEHOLDERS = ("{{%PROLIFIC_PID%}}", "{{%STUDY_ID%}}", "{{%SESSION_ID%}}")
@@ -160,7 +159,6 @@ class FakeProlific:
         self.studies: dict[str, dict[str, Any]] = {}
         self.submissions: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}
-        self.bonuses: dict[str, dict[str, Any]] = {}
         self.secrets: dict[str, str] = {}  # workspace -> active secret
         self.subscriptions: dict[str, dict[str, Any]] = {}
         self.deliveries: list[tuple[str, str, int, int | None]] = []  # event id, status, attempt, http status
@@ -303,17 +301,6 @@ class FakeProlific:
                     if sub["status"] == "AWAITING REVIEW":
                         self._set_status(sub, "APPROVED")
                 return 200, "The request to bulk approve has been made successfully."
-            if parts == ["submissions", "bonus-payments"] and method == "POST":
-                bonus_id = _hex_id()
-                if body.get("study_id") not in self.studies:
-                    raise ApiError(400, "study_id: unknown study")
-                amount = self._bonus_amount(str(body.get("csv_bonuses") or ""))
-                fees = round(amount * BONUS_FEE_RATE, 2)
-                self.bonuses[bonus_id] = {"id": bonus_id, "study_id": body.get("study_id"), "paid": 0,
-                                          "pay_calls": 0, "csv_bonuses": body.get("csv_bonuses"), "amount": amount,
-                                          "fees": fees}
-                return 201, {"id": bonus_id, "study": body.get("study_id"), "amount": amount, "fees": fees,
-                             "vat": 0.0, "total_amount": round(amount + fees, 2)}
             if len(parts) >= 2 and parts[0] == "submissions":
                 sub = self._get(self.submissions, parts[1], "submission")
                 if len(parts) == 2 and method == "GET":
@@ -326,13 +313,6 @@ class FakeProlific:
                     sub["return_requested"] = sub.get("return_requested") or _now()
                     return 200, {"id": sub["id"], "status": sub["status"], "participant": sub["participant_id"],
                                  "return_requested": sub["return_requested"]}
-            if parts == ["bulk-bonus-payments", *parts[1:2], "pay"] and len(parts) == 3 and method == "POST":
-                bonus = self._get(self.bonuses, parts[1], "bonus")
-                bonus["pay_calls"] += 1
-                if bonus["paid"]:  # the document is silent on a second pay: refused here (nothing paid twice)
-                    raise ApiError(400, "this bonus has already been paid")
-                bonus["paid"] += 1
-                return 202, "The bonuses will be paid shortly."
             if parts == ["participant-groups"] and method == "POST":
                 if not str(body.get("name") or "").strip():
                     raise ApiError(400, "name: required")
@@ -403,24 +383,6 @@ class FakeProlific:
     @staticmethod
     def _memberships(group: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"participant_id": m, "datetime_created": group["joined"].get(m, "")} for m in group["members"]]
-
-    @staticmethod
-    def _bonus_amount(csv_bonuses: str) -> float:
-        """The total of ``<participant id>,<amount>`` lines; 400 for anything else."""
-        lines = [line.strip() for line in csv_bonuses.strip().splitlines() if line.strip()]
-        if not lines:
-            raise ApiError(400, "csv_bonuses: required")
-        total = 0.0
-        for line in lines:
-            pid, _, amount = line.partition(",")
-            try:
-                value = float(amount)
-            except ValueError:
-                raise ApiError(400, f"csv_bonuses: {line!r} is not '<participant id>,<amount>'") from None
-            if not pid.strip() or value <= 0:
-                raise ApiError(400, f"csv_bonuses: {line!r} is not '<participant id>,<amount>'")
-            total += value
-        return round(total, 2)
 
     def _get(self, table: dict[str, dict[str, Any]], key: str, what: str) -> dict[str, Any]:
         if key not in table:

@@ -2,7 +2,7 @@
 
 Every client call; pagination (page size 2, five items: three pages; next links absolute,
 root-relative, relative or on another host); the retry rules (what is repeated, after what
-pause, and what never is: creations after a 5xx or a lost reply, paying a bonus); typed errors
+pause, and what never is: creations after a 5xx or a lost reply, a bulk approval); typed errors
 whose messages never show the token; webhook signatures (good, bad, tampered, stale, future,
 missing or malformed headers); and the fake itself: its validation, its participant simulation
 and its signed, retried, duplicated or dropped webhook deliveries, checked with our verifier.
@@ -288,7 +288,7 @@ def test_review_approve_reject_bulk_and_request_return(fake, client):
     assert [s.places_taken for s in client.list_studies() if s.id == study.id] == [3]
 
 
-# --- participant groups, bonuses ---------------------------------------------------------------------------
+# --- participant groups -----------------------------------------------------------------------------------
 def test_participant_groups(fake, client):
     group = client.create_participant_group("completed part 1", "ws-1")
     assert HEX24.match(group) and client.participant_group_members(group) == []
@@ -311,21 +311,6 @@ def test_participant_groups(fake, client):
     assert client.participant_group_members(group) == [people[0], *people[3:]]
     with pytest.raises(ProlificNotFound):
         client.participant_group_members("f" * 24)
-
-
-def test_bonus_created_then_paid_once(fake, client):
-    study = _active_study(client)
-    bonus = client.create_bonus(study.id, f"{'a' * 24},1.50\n{'b' * 24},0.75")
-    assert HEX24.match(bonus) and fake.bonuses[bonus]["paid"] == 0 and fake.bonuses[bonus]["amount"] == 2.25
-    assert isinstance(client.pay_bonus(bonus), str)  # 202 and a message, as documented
-    assert fake.bonuses[bonus]["paid"] == 1
-    with pytest.raises(ProlificRequestError, match=r"400.*already been paid"):
-        client.pay_bonus(bonus)
-    assert (fake.bonuses[bonus]["paid"], fake.bonuses[bonus]["pay_calls"]) == (1, 2)
-    with pytest.raises(ProlificRequestError, match="400"):
-        client.create_bonus("0" * 24, "x,1")
-    with pytest.raises(ProlificNotFound):
-        client.pay_bonus("0" * 24)
 
 
 # --- pagination links ------------------------------------------------------------------------------------
@@ -481,9 +466,10 @@ def test_a_transition_whose_reply_was_lost_is_not_reported_as_a_conflict(fake, c
         client.pause_study(study.id)
 
 
-def test_paying_a_bonus_is_never_retried(fake, client, sleeps):
+def test_a_bulk_approval_is_never_retried(fake, client, sleeps):
     study = _active_study(client)
-    bonus = client.create_bonus(study.id, f"{'a' * 24},1.00")
+    sid = fake.arrive(study.id)["session_id"]
+    fake.complete(sid, CODE)
     # a 5xx, or a connection cut before any reply (from here, it may have been processed):
     # ambiguous, never transient; a 429 was certainly refused: transient, but not repeated here
     for fault, ambiguous in (({"status": 503}, True), ({"status": 429, "retry_after": 0}, False),
@@ -491,29 +477,25 @@ def test_paying_a_bonus_is_never_retried(fake, client, sleeps):
         before = len(fake.requests)
         fake.add_faults(**fault)
         with pytest.raises(ProlificUnavailable) as err:
-            client.pay_bonus(bonus)
+            client.bulk_approve([sid])
         assert len(_api_requests(fake, before)) == 1
         assert isinstance(err.value, ProlificAmbiguous) is ambiguous
         assert err.value.transient is (not ambiguous) and is_transient(err.value) is (not ambiguous)
         if ambiguous:
             assert "check on Prolific before paying" in str(err.value)
-    assert fake.bonuses[bonus]["paid"] == 0 and sleeps == []
-    client.pay_bonus(bonus)
-    assert fake.bonuses[bonus]["paid"] == 1
+    assert fake.submissions[sid]["status"] == "AWAITING REVIEW" and sleeps == []
+    client.bulk_approve([sid])
+    assert fake.submissions[sid]["status"] == "APPROVED"
 
 
-@pytest.mark.parametrize("call", ["create_study", "create_participant_group", "create_bonus", "pay_bonus",
-                                  "bulk_approve"])
+@pytest.mark.parametrize("call", ["create_study", "create_participant_group", "bulk_approve"])
 def test_an_ambiguous_create_or_money_call_is_not_repeated_and_not_transient(fake, client, sleeps, call):
     """Prolific acted, then the reply was lost: one request, and an error no retry policy repeats."""
     study = _active_study(client)
     sid = fake.arrive(study.id)["session_id"]
     fake.complete(sid, CODE)
-    bonus = client.create_bonus(study.id, f"{'a' * 24},1.00")
     action = {"create_study": lambda: client.create_study(_payload(7)),
               "create_participant_group": lambda: client.create_participant_group("g", "ws-1"),
-              "create_bonus": lambda: client.create_bonus(study.id, f"{'b' * 24},2.00"),
-              "pay_bonus": lambda: client.pay_bonus(bonus),
               "bulk_approve": lambda: client.bulk_approve([sid])}[call]
     before = len(fake.requests)
     fake.add_faults(disconnect="after")
@@ -523,7 +505,6 @@ def test_an_ambiguous_create_or_money_call_is_not_repeated_and_not_transient(fak
     assert err.value.transient is False and is_transient(err.value) is False
     assert isinstance(err.value, ProlificUnavailable) and "reconcile" in str(err.value)
     done = {"create_study": lambda: len(fake.studies) == 2, "create_participant_group": lambda: len(fake.groups) == 1,
-            "create_bonus": lambda: len(fake.bonuses) == 2, "pay_bonus": lambda: fake.bonuses[bonus]["paid"] == 1,
             "bulk_approve": lambda: fake.submissions[sid]["status"] == "APPROVED"}[call]
     assert done()  # it had been done: a repeat would have done it twice
 
