@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import logging
 import math
 import random
@@ -532,15 +533,40 @@ def sign_webhook(secret: str, timestamp: str, body: bytes) -> str:
     return base64.b64encode(mac).decode()
 
 
+def documented_form(body: bytes) -> bytes | None:
+    """The body as Prolific's "Verifying" page signs it in its Python example: ``json.dumps`` of
+    the parsed body (Python's default separators, ASCII escapes); None when the body is not JSON.
+    Which form the live sender signs is not documented beyond that example, so both are accepted."""
+    try:
+        return json.dumps(json.loads(body)).encode()
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+@dataclass(frozen=True)
+class VerifiedWebhook:
+    """A webhook whose signature and freshness passed: the keys that de-duplicate it.
+    ``event_id`` is Prolific's ``X-Event-ID`` (stable across its retries, documented, but not
+    signed) or, when the header is missing, ``sha256:`` + :attr:`signed_hash`; ``signed_hash``
+    is the hash of what was signed (timestamp + the body in the form whose signature matched), so
+    the same signed content re-sent under a new event id is a duplicate too."""
+
+    event_id: str
+    signed_hash: str
+    id_missing: bool = False
+
+
 def verify_webhook(secret: str, headers: Mapping[str, str], body: bytes, *, now: float,
-                   tolerance_s: float = 300.0) -> str:
-    """Check a webhook's signature and freshness; returns its event id (the caller de-duplicates
-    on it). Raises :class:`WebhookRejected` with the HTTP status to answer: 400 for missing
-    headers or a timestamp that is not Unix seconds, 401 for a stale or future timestamp or a
-    bad signature."""
+                   tolerance_s: float = 300.0) -> VerifiedWebhook:
+    """Check a webhook's signature and freshness; returns its de-duplication keys (the caller
+    records them). The signature may cover the raw body or its :func:`documented_form`; both are
+    compared in constant time. Raises :class:`WebhookRejected` with the HTTP status to answer:
+    400 for a missing signature or timestamp or a timestamp that is not Unix seconds, 401 for a
+    stale or future timestamp (more than ``tolerance_s`` away) or a bad signature. A missing
+    ``X-Event-ID`` is not refused (see :class:`VerifiedWebhook`)."""
     lower = {str(k).lower(): v for k, v in headers.items()}
     signature, timestamp, event_id = (lower.get(h.lower()) for h in (SIGNATURE, TIMESTAMP, EVENT_ID))
-    missing = [h for h, v in ((SIGNATURE, signature), (TIMESTAMP, timestamp), (EVENT_ID, event_id)) if not v]
+    missing = [h for h, v in ((SIGNATURE, signature), (TIMESTAMP, timestamp)) if not v]
     if missing:
         raise WebhookRejected(f"missing {', '.join(missing)}", 400)
     timestamp = str(timestamp).strip()
@@ -549,7 +575,14 @@ def verify_webhook(secret: str, headers: Mapping[str, str], body: bytes, *, now:
     age = now - float(timestamp)
     if abs(age) > tolerance_s:
         raise WebhookRejected(f"{'stale' if age > 0 else 'future'} timestamp ({age:+.0f} s)", 401)
-    expected = sign_webhook(secret, timestamp, body)
-    if not hmac.compare_digest(expected.encode(), str(signature).strip().encode()):
+    given = str(signature).strip().encode()
+    forms = [body] + [f for f in (documented_form(body),) if f is not None and f != body]
+    # every form is compared (no early exit), each in constant time
+    signed = [form for form in forms if hmac.compare_digest(sign_webhook(secret, timestamp, form).encode(), given)]
+    if not signed:
         raise WebhookRejected("bad signature", 401)
-    return str(event_id)
+    # the hash of what was signed (the matching form): a body re-spaced around the same signed
+    # form is the same content
+    signed_hash = hashlib.sha256(timestamp.encode() + b"\n" + signed[0]).hexdigest()
+    event = str(event_id).strip() if event_id else ""
+    return VerifiedWebhook(event or f"sha256:{signed_hash}", signed_hash, id_missing=not event)

@@ -24,7 +24,8 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then, on
   Prolific, the completion code and the way back; with an invitation, thanks and what happens
   next (no code: it would be of no use); else how many are left.
-- ``POST /hooks/prolific``: Prolific's webhooks (signed, de-duplicated), answered at once; a
+- ``POST /hooks/prolific``: Prolific's webhooks (signed over the raw body or its documented
+  ``json.dumps`` form; de-duplicated on ``X-Event-ID`` and on the signed content), answered at once; a
   RETURNED, TIMED-OUT or REJECTED submission is recorded as pending and its unfinished work goes
   back to the pool right after the reply (what a portal that died left pending runs again when
   it starts).

@@ -905,8 +905,11 @@ class Portal:
     # Prolific webhooks -------------------------------------------------------------------------------
     def prolific_webhook(self, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
         """Verify, de-duplicate and record one Prolific webhook; returns (HTTP status, reply) at
-        once. A status that frees the participant's place (RETURNED, TIMED-OUT, REJECTED) is
-        recorded as ``pending`` with the participant, in the same row that de-duplicates the
+        once. De-duplicated on its ``X-Event-ID`` and on the hash of what it signed
+        (:func:`~crowdpref.prolific.verify_webhook`): a retry, or a replay of the same signed
+        body under a new id, is answered ``duplicate`` and changes nothing. A status that frees
+        the participant's place (RETURNED, TIMED-OUT, REJECTED) is recorded as ``pending`` with
+        the participant, in the same row that de-duplicates the
         delivery, and their work is released after the reply (:meth:`run_delivery`, on
         :attr:`after_reply`); a portal that dies first runs it when it starts again
         (:meth:`resume_deliveries`). One store transaction (:meth:`Store.record_status_delivery`:
@@ -919,14 +922,17 @@ class Portal:
             return 503, {"error": "no webhook secret configured: run `crowdpref prolific-webhooks`"}
         try:
             try:
-                event_id = verify_webhook(secret, headers, body, now=self.clock())
+                verified = verify_webhook(secret, headers, body, now=self.clock())
             except WebhookRejected as exc:
                 fresh = self._webhook_secret(again=True)  # a secret replaced since it was read
                 if exc.status != 401 or fresh in (None, secret):
                     raise
-                event_id = verify_webhook(fresh, headers, body, now=self.clock())
+                verified = verify_webhook(fresh, headers, body, now=self.clock())
         except WebhookRejected as exc:
             return exc.status, {"error": exc.reason}
+        event_id, signed = verified.event_id, verified.signed_hash
+        if verified.id_missing:
+            log.warning("Prolific webhook without an X-Event-ID: de-duplicated on a hash of its timestamp and body")
         try:
             payload = json.loads(body)
             if not isinstance(payload, dict):
@@ -935,16 +941,16 @@ class Portal:
             return 400, {"error": "body is not a JSON object"}
         kind = str(payload.get("event_type") or "submission.status.change")
         if kind != "submission.status.change":
-            if not self.store.record_delivery(event_id, "prolific", kind, "ignored"):
+            if not self.store.record_delivery(event_id, "prolific", kind, "ignored", signed_hash=signed):
                 return 200, {"duplicate": True}
             return 200, {"outcome": "ignored"}
         session, person = payload.get("resource_id"), payload.get("participant_id")
         recorded = self.store.record_status_delivery(
             event_id, "prolific", kind, str(payload.get("status", "")).upper(), freeing=FREEING,
             session_id=session if isinstance(session, str) and session else None,
-            key=person if isinstance(person, str) else None)
-        if recorded is None:
-            return 200, {"duplicate": True}  # recorded before, or by a concurrent request
+            key=person if isinstance(person, str) else None, signed_hash=signed)
+        if recorded is None:  # recorded before (by its event id, or its signed content under another
+            return 200, {"duplicate": True}  # id), or by a concurrent request
         if recorded.pending:
             self.after_reply.submit(event_id)
         return 200, {"outcome": recorded.outcome}

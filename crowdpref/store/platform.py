@@ -92,12 +92,13 @@ class PlatformStore(StoreBase):
 
     def record_status_delivery(self, event_id: str, source: str, kind: str, status: str, *,
                                session_id: str | None, key: str | None,
-                               freeing: Collection[str]) -> StatusDelivery | None:
+                               freeing: Collection[str], signed_hash: str | None = None) -> StatusDelivery | None:
         """Record a platform's status change in **one** transaction - what a webhook's reply
         waits for: find the participation it names (by its session, else the person's only
         active participation), then write the delivery (``pending`` with that participant when
         ``status`` is in ``freeing``: its work is done after the reply) and its
-        ``platform_status`` event. None for a duplicate (the event id is recorded already)."""
+        ``platform_status`` event. None for a duplicate (the event id, or ``signed_hash`` - the
+        hash of what the sender signed - is recorded already)."""
         found: Participation | None = None
         try:
             with self._write() as conn:  # no collection lock: a reply never waits for a claim
@@ -110,30 +111,35 @@ class PlatformStore(StoreBase):
                 outcome = "unknown participant" if found is None else \
                     f"{status}: queued" if pending else f"recorded {status}"
                 self._insert_delivery(conn, event_id, source, kind, outcome,
-                                      (found.collection_id, found.participant_id, status) if pending else None)
+                                      (found.collection_id, found.participant_id, status) if pending else None,
+                                      signed_hash=signed_hash)
                 if found is not None:
                     self._event(conn, found.collection_id, "platform_status", found.participant_id, status=status)
         except IntegrityError:
             return None
         return StatusDelivery(found, outcome, pending)
 
-    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str) -> bool:
+    def record_delivery(self, event_id: str, source: str, kind: str, outcome: str, *,
+                        signed_hash: str | None = None) -> bool:
         """Remember a webhook event that asks for nothing more (ignored, or handled at once);
-        False when it was already recorded (a duplicate delivery recorded meanwhile)."""
+        False when it was already recorded (a duplicate delivery recorded meanwhile: the same
+        event id, or the same ``signed_hash``)."""
         try:
             with self._write() as conn:  # no collection lock: a reply never waits for a claim
-                self._insert_delivery(conn, event_id, source, kind, outcome)
+                self._insert_delivery(conn, event_id, source, kind, outcome, signed_hash=signed_hash)
             return True
         except IntegrityError:
             return False
 
     def _insert_delivery(self, conn: Any, event_id: str, source: str, kind: str, outcome: str,
-                         pending: tuple[int, int, str] | None = None) -> None:
-        """The delivery's row (its event id de-duplicates: a second insert raises IntegrityError).
+                         pending: tuple[int, int, str] | None = None, *, signed_hash: str | None = None) -> None:
+        """The delivery's row (its event id and its ``signed_hash``, when given, de-duplicate: a
+        second insert of either raises IntegrityError).
         ``pending``: (collection id, participant id, platform status) - the work the event asks
         for is still to do (:meth:`pending_delivery`, :meth:`finish_delivery`)."""
         values: dict[str, Any] = dict(event_id=event_id[:100], source=source, kind=kind[:60],
-                                      received_at=self.clock(), outcome=outcome[:200], state=DONE)
+                                      received_at=self.clock(), outcome=outcome[:200], state=DONE,
+                                      signed_hash=signed_hash)
         if pending is not None:
             cid, pid, status = pending
             values.update(state=PENDING, collection_id=cid, participant_id=pid, platform_status=status[:30])

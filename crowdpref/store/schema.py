@@ -28,7 +28,8 @@ without a migration fails. The values of the state and status columns are the me
                    submitted, completed, drop_requested, release_started, released,
                    reallocated, refused ...
 - ``platform_studies`` the Prolific study each collection was published as (never two).
-- ``webhook_deliveries`` webhook events received (de-duplicated on their event id): ``done``,
+- ``webhook_deliveries`` webhook events received (de-duplicated on their event id, and on a hash of
+                   the signed content that catches a replay under a new id): ``done``,
                    or ``pending`` - replied to, their work (a release) not finished yet, which
                    the portal runs after the reply and again when it starts.
 - ``onboarding``   one row per person (collection, salted key hash) who began a study's
@@ -228,6 +229,10 @@ webhook_deliveries = Table(
     Column("collection_id", Integer),  # the participant a pending delivery acts on
     Column("participant_id", Integer),
     Column("platform_status", String(30)),  # RETURNED, TIMED-OUT, REJECTED
+    # sha256 of what the sender signed (timestamp + raw body): the same signed content under a new
+    # event id (the id is not signed) is a replay, refused as a duplicate
+    Column("signed_hash", String(64)),
+    Index("ix_webhook_deliveries_signed_hash", "signed_hash", unique=True),
 )
 
 onboarding = Table(

@@ -80,3 +80,48 @@ def _counting(init, built):
         built.append(1)
         init(self, *args, **kwargs)
     return counted
+
+
+def test_a_replay_under_a_new_event_id_and_a_delivery_without_one(rig, caplog):  # noqa: F811
+    """The event id is not signed: the same signed body re-sent with a new ``X-Event-ID`` inside
+    the 5-minute window is a duplicate. A delivery without the header is handled, keyed by its
+    signed content, with one warning. A body signed in Prolific's documented ``json.dumps`` form
+    but sent compact gets in."""
+    name = "replay"
+    _write(rig.studies, name)
+    collection = _published(rig, name)
+    ids = _ids()
+    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
+    query = "&".join(f"{k}={v}" for k, v in ids.items())
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
+    rig.store.set_meta(WEBHOOK_SECRET, "s")
+    rig.portal.after_reply.submit = lambda event_id: True
+
+    def statuses() -> list[str]:
+        return [json.loads(e["detail"])["status"] for e in rig.store.events(collection.info.id, kinds=["platform_status"])]
+
+    review = {"event_type": "submission.status.change", "resource_id": ids["SESSION_ID"], "status": "AWAITING REVIEW"}
+    headers, raw = _delivery("s", review, "ev-1")
+    assert rig.portal.prolific_webhook(headers, raw) == (200, {"outcome": "recorded AWAITING REVIEW"})
+    assert rig.portal.prolific_webhook({**headers, EVENT_ID: "ev-forged"}, raw) == (200, {"duplicate": True})
+    assert statuses() == ["AWAITING REVIEW"]
+
+    returned = dict(review, status="RETURNED")
+    headers, raw = _delivery("s", returned, "unused")
+    del headers[EVENT_ID]
+    with caplog.at_level("WARNING", logger="crowdpref.portal.service"):
+        assert rig.portal.prolific_webhook(headers, raw) == (200, {"outcome": "RETURNED: queued"})
+    assert [r.message for r in caplog.records if "X-Event-ID" in r.message] == [
+        "Prolific webhook without an X-Event-ID: de-duplicated on a hash of its timestamp and body"]
+    assert rig.portal.prolific_webhook(headers, raw) == (200, {"duplicate": True})  # Prolific's retry, no id
+    assert statuses() == ["AWAITING REVIEW", "RETURNED"]
+
+    # signed as Prolific's Python example does (json.dumps of the body), sent compact
+    approved = dict(review, status="APPROVED")
+    compact = json.dumps(approved, separators=(",", ":")).encode()
+    stamp = str(int(time.time()))
+    documented = {SIGNATURE: sign_webhook("s", stamp, json.dumps(approved).encode()), TIMESTAMP: stamp,
+                  EVENT_ID: "ev-3"}
+    assert rig.portal.prolific_webhook(documented, compact) == (200, {"outcome": "recorded APPROVED"})
+    assert statuses() == ["AWAITING REVIEW", "RETURNED", "APPROVED"]

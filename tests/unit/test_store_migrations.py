@@ -42,7 +42,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
 
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
         columns = {row[1] for row in conn.execute(text("PRAGMA table_info(accounts)"))}
         participant_columns = {row[1] for row in conn.execute(text("PRAGMA table_info(participants)"))}
         tables = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
@@ -52,6 +52,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
     assert {"activity_seq", "read_seq", "read_at"} <= participant_columns  # 0006: monitoring by activity
     assert "withdrawn_at" in participant_columns  # 0007: withdrawals
     assert {"state", "collection_id", "participant_id", "platform_status"} <= delivery_columns  # 0008
+    assert "signed_hash" in delivery_columns  # 0011: replays under a new event id
     assert "session_hash" in participant_columns and {"platform_studies", "webhook_deliveries"} <= tables
     assert "item_counts" in tables  # 0009: the per-item counts claims read
     assert "onboarding" in tables  # 0010: onboarding before the claim
