@@ -53,6 +53,7 @@ from crowdpref.store import (
     EXCLUDED,
     RELEASED,
     RELEASING,
+    RETIRED,
     Account,
     Claimed,
     ClaimResult,
@@ -296,7 +297,8 @@ class Collection:
         else:
             dataset = self._dataset_of(participant)
         if not participant.records_logged:
-            records = [self.spec.record(a.item_id, a.swapped) for a in participant.assignments if a.status != RELEASED]
+            records = [self.spec.record(a.item_id, a.swapped) for a in participant.assignments
+                       if a.status not in (RELEASED, RETIRED)]
             self.owner.log_records(dataset, records)
             self.store.records_logged(self.info.id, participant.id)
 
@@ -313,6 +315,7 @@ class Collection:
         checks). Without webhooks, every active participant too."""
         cid = self.info.id
         released_now = []
+        self._retire_withdrawn_writers()
         if self.spec.on_fail == "exclude":  # an exclusion a killed run decided but did not write
             for finished in self.store.failed_not_excluded(cid):
                 self._exclude_if_failed(finished)
@@ -352,6 +355,19 @@ class Collection:
         self.expire_finished_credentials()  # completed (maybe by a webhook), released, withdrawn
         ready_now = self.refill_pool(patience_s=0)  # not while participants arrive: the next pass
         return replace(self.progress(released_now, ready_now), read_now=reads, webhooks=webhooks)
+
+    def _retire_withdrawn_writers(self) -> None:
+        """Study 2: retire the pairs holding answers of study-1 writers who withdrew and delete
+        their records from the raters' datasets - what a withdrawal could not do at once (no run
+        folder, Argilla down); see :func:`crowdpref.withdrawals.retire_writers`."""
+        if self.spec.key != "study2":
+            return
+        from crowdpref.withdrawals import clear_retired, retire_writers
+
+        retire_writers(self.store, self.spec.study_name, Path(self.folder).parent)
+        problem = clear_retired(self.store, self.owner, self.spec.study_name)
+        if problem:
+            log.warning("records of retired pairs not deleted from Argilla yet (%s): the next pass retries", problem)
 
     @property
     def backstop_s(self) -> float:
@@ -443,7 +459,7 @@ class Collection:
     def _grade_checks(self, participant: ParticipantState, own: Sequence[SubmittedAnswer]) -> None:
         """Grade the participant's answered quality checks, record the verdict when it changed,
         and exclude their work when they failed, finished and the config says ``exclude``."""
-        checks = [a for a in participant.assignments if is_check(a.item_id) and a.status != RELEASED]
+        checks = [a for a in participant.assignments if is_check(a.item_id) and a.status not in (RELEASED, RETIRED)]
         if not checks:
             return
         done = {a.record_external_id: a for a in own if a.status == "submitted"}
@@ -559,10 +575,13 @@ class Collection:
         self, submitted: Sequence[tuple[ParticipantState, SubmittedAnswer]] | None = None
     ) -> list[tuple[ParticipantState, SubmittedAnswer]]:
         """The answers that count - those the store recorded as submitted (never a quality
-        check, never an excluded answer) - from ``submitted`` (default: read now)."""
+        check, never an excluded answer, never one to a retired item) - from ``submitted``
+        (default: read now)."""
         submitted = self.submitted_answers() if submitted is None else submitted
+        retired = set(self.store.retired_items(self.info.id))
         return [(p, answer) for p, answer in submitted
-                if answer.record_external_id in p.submitted and not is_check(answer.record_external_id)]
+                if answer.record_external_id in p.submitted and not is_check(answer.record_external_id)
+                and answer.record_external_id not in retired]
 
     def validation_report(self, answers: Sequence[tuple[ParticipantState, SubmittedAnswer]]) -> dict[str, Any]:
         """Every item has its R answers; every workspace holds exactly its allocation; anomalies."""

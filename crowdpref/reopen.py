@@ -75,7 +75,8 @@ def reopen_unusable(store: Store, cid: int, participants: Sequence[ParticipantSt
     """Reopen every unusable counted answer (:func:`unusable_answers`), one store transaction
     each, with an event naming why; then raise :class:`ItemsReopened` saying what went back to
     the pool. Returns quietly when every counted answer can be used."""
-    found = unusable_answers(participants, submitted, problem)
+    retired = set(store.retired_items(cid))  # a retired pair's rating counts for nothing: nothing to reopen
+    found = [e for e in unusable_answers(participants, submitted, problem) if e.item_id not in retired]
     for entry in found:
         store.reopen(cid, entry.item_id, entry.reason, usernames=[entry.username])
     if found:

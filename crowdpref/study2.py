@@ -71,6 +71,7 @@ class Study2Spec:
     pairs: pd.DataFrame  # pairs.parquet
     responses: pd.DataFrame  # responses.parquet
     questions: pd.DataFrame  # questions.parquet
+    retired_pairs: int = 0  # pairs retired by withdrawals (no longer in pairs.parquet): the plan still counts them
 
     key = "study2"
 
@@ -78,7 +79,7 @@ class Study2Spec:
         s2 = self.config.study2
         if self.pairs.empty:
             raise CrowdprefError("pairs.parquet is empty: no question has 2 or more usable answers")
-        self.batches: Batches = self.config.check_pair_count(len(self.pairs))
+        self.batches: Batches = self.config.check_pair_count(len(self.pairs) + self.retired_pairs)
         self.study_name = self.config.name
         self.username_prefix = str(s2.username_prefix)
         self.copies = s2.ratings_per_pair
@@ -184,7 +185,10 @@ class Study2Spec:
 
 def study2_collection(config: StudyConfig, pairs: pd.DataFrame, responses: pd.DataFrame, questions: pd.DataFrame,
                       owner: Any, run_folder: Path, store: Store, finish_url: str | None = None) -> Collection:
-    return Collection(Study2Spec(config, pairs, responses, questions), owner, run_folder / "study2", store, finish_url)
+    info = store.find_collection(config.name, "study2")
+    retired = len(store.retired_items(info.id)) if info is not None else 0
+    return Collection(Study2Spec(config, pairs, responses, questions, retired), owner, run_folder / "study2", store,
+                      finish_url)
 
 
 def study1_complete(run: RunFolder) -> pd.DataFrame:

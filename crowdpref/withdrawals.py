@@ -11,12 +11,20 @@ asks by message. A withdrawal
   their answers counts again and the slots of their counted answers return to the pool, so
   while the study collects each item still ends with R answers by others;
 - deletes their records from their Argilla dataset (when the collection is at hand);
+- a study-1 writer while study 2 runs: retires the study-2 pairs that hold their answers
+  (:func:`retire_writers`, :meth:`Store.retire_items`: no claim hands them out again, every
+  pair that stays still ends with R ratings) and deletes the raters' unsubmitted records of
+  those pairs from the raters' datasets (:func:`clear_retired`; what Argilla could not take now
+  stays listed in the store, and the next withdrawal or study-2 monitoring pass deletes it).
+  Ratings already given to such a pair stay with their rater, who finishes and is paid; they
+  count for nothing and no export holds them;
+- rewrites the run folder's exports without their rows (:func:`rewrite_run_folder`);
 - and from then on every aggregation and release build leaves their rows out
   (:func:`withdrawn_in`, :func:`leave_out_all`): their answers, the pairs built from those
   answers with those pairs' ratings, and their ratings. That is the one rule, applied to every
-  frame by its columns, so no file of the run folder has to be rewritten and a withdrawal after
-  publication is honoured by the next ``publish-dataset`` run (whose Hub push deletes what the
-  release no longer has).
+  frame by its columns (the same rule rewrites the run folder), so a withdrawal after
+  publication is honoured by the next ``publish-dataset`` run, whose Hub push deletes what the
+  release no longer has and squashes the dataset's history (:mod:`crowdpref.release.hub`).
 
 Nothing here prints or stores an external id: participants are named by their Argilla username.
 """
@@ -28,9 +36,11 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pandas as pd
 
 from crowdpref.errors import CrowdprefError
+from crowdpref.runfolder import write_parquet
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, CollectionInfo, ParticipantState, Store, StoreError
 
 KEY_COLUMNS = ("participant_key", "rater_key")
@@ -44,6 +54,8 @@ STAT = "withdrawn_participants"
 """The ``aggregation.json`` field: withdrawals the aggregation left out."""
 
 T = TypeVar("T")
+ARGILLA_DOWN: tuple[type[BaseException], ...] = (CrowdprefError, OSError, httpx.HTTPError)
+"""What a call to Argilla raises when it is down or refuses (the work stays recorded for later)."""
 
 
 # --- the withdrawal itself ------------------------------------------------------------------------
@@ -75,14 +87,18 @@ class Withdrawal:
 
 
 def withdraw(target: Any, participant: ParticipantState, reason: str,
-             info: CollectionInfo | None = None) -> Withdrawal:
+             info: CollectionInfo | None = None, run_folder: Path | None = None) -> Withdrawal:
     """Withdraw ``participant`` for ``reason`` (recorded in the store's ``withdrawn`` event).
 
     ``target`` is a :class:`~crowdpref.collection.Collection` (Argilla at hand: an active
     participant is released first, their records are deleted from their dataset) or a
     :class:`Store` with the participant's collection ``info`` (a finished participant only).
-    Idempotent: a second call changes nothing in the store (``now`` False) and deletes any of
-    their records still in Argilla."""
+    With the run folder (the collection's, or ``run_folder``): a study-1 writer's study-2
+    pairs are retired (:func:`retire_writers`) and the run folder's exports rewritten without
+    their rows (:func:`rewrite_run_folder`); with Argilla at hand, the raters' unsubmitted
+    records of retired pairs are deleted (:func:`clear_retired`). Idempotent: a second call
+    changes nothing in the store (``now`` False) and deletes any of their records (and any
+    retired record) still in Argilla."""
     collection = None if isinstance(target, Store) else target
     store: Store = collection.store if collection is not None else target
     info = collection.info if collection is not None else info
@@ -102,14 +118,125 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
             participant = store.participant(info.id, participant.username)
     items = store.withdraw(info.id, participant.id, reason)
     problem = None
-    if collection is not None and getattr(collection, "owner", None) is not None:
+    owner = getattr(collection, "owner", None) if collection is not None else None
+    if owner is not None:
         try:
-            dataset = collection.owner.find_dataset(collection.dataset_name, workspace=participant.username)
+            dataset = owner.find_dataset(collection.dataset_name, workspace=participant.username)
             if dataset is not None:
-                collection.owner.delete_records(dataset, participant.items)
-        except CrowdprefError as exc:
-            problem = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
+                owner.delete_records(dataset, participant.items)
+        except ARGILLA_DOWN as exc:
+            problem = _first_line(exc)
+    folder = getattr(collection, "folder", None)
+    run_path = run_folder or (Path(folder).parent if folder is not None else None)
+    if run_path is not None:
+        retire_writers(store, info.study, run_path)
+    if owner is not None:
+        problem = problem or clear_retired(store, owner, info.study)
+    if run_path is not None:
+        rewrite_run_folder(run_path, withdrawn_in(store, info.study, run_path / "private"))
     return Withdrawal(participant.username, info.key, items is not None, tuple(items or ()), released, problem)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
+
+
+RETIRED_REASON = "a writer of an answer in the pair withdrew"
+"""The reason :func:`retire_writers` records on each retired pair (no ids)."""
+
+
+def writer_pairs(pairs: pd.DataFrame, responses: Iterable[str]) -> list[str]:
+    """The pair ids of ``pairs`` (``pairs.parquet`` rows) holding one of ``responses``. Pure."""
+    wanted = set(responses)
+    if not wanted or pairs.empty:
+        return []
+    hit = pairs["first_response_id"].isin(wanted) | pairs["second_response_id"].isin(wanted)
+    return sorted(pairs.loc[hit, "pair_id"].astype(str))
+
+
+def writer_responses(store: Store, study_name: str, private_dir: Path) -> set[str]:
+    """The response ids (as ``responses.parquet`` names them) of every study-1 writer of
+    ``study_name`` who withdrew: computed from the store and the run's key salt, so they are
+    known even once the run folder's files no longer hold those answers."""
+    from crowdpref.checks import is_check
+    from crowdpref.pseudonyms import Pseudonyms
+
+    info = store.find_collection(study_name, "study1")
+    usernames = store.withdrawn_usernames(info.id) if info is not None else []
+    if not usernames:
+        return set()
+    ids = Pseudonyms(private_dir)
+    return {ids.response_id(item, username) for username in usernames
+            for item in store.participant(info.id, username).items if not is_check(item)}  # type: ignore[union-attr]
+
+
+def retire_writers(store: Store, study_name: str, run_path: Path) -> list[str]:
+    """Retire the study-2 pairs (``pairs.parquet`` of the run folder ``run_path``) that hold an
+    answer of a study-1 writer who withdrew (:meth:`Store.retire_items`, one transaction; the
+    repeat checks of those pairs go with them). Nothing before study 2 has a collection or
+    pairs. Idempotent. Returns the pairs retired now."""
+    from crowdpref.checks import repeat_id
+
+    study2 = store.find_collection(study_name, "study2")
+    pairs_file = run_path / "pairs.parquet"
+    if study2 is None or not pairs_file.exists():
+        return []
+    responses = writer_responses(store, study_name, run_path / "private")
+    if not responses:
+        return []
+    hit = writer_pairs(pd.read_parquet(pairs_file, columns=["pair_id", "first_response_id", "second_response_id"]),
+                       responses)
+    return store.retire_items(study2.id, hit, RETIRED_REASON, repeats={repeat_id(p): p for p in hit}) if hit else []
+
+
+def clear_retired(store: Store, owner: Any, study_name: str) -> str | None:
+    """Delete from the raters' Argilla datasets the records of retired study-2 assignments the
+    store still lists (:meth:`Store.retired_records`), each participant's deletion recorded
+    once done. Returns why it stopped (Argilla down or refusing: the rest stays listed for the
+    next call), or None when nothing is left."""
+    from crowdpref.argilla_client import DatasetRef
+
+    info = store.find_collection(study_name, "study2")
+    if info is None:
+        return None
+    name = f"{study_name}-{info.key}"
+    try:
+        for todo in store.retired_records(info.id):
+            dataset = (DatasetRef(todo.dataset_id, f"{todo.username}/{name}") if todo.dataset_id
+                       else owner.find_dataset(name, workspace=todo.username))
+            if dataset is not None:
+                owner.delete_records(dataset, todo.items)
+            store.retired_records_deleted(info.id, todo.participant_id, todo.items)
+    except ARGILLA_DOWN as exc:
+        return _first_line(exc)
+    return None
+
+
+EXPORT_SKIPPED = ("release",)
+"""Run-folder paths :func:`rewrite_run_folder` leaves alone: the release is rebuilt whole by the
+next ``publish-dataset`` run (its scan and card cover exactly what it holds)."""
+
+
+def rewrite_run_folder(run_path: Path, withdrawn: Withdrawn) -> list[Path]:
+    """Rewrite every ``*.parquet`` export of the run folder (stage outputs, per-study files,
+    ``private/``) without the rows of the people who withdrew (:meth:`Withdrawn.leave_out`,
+    resolved over all of them), each atomically (a temporary file, then a rename). The
+    release folder and hidden folders are left to the next release build. Returns the files
+    rewritten (those that held such rows)."""
+    if not withdrawn.keys or not run_path.is_dir():
+        return []
+    files = [path for path in sorted(run_path.rglob("*.parquet"))
+             if not any(part.startswith(".") or part in EXPORT_SKIPPED
+                        for part in path.relative_to(run_path).parts[:-1])]
+    frames = {path: pd.read_parquet(path) for path in files}
+    resolved = withdrawn.resolve(frames.values())
+    changed = []
+    for path, frame in frames.items():
+        kept = resolved.leave_out(frame)
+        if len(kept) != len(frame):
+            write_parquet(kept, path)
+            changed.append(path)
+    return changed
 
 
 def withdraw_on_platform(target: Any, participant: ParticipantState, status: str,
@@ -194,7 +321,9 @@ class Withdrawn:
 
 def withdrawn_in(store: Store, study_name: str, private_dir: Path) -> Withdrawn:
     """Who withdrew from study ``study_name`` (both collections), by the participant keys of the
-    run folder whose ``private/`` holds the key salt."""
+    run folder whose ``private/`` holds the key salt, with the study-1 writers' answer ids and
+    the retired study-2 pairs - from the store, so they hold even once the run folder's files
+    were rewritten without those answers."""
     usernames = [u for key in ("study1", "study2") if (info := store.find_collection(study_name, key)) is not None
                  for u in store.withdrawn_usernames(info.id)]
     if not usernames:
@@ -202,7 +331,10 @@ def withdrawn_in(store: Store, study_name: str, private_dir: Path) -> Withdrawn:
     from crowdpref.pseudonyms import Pseudonyms
 
     ids = Pseudonyms(private_dir)
-    return Withdrawn(frozenset(ids.participant_key(u) for u in usernames))
+    study2 = store.find_collection(study_name, "study2")
+    return Withdrawn(frozenset(ids.participant_key(u) for u in usernames),
+                     frozenset(writer_responses(store, study_name, private_dir)),
+                     frozenset(store.retired_items(study2.id) if study2 is not None else ()))
 
 
 def leave_out_all(frames: Mapping[str, pd.DataFrame | None], withdrawn: Withdrawn,

@@ -7,9 +7,16 @@ The real Argilla: tests/integration/test_withdrawals.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
+from crowdpref.pairing import make_pairs
+from crowdpref.pseudonyms import Pseudonyms
+from crowdpref.runfolder import write_parquet
 from crowdpref.store import COMPLETE, HELD, RETIRED, SUBMITTED, Claimed, CollectionInfo, Full, Store, StoreError
+from crowdpref.withdrawals import withdraw, withdrawn_in, writer_pairs
 from tests.unit.test_reopen import store  # noqa: F401 - the same store, on a ticking clock
 
 PAIRS = [f"pr_{i}" for i in range(6)]
@@ -91,3 +98,70 @@ def test_a_repeat_check_of_a_retired_pair_retires_with_it(store: Store) -> None:
     assert state.held == rater.participant.items[1:3] and state.status != COMPLETE
     assert store.retired_records(info.id)[0].items == (pair, check)
     assert all(a.status == HELD for a in state.assignments if a.item_id in state.held)
+
+
+# --- the run folder: pairs found from the store, exports rewritten -------------------------------------
+def _run_folder(store: Store, run: Path) -> tuple[list[Claimed], pd.DataFrame]:
+    """Study 1 in the store (3 writers answer q0 and q1) and its exports: responses, pairs (3
+    per question), participants, one rating per pair; study 2's collection holds the pairs."""
+    ids = Pseudonyms(run / "private")
+    s1 = store.collection("s", "study1", ["q0", "q1"], copies=3, per_participant=2, seed=1, username_prefix="s-s1")
+    writers = []
+    for key in "abc":
+        claimed = _claim(store, s1, key * 24)
+        _submit(store, s1, claimed)
+        writers.append(claimed)
+    responses = pd.DataFrame([{"response_id": ids.response_id(q, w.participant.username), "question_id": q,
+                               "category": "c", "text": f"answer of {w.participant.username} to {q}",
+                               "participant_key": ids.participant_key(w.participant.username)}
+                              for w in writers for q in ("q0", "q1")])
+    pairs = make_pairs(responses, "all", seed=1).pairs
+    ratings = pd.DataFrame({"rating_id": [f"rt{i}" for i in range(len(pairs))], "pair_id": pairs["pair_id"],
+                            "response_a_id": pairs["response_a_id"], "response_b_id": pairs["response_b_id"],
+                            "rater_key": "p_rater", "rating": 1})
+    write_parquet(responses, run / "responses.parquet")
+    write_parquet(pairs, run / "pairs.parquet")
+    write_parquet(ratings, run / "ratings.parquet")
+    write_parquet(responses[["participant_key"]], run / "study1" / "participants.parquet")
+    write_parquet(responses, run / "release" / "data" / "responses.parquet")  # the release: rebuilt by publishing
+    store.collection("s", "study2", list(pairs["pair_id"]), copies=2, per_participant=2, seed=1,
+                     username_prefix="s-s2", counterbalance=True)
+    return writers, pairs
+
+
+def test_writer_pairs_are_the_pairs_holding_one_of_their_answers() -> None:
+    pairs = pd.DataFrame({"pair_id": ["p1", "p2", "p3"], "first_response_id": ["r1", "r2", "r1"],
+                          "second_response_id": ["r2", "r3", "r3"]})
+    assert writer_pairs(pairs, ["r1"]) == ["p1", "p3"] and writer_pairs(pairs, ["r3"]) == ["p2", "p3"]
+    assert writer_pairs(pairs, []) == [] and writer_pairs(pairs.iloc[:0], ["r1"]) == []
+
+
+def test_a_writer_withdrawing_during_study_2_retires_their_pairs_and_rewrites_the_run_folder(
+        store: Store, tmp_path: Path) -> None:
+    run = tmp_path / "s"
+    writers, pairs = _run_folder(store, run)
+    s1, s2 = store.find_collection("s", "study1"), store.find_collection("s", "study2")
+    gone = writers[0].participant
+    ids = Pseudonyms(run / "private")
+    theirs = {ids.response_id(q, gone.username) for q in ("q0", "q1")}
+    their_pairs = set(writer_pairs(pairs, theirs))
+    assert len(their_pairs) == 4  # each of their 2 answers is in 2 of the 3 pairs of its question
+
+    result = withdraw(store, gone, "asked by message", s1, run_folder=run)
+    assert result.now
+    assert set(store.retired_items(s2.id)) == their_pairs
+    assert set(store.items(s2.id)) == set(pairs["pair_id"]) - their_pairs
+    key = ids.participant_key(gone.username)
+    for path in run.rglob("*.parquet"):
+        text = pd.read_parquet(path).astype(str).to_csv()
+        if "release" in path.parts:  # left to the next release build
+            assert key in text
+            continue
+        assert key not in text and not any(r in text for r in theirs) and not any(p in text for p in their_pairs), path
+    assert len(pd.read_parquet(run / "pairs.parquet")) == len(pairs) - 4
+    assert len(pd.read_parquet(run / "ratings.parquet")) == len(pairs) - 4
+    # the leave-out still knows their answers and pairs, though no file names them any more
+    found = withdrawn_in(store, "s", run / "private")
+    assert found.responses == theirs and found.pairs == their_pairs
+    assert withdraw(store, store.participant(s1.id, gone.username), "again", s1, run_folder=run).now is False
+    assert store.retired_items(s2.id) == sorted(their_pairs)  # once
