@@ -17,6 +17,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 from crowdpref.config import load_study, parse_study
 from deployments.definitions import load_definitions
 
@@ -162,3 +164,29 @@ def test_the_module_map_lists_every_cli_command():
     named = _commands_named_in_prose()
     assert {"up", "down", "validate", "run", "demo"} <= named
     assert named - commands == set(), "the docs name commands the CLI does not have"
+
+
+# --- the status lines --------------------------------------------------------------------------------
+BUILT = {  # a capability the status might call missing -> the code that builds it
+    "onboarding": "crowdpref/onboarding.py",
+    "training": "crowdpref/onboarding.py",
+    "public HTTPS home": "services/caddy.py",
+    "portal": "crowdpref/portal/app.py",
+    "withdrawals": "crowdpref/withdrawals.py",
+    "privacy": "crowdpref/release/privacy.py",
+}
+
+
+def _status(path: str) -> str:
+    found = re.search(r"## Status (.*?)(?: ## |$)", _text(path))
+    assert found, f"{path} has no Status section"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/index.md"])
+def test_the_status_calls_nothing_built_unbuilt(path):
+    """The status lines ("not built yet") name no capability whose code is in the repository."""
+    for sentence in re.split(r"(?<=[.;])\s", _status(path)):
+        if re.search(r"not (yet )?built|not built yet", sentence):
+            named = [name for name, code in BUILT.items() if name.lower() in sentence.lower() and (REPO / code).exists()]
+            assert not named, f"{path}'s status says '{sentence}', but {named} is built"
