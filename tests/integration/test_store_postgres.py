@@ -148,3 +148,14 @@ def test_more_claims_than_slots_at_once_over_assign_nothing(postgres_url: str) -
         assert sum(row[0] == "claimed" for row in results) == 6
     finally:
         store.close()
+
+
+def test_a_delivery_is_de_duplicated_on_its_event_id_and_on_its_signed_content(pg_store: Store) -> None:
+    signed = "a" * 64
+    assert pg_store.record_delivery("e1", "prolific", "study.status.change", "ignored", signed_hash=signed)
+    assert not pg_store.record_delivery("e1", "prolific", "study.status.change", "ignored", signed_hash="b" * 64)
+    assert not pg_store.record_delivery("e2", "prolific", "study.status.change", "ignored", signed_hash=signed)
+    # deliveries recorded without a hash (before migration 0011) never collide with each other
+    assert pg_store.record_delivery("e3", "prolific", "study.status.change", "ignored")
+    assert pg_store.record_delivery("e4", "prolific", "study.status.change", "ignored")
+    assert [d["event_id"] for d in pg_store.deliveries("prolific")] == ["e1", "e3", "e4"]
