@@ -173,9 +173,13 @@ def _retry_push(task: Any, task_run: Any, state: Any) -> bool:
 def push_dataset_release(folder: Path, repo_id: str | None, settings: Settings,
                          private: bool) -> PushResult:
     """Create the dataset repo (if needed) and make it equal to the release folder in one
-    commit (files the release dropped are deleted on the Hub)."""
+    commit (files the release dropped are deleted on the Hub); when anyone withdrew from the
+    study, squash the repo's history so no earlier revision keeps their rows."""
     token = settings.hf_token.get_secret_value() if settings.hf_token is not None else None
-    result = push_release(folder, repo_id, token, private=private, endpoint=settings.hf_endpoint)
+    run = RunFolder(Path(folder).parent)  # the release is <run>/release
+    withdrawals = store_withdrawn(settings, run.path.name, run).participants
+    result = push_release(folder, repo_id, token, private=private, endpoint=settings.hf_endpoint,
+                          squash_history=withdrawals > 0)
     get_run_logger().info(result.message)
     return result
 

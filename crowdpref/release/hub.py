@@ -1,6 +1,7 @@
 """The push to the Hugging Face Hub: :func:`push_release` makes a dataset repo equal to a built
-release in one commit (files the release no longer has are deleted there); every failure is a
-one-line :class:`PushError` that never contains the token."""
+release in one commit (files the release no longer has are deleted there) and, when asked (a
+participant withdrew), squashes the repo's history so no earlier revision keeps what the
+release left out; every failure is a one-line :class:`PushError` that never contains the token."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class PushResult:
     commit_url: str | None = None
     private: bool | None = None
     message: str = ""
+    squashed: bool = False  # the history was squashed: the repo holds one revision, this release
 
 
 def validate_repo_id(repo_id: str) -> str:
@@ -124,6 +126,7 @@ def push_release(
     token: str | None,
     private: bool = True,
     endpoint: str | None = None,
+    squash_history: bool = False,
 ) -> PushResult:
     """Make the Hub dataset repo equal to a built release, in one commit:
     ``create_repo(exist_ok=True)``, ``list_repo_files``, then one ``create_commit`` that adds
@@ -135,6 +138,13 @@ def push_release(
     was computed from (``parent_commit``): when another commit reached the repo in between (a
     second push, an edit on the Hub), the Hub refuses it (412) and the push fails, retryable,
     instead of committing deletions computed from a listing that is no longer true.
+
+    ``squash_history``: then ``HfApi.super_squash_history`` makes the main branch one commit
+    holding this release; every earlier revision - and whatever it held that the release no
+    longer has (a withdrawn participant's rows) - is gone from the Hub. The caller asks for it
+    when the study has any withdrawal (``publish-dataset``): otherwise earlier revisions stay
+    citable. A failed squash after the commit is a retryable :class:`PushError`; the retry
+    commits nothing and squashes.
 
     Without ``repo_id`` or ``token`` nothing is pushed and the result says where the folder is.
     Every failure is a one-line :class:`PushError` naming the repo, the endpoint and the setting
@@ -169,6 +179,10 @@ def push_release(
             # endpoint. The repo exists; the upload below reports what the token may do.
             repo_url = None
         info = _mirror(api, repo_id, folder)
+        if squash_history:
+            api.super_squash_history(repo_id, repo_type="dataset", branch="main",
+                                     commit_message="Publish dataset release (crowdpref): history squashed so no "
+                                                    "earlier revision keeps data withdrawn since")
     except OfflineModeIsEnabled:
         raise PushError(f"cannot push {where}: offline mode is on (HF_HUB_OFFLINE is set): unset "
                         "HF_HUB_OFFLINE to push, or unset CROWDPREF_HF_REPO_ID") from None
@@ -208,5 +222,7 @@ def push_release(
         raise
     url = str(repo_url) if repo_url else hub_dataset_url(repo_id, shown_endpoint)
     return PushResult(folder=folder, pushed=True, repo_id=repo_id, url=url,
-                      commit_url=getattr(info, "commit_url", None), private=private,
-                      message=f"pushed {folder} to {url}")
+                      commit_url=None if squash_history else getattr(info, "commit_url", None), private=private,
+                      message=f"pushed {folder} to {url}" + ("; history squashed (earlier revisions deleted)"
+                                                             if squash_history else ""),
+                      squashed=squash_history)

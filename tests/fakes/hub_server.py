@@ -36,14 +36,27 @@ It implements just what ``create_repo``, ``list_repo_files`` / ``list_repo_tree`
                                                  ``deletedFolder`` lines, all applied as ONE
                                                  commit (``lfsFile`` lines are refused: nothing
                                                  here stores LFS objects)
+``GET  /api/{type}s/{repo}/commits/{rev}``       the commits reachable from ``rev`` (``main``
+                                                 or a commit id), newest first, as
+                                                 ``list_repo_commits`` reads them
+``POST /api/{type}s/{repo}/super-squash/{branch}`` ``{message}``: the branch's history becomes
+                                                 one commit holding the head's files; every
+                                                 earlier commit is gone (its tree: 404
+                                                 ``RevisionNotFound``), as on the Hub
+                                                 (``HfApi.super_squash_history``)
 ``GET  /api/whoami-v2``                          the token's user
+
+Revisions: every commit keeps a snapshot of the repo's files, so a tree listing at an earlier
+commit id answers what that revision held (:meth:`FakeHubServer.file_at` reads a file of any
+revision still in the history, :meth:`FakeHubServer.revisions` lists them).
 
 Tokens: ``write_token`` may do everything, ``read_token`` may read but gets 403 on writes,
 anything else gets 401 (whose body echoes the token, as careless servers do, so tests can check
 that it is never repeated). ``fail_next`` injects error statuses into the next POSTs;
 ``commit_after_listing`` makes another writer commit right after a push has listed the repo.
 ``requests`` logs ``(method, path)`` of every call; ``repos`` holds what arrived (``private``
-flag, files and their bytes, commits: each with the files it ``added`` and ``deleted``).
+flag, files and their bytes, commits: each with the files it ``added`` and ``deleted`` and the
+``snapshot`` of every file after it).
 """
 
 from __future__ import annotations
@@ -85,6 +98,21 @@ class FakeRepo:
     @property
     def sha(self) -> str:
         return self.commits[-1]["oid"] if self.commits else "0" * 40
+
+    def record(self, oid: str, summary: str | None, added: list[str], deleted: list[str]) -> None:
+        """Append a commit holding a snapshot of the files as they are now."""
+        self.commits.append({"oid": oid, "summary": summary, "files": sorted(added), "deleted": sorted(deleted),
+                             "snapshot": dict(self.files), "date": f"2026-01-01T00:00:{len(self.commits) % 60:02d}Z"})
+
+    def files_at(self, revision: str) -> dict[str, bytes] | None:
+        """The files of ``revision`` (``main`` or a commit id still in the history), or None.
+        The head is the live files (a test may plant files without a commit)."""
+        if revision in ("main", self.sha):
+            return dict(self.files)
+        for commit in self.commits:
+            if commit["oid"] == revision:
+                return dict(commit.get("snapshot", {}))
+        return None
 
 
 class FakeHubServer:
@@ -136,10 +164,21 @@ class FakeHubServer:
     def dataset(self, repo_id: str) -> FakeRepo:
         return self.repos[f"datasets/{repo_id}"]
 
+    def revisions(self, repo_id: str) -> list[str]:
+        """The commit ids of a dataset repo's history, oldest first."""
+        return [c["oid"] for c in self.dataset(repo_id).commits]
+
+    def file_at(self, repo_id: str, revision: str, path: str) -> bytes | None:
+        """A file of a dataset repo at ``revision`` (None: not in that revision, or the revision
+        is no longer in the history)."""
+        files = self.dataset(repo_id).files_at(revision)
+        return None if files is None else files.get(path)
+
 
 def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
     repo_path = re.compile(
-        r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)(?:/(preupload|commit|revision)/([^/]+))?$")
+        r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)"
+        r"(?:/(preupload|commit|revision|commits|super-squash)/([^/]+))?$")
     tree_path = re.compile(r"^/api/(models|datasets|spaces)/([^/]+)/([^/]+)/tree/([^/]+)(?:/(.+))?$")
 
     class Handler(BaseHTTPRequestHandler):
@@ -200,6 +239,9 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 self._tree(tree)
                 return
             match = repo_path.match(path)
+            if match and match.group(4) == "commits":
+                self._commits(match)
+                return
             if match and match.group(4) in (None, "revision"):
                 user = self._user(write=False)
                 if user is None:
@@ -233,7 +275,7 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 self._create(body)
                 return
             match = repo_path.match(path)
-            if match and match.group(4) in ("preupload", "commit"):
+            if match and match.group(4) in ("preupload", "commit", "super-squash"):
                 user = self._user(write=True)
                 if user is None:
                     return
@@ -241,7 +283,9 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                 repo = self._repo_or_404(f"{kind}/{owner}/{name}", user)
                 if repo is None:
                     return
-                if action == "preupload":
+                if action == "super-squash":
+                    self._squash(repo, unquote(match.group(5)), body)
+                elif action == "preupload":
                     files = json.loads(body)["files"]
                     self._send(200, {"files": [
                         {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
@@ -261,7 +305,9 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
             repo = self._repo_or_404(f"{kind}/{owner}/{name}", user)
             if repo is None:
                 return
-            if revision not in ("main", repo.sha):
+            with hub.lock:
+                at = repo.files_at(revision)
+            if at is None:
                 self._send(404, {"error": f"Invalid rev id: {revision}"},
                            {"X-Error-Code": "RevisionNotFound"})
                 return
@@ -269,8 +315,7 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
             recursive = (query.get("recursive") or ["false"])[0].lower() == "true"
             cursor = int((query.get("cursor") or ["0"])[0])
             prefix = folder.rstrip("/") + "/" if folder else ""
-            with hub.lock:
-                files = {p: c for p, c in repo.files.items() if p.startswith(prefix)}
+            files = {p: c for p, c in at.items() if p.startswith(prefix)}
             if folder and not files:
                 self._send(404, {"error": f"Entry not found: {folder}"},
                            {"X-Error-Code": "EntryNotFound"})
@@ -302,10 +347,8 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                     added = hub.commit_after_listing.pop(f"{kind}/{owner}/{name}", None)
                     if added is not None:
                         repo.files.update(added)
-                        repo.commits.append({"oid": hashlib.sha1(repr(sorted(added)).encode()
-                                                                 + repo.sha.encode()).hexdigest(),
-                                             "summary": "another writer", "files": sorted(added),
-                                             "deleted": []})
+                        repo.record(hashlib.sha1(repr(sorted(added)).encode() + repo.sha.encode()).hexdigest(),
+                                    "another writer", list(added), [])
 
         def _validate_yaml(self, body: bytes) -> None:
             content = json.loads(body).get("content", "")
@@ -335,9 +378,7 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                     return
                 repo = FakeRepo(kind, repo_id, private=payload.get("visibility") == "private")
                 repo.files[".gitattributes"] = GITATTRIBUTES  # the Hub's initial system commit
-                repo.commits.append({"oid": hashlib.sha1(repo_id.encode()).hexdigest(),
-                                     "summary": "initial commit", "files": [".gitattributes"],
-                                     "deleted": []})
+                repo.record(hashlib.sha1(repo_id.encode()).hexdigest(), "initial commit", [".gitattributes"], [])
                 hub.repos[key] = repo
             self._send(200, {"url": url, "name": repo_id, "id": uuid.uuid4().hex})
 
@@ -379,11 +420,41 @@ def _handler(hub: FakeHubServer) -> type[BaseHTTPRequestHandler]:
                                      if p == path or (key == "deletedFolder" and p.startswith(inside))]:
                         del repo.files[existing]
                 repo.files.update(added)
-                repo.commits.append({"oid": oid, "summary": lines[0]["value"].get("summary"),
-                                     "files": sorted(added),
-                                     "deleted": sorted(p for _, p in deleted)})
+                repo.record(oid, lines[0]["value"].get("summary"), list(added), [p for _, p in deleted])
             prefix = "" if repo.repo_type == "model" else f"{repo.repo_type}s/"
             self._send(200, {"commitUrl": f"{hub.url}/{prefix}{repo.repo_id}/commit/{oid}",
                              "commitOid": oid, "success": True})
+
+        def _commits(self, match: re.Match[str]) -> None:
+            user = self._user(write=False)
+            if user is None:
+                return
+            repo = self._repo_or_404(f"{match.group(1)}/{match.group(2)}/{match.group(3)}", user)
+            if repo is None:
+                return
+            revision = unquote(match.group(5))
+            with hub.lock:
+                oids = [c["oid"] for c in repo.commits]
+                if revision != "main" and revision not in oids:
+                    self._send(404, {"error": f"Invalid rev id: {revision}"}, {"X-Error-Code": "RevisionNotFound"})
+                    return
+                upto = len(oids) if revision == "main" else oids.index(revision) + 1
+                listing = [{"id": c["oid"], "authors": [{"user": user[0]}], "date": c["date"],
+                            "title": c["summary"] or "", "message": ""} for c in reversed(repo.commits[:upto])]
+            self._send(200, listing)
+
+        def _squash(self, repo: FakeRepo, branch: str, body: bytes) -> None:
+            if branch != "main":
+                self._send(404, {"error": f"Invalid rev id: {branch}"}, {"X-Error-Code": "RevisionNotFound"})
+                return
+            message = (json.loads(body or b"{}").get("message") or "").strip()
+            if not message:
+                self._send(400, {"error": "a commit message is required"})
+                return
+            with hub.lock:
+                oid = hashlib.sha1(b"squash" + repo.sha.encode() + message.encode()).hexdigest()
+                repo.commits.clear()  # every earlier revision is gone with the history
+                repo.record(oid, message, list(repo.files), [])
+            self._send(200, {})
 
     return Handler

@@ -258,3 +258,34 @@ def test_repair_puts_the_previous_release_back_when_nothing_newer_is_ready(
     (run_path / f"{STAGING_PREFIX}00000000000000000002-aaaaaa").mkdir()
     assert repair_release(run_path) == run_path / "release"
     assert files_of(run_path / "release") == before and leftovers(run_path) == []
+
+
+# --- squashing the history after a withdrawal -------------------------------------------------------
+def test_a_squashed_push_leaves_no_earlier_revision_holding_what_the_release_dropped(
+        planted: PlantedRun, hub: FakeHubServer) -> None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    api = HfApi(endpoint=hub.url, token=hub.write_token)
+    folder = build(planted, repo_id="me/social-rlhf")
+    push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)
+    first = hub.revisions("me/social-rlhf")[-1]
+    assert hub.file_at("me/social-rlhf", first, SCREENING) is not None
+
+    planted.run.screening.unlink()  # what the next release no longer has (as a withdrawal's rows)
+    folder = build_release(planted.run, planted.config, forbidden=planted.forbidden, repo_id="me/social-rlhf")
+    push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url)  # not squashed: history kept
+    assert hub.file_at("me/social-rlhf", first, SCREENING) is not None
+    assert SCREENING in {f.path for f in api.list_repo_tree("me/social-rlhf", repo_type="dataset",
+                                                            revision=first, recursive=True)}
+    assert len(api.list_repo_commits("me/social-rlhf", repo_type="dataset")) == 3
+
+    result = push_release(folder, "me/social-rlhf", hub.write_token, endpoint=hub.url, squash_history=True)
+    assert result.squashed and "history squashed" in result.message
+    commits = api.list_repo_commits("me/social-rlhf", repo_type="dataset")
+    assert len(commits) == 1 and hub.revisions("me/social-rlhf") == [commits[0].commit_id]
+    assert hub.file_at("me/social-rlhf", first, SCREENING) is None
+    with pytest.raises(RevisionNotFoundError):
+        list(api.list_repo_tree("me/social-rlhf", repo_type="dataset", revision=first))
+    assert hub.dataset("me/social-rlhf").files == {**files_of(folder), ".gitattributes": GITATTRIBUTES}
+    assert ("POST", "/api/datasets/me/social-rlhf/super-squash/main") in hub.requests
