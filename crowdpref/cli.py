@@ -973,7 +973,8 @@ def backup(
     """Write one backup archive while the stack runs: the study store, the embedded Argilla's
     database, the secrets and the study run folders, with a manifest of sizes and sha256.
 
-    The archive holds passwords and keys: it is written owner-only (mode 0600); keep it private."""
+    The archive holds passwords and keys: it is written owner-only (mode 0600); keep it private.
+    Then the archives of <state>/backups/ older than backup_retention_days (30) are deleted."""
     use_project()
     from services import backup as backups
 
@@ -981,9 +982,11 @@ def backup(
     with _byte_progress() as (progress, on_progress):
         result = backups.create(settings, to, progress=on_progress)
         progress.stop()
+    deleted = backups.prune(settings)
     held = ", ".join(f"{part} ({kind})" for part, kind in result.databases.items())
     console.print(f"backup written: {result.path} ({result.size / 1e6:.1f} MB, {result.files} files; databases: "
-                  f"{held}; mode 0600) in {result.seconds:.1f} s", highlight=False, soft_wrap=True)
+                  f"{held}; mode 0600) in {result.seconds:.1f} s; {len(deleted)} archive(s) older than "
+                  f"{settings.backup_retention_days:g} days deleted", highlight=False, soft_wrap=True)
 
 
 @app.command()

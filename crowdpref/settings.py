@@ -192,6 +192,11 @@ class Settings(BaseSettings):
         default=None, validation_alias=_env("CROWDPREF_HF_REPO_ID"),
         description="Dataset repo owner/name to push to; beats the study's publish.repo_id.",
     )
+    backup_retention_days: int = Field(
+        default=30, ge=1, validation_alias=_env("CROWDPREF_BACKUP_RETENTION_DAYS"),
+        description="Every backup run deletes the backup archives of <state>/backups/ older than this "
+                    "many days, so a withdrawn participant's data is gone from backups after it.",
+    )
     hf_endpoint: str | None = Field(
         default=None, validation_alias=_env("CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT"),
         description="Another Hub endpoint (a mirror or a test server). Unset: huggingface.co.",

@@ -34,6 +34,7 @@ No Prefect imports here: ``flows/backup.py`` wraps :func:`create` for the schedu
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import os
@@ -613,16 +614,36 @@ def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -
                          time.monotonic() - started)
 
 
-def prune(settings: Settings, keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` archives of ``<state>/backups/`` (those named
-    ``crowdpref-YYYYmmddTHHMMSSZ.tar.gz``, so an archive put there by hand stays); returns those
-    deleted. ``keep`` < 1 is refused: a scheduled backup never deletes the one it just wrote."""
-    if keep < 1:
+ARCHIVE_NAME_LENGTH = len(f"{NAME_PREFIX}YYYYmmddTHHMMSSZ{SUFFIX}")
+
+
+def _archive_time(path: Path) -> float | None:
+    """When an archive of ``<state>/backups/`` was written, from its name (UTC); None for a
+    name :func:`default_archive` does not write."""
+    if len(path.name) != ARCHIVE_NAME_LENGTH or not path.name.startswith(NAME_PREFIX):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(path.name[len(NAME_PREFIX):-len(SUFFIX)], "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return None
+
+
+def prune(settings: Settings, keep: int | None = None, *, now: float | None = None) -> list[Path]:
+    """Apply the retention to ``<state>/backups/`` (the archives named
+    ``crowdpref-YYYYmmddTHHMMSSZ.tar.gz``, so an archive put there by hand, or written elsewhere
+    with ``--to``, stays): delete every archive older than ``settings.backup_retention_days``
+    (by the time in its name), so a withdrawal is gone from the backups after that period, and
+    with ``keep`` all but the newest ``keep``; returns those deleted. ``keep`` < 1 is refused: a
+    scheduled backup never deletes the one it just wrote."""
+    if keep is not None and keep < 1:
         raise BackupError(f"keep={keep}: keep at least 1 archive (the newest)")
     folder = settings.state_dir / BACKUPS_DIR
-    ours = sorted(p for p in folder.glob(f"{NAME_PREFIX}*{SUFFIX}")
-                  if len(p.name) == len(f"{NAME_PREFIX}YYYYmmddTHHMMSSZ{SUFFIX}") and p.is_file())
-    deleted = ours[:-keep]
+    dated = sorted((stamp, p) for p in folder.glob(f"{NAME_PREFIX}*{SUFFIX}")
+                   if (stamp := _archive_time(p)) is not None and p.is_file())
+    oldest = (time.time() if now is None else now) - settings.backup_retention_days * 86400
+    deleted = [p for stamp, p in dated if stamp < oldest]
+    if keep is not None:
+        deleted += [p for _, p in dated[:-keep] if p not in deleted]
     for path in deleted:
         path.unlink(missing_ok=True)
-    return deleted
+    return sorted(deleted)

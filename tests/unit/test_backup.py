@@ -7,6 +7,8 @@ Argilla are tests/integration/test_backup.py."""
 
 from __future__ import annotations
 
+import calendar
+
 import gzip
 import hashlib
 import io
@@ -313,11 +315,29 @@ def test_prune_keeps_the_newest_scheduled_archives_and_any_named_by_hand(setting
     names = [f"crowdpref-2026112{d}T030000Z.tar.gz" for d in range(5)]
     for name in [*names, "crowdpref-before-upgrade.tar.gz"]:
         (folder / name).write_bytes(b"x")
-    deleted = backup.prune(settings, keep=2)
+    deleted = backup.prune(settings, keep=2, now=calendar.timegm((2026, 11, 25, 0, 0, 0)))
     assert sorted(p.name for p in deleted) == names[:3]
     assert sorted(p.name for p in folder.iterdir()) == sorted([*names[3:], "crowdpref-before-upgrade.tar.gz"])
     with pytest.raises(backup.BackupError):
         backup.prune(settings, keep=0)
+
+
+def test_every_backup_run_deletes_the_archives_older_than_the_retention(settings):
+    """The retention the withdrawal docs promise: after backup_retention_days (30 by default)
+    no archive of <state>/backups/ holds a withdrawn participant's data."""
+    assert settings.backup_retention_days == 30
+    folder = settings.state_dir / "backups"
+    folder.mkdir(parents=True)
+    now = calendar.timegm((2026, 11, 28, 12, 0, 0))
+    old, edge, fresh = ("crowdpref-20261028T115959Z.tar.gz", "crowdpref-20261029T120000Z.tar.gz",
+                        "crowdpref-20261128T060000Z.tar.gz")
+    for name in (old, edge, fresh, "crowdpref-before-upgrade.tar.gz"):
+        (folder / name).write_bytes(b"x")
+    assert [p.name for p in backup.prune(settings, now=now)] == [old]  # 30 days and 1 s old
+    assert sorted(p.name for p in folder.iterdir()) == sorted([edge, fresh, "crowdpref-before-upgrade.tar.gz"])
+    assert [p.name for p in backup.prune(settings, keep=28, now=now + 86400)] == [edge]
+    shorter = settings.model_copy(update={"backup_retention_days": 1})
+    assert [p.name for p in backup.prune(shorter, now=now + 86400)] == [fresh]  # 30 h old: the newest goes too
 
 
 def test_cli_restore_of_a_damaged_archive_is_one_line_with_exit_1(tmp_path):
