@@ -117,8 +117,8 @@ class ScreenOutCost:
         return sum(s * r for s, r in zip(self.slots, self.rewards) if r) / 100 * (1 + self.fee_rate)
 
     def describe(self) -> str:
-        parts = [f"study {i + 1}: at most {s} x {r / 100:.2f}" for i, (s, r) in enumerate(zip(self.slots, self.rewards))
-                 if r]
+        parts = [f"study {i + 1}: the budget allows {s} screen-out{'s' * (s != 1)} (the code's slots) x "
+                 f"{r / 100:.2f} = {s * r / 100:,.2f}" for i, (s, r) in enumerate(zip(self.slots, self.rewards)) if r]
         return (f"{'; '.join(parts)}; + fee {self.fee_rate:.1%} = at most {self.maximum:,.2f} (workspace currency): "
                 "the maximum, every screen-out slot used (slots = the study's places; Prolific pauses the study "
-                "when they are used up)")
+                "when they are used up); only people crowdpref's quiz screened out are paid")

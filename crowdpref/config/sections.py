@@ -20,6 +20,7 @@ reference documentation.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -743,6 +744,15 @@ class ProlificStudy(_Section):
     def places_cap(self, batches: int) -> int:
         """The most places this study may have (``max_places``, else twice the first places)."""
         return self.max_places if self.max_places is not None else 2 * self.initial_places(batches)
+
+    @property
+    def least_allowed_minutes(self) -> int:
+        """The shortest ``maximum_allowed_time`` Prolific accepts for this study, in whole minutes:
+        two minutes plus two times the estimated time plus two times its square root (Prolific's
+        API document), rounded up. crowdpref sets the study's maximum allowed time to the
+        study's ``inactive_after_minutes``, which must therefore be at least this."""
+        e = self.estimated_completion_minutes
+        return math.ceil(2 + 2 * e + 2 * math.sqrt(e))
 
     @property
     def hourly_rate(self) -> float:

@@ -97,6 +97,25 @@ class StudyConfig(_Section):
             return {k: ({} if k in _SECTIONS and v is None else v) for k, v in data.items()}
         return data
 
+    def _fit_inactivity_to_prolific_time(self) -> None:
+        """A Prolific study's maximum allowed time is its ``inactive_after_minutes`` (the study
+        payload sets it), so crowdpref never releases for inactivity someone whom Prolific still
+        gives time: Prolific's rules do not let a researcher reject for that. Prolific accepts no
+        maximum time below :attr:`~crowdpref.config.sections.ProlificStudy.least_allowed_minutes`:
+        an ``inactive_after_minutes`` left out is raised to it; one set below it is refused."""
+        for key in ("study1", "study2"):
+            section, least = getattr(self, key), getattr(self.prolific, key).least_allowed_minutes
+            if "inactive_after_minutes" not in section.model_fields_set:
+                section.inactive_after_minutes = max(section.inactive_after_minutes, float(least))
+            elif section.inactive_after_minutes < least:
+                estimated = getattr(self.prolific, key).estimated_completion_minutes
+                raise _problem(f"{key}.inactive_after_minutes",
+                               f"{section.inactive_after_minutes:g} min is shorter than the least time Prolific "
+                               f"allows a participant of this study ({least} min for "
+                               f"prolific.{key}.estimated_completion_minutes: {estimated}), so crowdpref would "
+                               "release people whom Prolific still gives time",
+                               f"set it to at least {least}, or lower prolific.{key}.estimated_completion_minutes")
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
@@ -133,6 +152,8 @@ class StudyConfig(_Section):
             raise _problem("prolific.verify", "verify: false with prolific.enabled: true (the API is there, so "
                            "there is no reason to let unverified people in)",
                            "remove prolific.verify (it defaults to true)")
+        if self.participants == "prolific" and self.prolific.enabled:
+            self._fit_inactivity_to_prolific_time()
         for key in ("study1", "study2"):
             part = getattr(self.prolific, key)
             if part.max_places is not None and part.places is not None and part.max_places < part.places:

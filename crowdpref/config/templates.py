@@ -20,13 +20,17 @@ from typing import Any
 import yaml
 
 from crowdpref.config.base import slugify
+from crowdpref.config.sections import ProlificStudy
 from crowdpref.errors import ConfigError
 
 __all__ = ["DROPOUT_MINUTES", "PARTICIPANTS", "SHIPPED", "new_study_data", "new_study_text", "write_new_study"]
 
 PARTICIPANTS = ("invite", "prolific")
 DROPOUT_MINUTES = 45
-"""The drop-out window of a new study: 45 minutes without activity before the work goes back."""
+"""The drop-out window of a new study: 45 minutes without activity before the work goes back
+(on Prolific at least the least maximum time Prolific allows for the study's estimated time)."""
+ESTIMATED_MINUTES = 30
+"""A new Prolific study's ``estimated_completion_minutes``."""
 SHIPPED = Path(__file__).resolve().parents[2] / "studies" / "social-reasoning.yaml"
 """Where the shipped study's onboarding is copied from (a source checkout)."""
 
@@ -98,6 +102,9 @@ def new_study_data(name: str, participants: str) -> dict[str, Any]:
             onboarding[key].setdefault("screen_out_reward", 80)
         else:
             onboarding[key].pop("screen_out_reward", None)  # Prolific only
+    dropout = DROPOUT_MINUTES
+    if participants == "prolific":  # never released while Prolific still gives them time
+        dropout = max(dropout, ProlificStudy(estimated_completion_minutes=ESTIMATED_MINUTES).least_allowed_minutes)
     data: dict[str, Any] = {
         "name": slug,
         "title": slug.replace("-", " ").capitalize(),
@@ -107,17 +114,17 @@ def new_study_data(name: str, participants: str) -> dict[str, Any]:
         "questions": {"categories": list(_PILOT_CATEGORIES), "bank": True, "per_category": 2,
                       "llm": {"enabled": False}},
         "study1": {"responses_per_question": 2, "questions_per_participant": 3,
-                   "inactive_after_minutes": DROPOUT_MINUTES, "pool_size": 2, "remainder": "smaller_last",
+                   "inactive_after_minutes": dropout, "pool_size": 2, "remainder": "smaller_last",
                    "onboarding": onboarding["study1"]},
         "study2": {"ratings_per_pair": 2, "pairs_per_participant": 3, "scale_points": 8,
-                   "inactive_after_minutes": DROPOUT_MINUTES, "pool_size": 2, "remainder": "smaller_last",
+                   "inactive_after_minutes": dropout, "pool_size": 2, "remainder": "smaller_last",
                    "onboarding": onboarding["study2"]},
         "publish": {"private": True},
     }
     if participants == "prolific":
         data["prolific"] = {"enabled": True,
-                            "study1": {"reward": 450, "estimated_completion_minutes": 30},
-                            "study2": {"reward": 450, "estimated_completion_minutes": 30}}
+                            "study1": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES},
+                            "study2": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES}}
     return data
 
 

@@ -52,7 +52,10 @@ def test_new_study_writes_a_valid_config_for_real_people_into_the_portals_folder
     assert "crowd" not in data  # no simulated crowd to configure
     config = load_study(path)
     assert config.participants == participants and config.name == "my-pilot"
-    assert config.study1.inactive_after_minutes == config.study2.inactive_after_minutes == 45
+    # on Prolific the drop-out window is the study's maximum time, at least Prolific's least for
+    # 30 estimated minutes (2 + 2 x 30 + 2 x sqrt(30) = 72.95 -> 73)
+    dropout = 73 if participants == "prolific" else 45
+    assert config.study1.inactive_after_minutes == config.study2.inactive_after_minutes == dropout
     for key in ("study1", "study2"):
         onboarding = getattr(config, key).onboarding
         assert onboarding is not None and onboarding.quiz is not None and onboarding.examples and onboarding.practice
@@ -119,10 +122,34 @@ def test_the_money_summary_includes_the_most_the_screen_outs_can_cost() -> None:
     labels = [label for label, _ in rows]
     assert labels.index("Screen-outs on Prolific") == labels.index("Cost on Prolific") + 1
     assert "the maximum" in dict(rows)["Screen-outs on Prolific"]
+    # how many screen-outs the budget allows, per study: slots x the fixed reward
+    assert "study 1: the budget allows 4 screen-outs (the code's slots) x 1.00 = 4.00" in dict(rows)[
+        "Screen-outs on Prolific"] and "study 2:" not in dict(rows)["Screen-outs on Prolific"]
     # no quiz, or no Prolific: nothing to pay
     del onboarding["quiz"], onboarding["screen_out_reward"]
     assert screen_out_cost(parse_study({"name": "x", "participants": "prolific",
                                         "study1": {"onboarding": onboarding}}), 6) is None
+
+
+def test_validate_refuses_a_dropout_window_shorter_than_prolifics_time_in_one_line(cli_env: Path) -> None:
+    """Releasing someone for inactivity while Prolific still gives them time leads to a rejection
+    Prolific's rules forbid: the window is the study's maximum time, at least Prolific's least."""
+    path = cli_env / "short.yaml"
+    path.write_text(yaml.safe_dump({"name": "short", "participants": "prolific",
+                                    "study1": {"inactive_after_minutes": 45},
+                                    "prolific": {"study1": {"estimated_completion_minutes": 30}}}))
+    result = _run("validate", str(path))
+    assert result.exit_code != 0
+    lines = _lines(result.output)
+    assert len(lines) == 1, result.output
+    assert "short.yaml" in lines[0] and "study1.inactive_after_minutes" in lines[0]
+    assert "45 min" in lines[0] and "73 min" in lines[0] and "estimated_completion_minutes: 30" in lines[0]
+    # left out, it is raised to Prolific's least; a simulation or invitations keep theirs
+    fitted = parse_study({"name": "x", "participants": "prolific", "prolific": {"study2": {
+        "estimated_completion_minutes": 10}}})
+    assert (fitted.study1.inactive_after_minutes, fitted.study2.inactive_after_minutes) == (73, 60)  # 2+20+6.3
+    assert parse_study({"name": "x", "participants": "invite",
+                        "study1": {"inactive_after_minutes": 45}}).study1.inactive_after_minutes == 45
 
 
 # --- invite ----------------------------------------------------------------------------------------------
