@@ -957,7 +957,8 @@ def withdraw(
                 result = withdraw_participant(open_collection(study, info.key, settings),  # type: ignore[arg-type]
                                               participant, reason)
             else:  # finished participants: the store alone; their records stay until Argilla answers
-                result = replace(withdraw_participant(store, participant, reason, info),
+                result = replace(withdraw_participant(store, participant, reason, info,
+                                                      run_folder=settings.runs_dir / config.name),
                                  argilla="Argilla is not reachable")
             console.print(result.message, highlight=False, soft_wrap=True)
     finally:

@@ -10,7 +10,13 @@ publish-dataset flow with the fake Hub.
   them the same way.
 - After publication: a release is built and pushed to the fake Hub; a writer withdraws; the next
   publish-dataset run aggregates again without their rows, rebuilds the release and its push
-  leaves none of their rows on the Hub; the card counts the withdrawal."""
+  leaves none of their rows on the Hub, and squashes the history: no earlier revision holds
+  them; the card counts the withdrawal.
+- Mid-study-2: a study-1 writer withdraws while raters hold and have rated pairs with their
+  answers: those pairs are retired (no claim gets one again), the unsubmitted ones leave the
+  raters' datasets at the next monitoring pass, the ratings already given are not exported (so
+  never aggregated) while their raters finish and are approved, and every other pair ends with R
+  ratings."""
 
 from __future__ import annotations
 
@@ -220,11 +226,17 @@ def test_a_withdrawal_after_publication_leaves_the_release_and_the_hub(crowdpref
         monkeypatch.setenv("CROWDPREF_HF_ENDPOINT", hub.url)
         assert publish_dataset(study=str(study)).pushed
         repo = hub.dataset(repo_id)
+        earlier = hub.revisions(repo_id)
+        assert len(earlier) == 2 and hub.file_at(repo_id, earlier[-1], "data/responses/train-00000-of-00001.parquet")
         responses = pd.read_parquet(run.responses)
         theirs = set(responses.loc[responses["participant_key"] == writer_key, "response_id"])
         texts = set(responses.loc[responses["participant_key"] == writer_key, "text"])
         hub_responses = _hub_frame(repo.files, "responses")
         assert theirs <= set(hub_responses["response_id"])  # published
+        pairs = pd.read_parquet(run.pairs)
+        their_pairs = set(pairs.loc[pairs["first_response_id"].isin(theirs)
+                                    | pairs["second_response_id"].isin(theirs), "pair_id"])
+        assert their_pairs
 
         done = subprocess.run([CROWDPREF, "withdraw", PID_A, "--study", str(study)],
                               env=cli_environment(crowdpref_home), cwd=tmp_path, capture_output=True, text=True,
@@ -233,14 +245,21 @@ def test_a_withdrawal_after_publication_leaves_the_release_and_the_hub(crowdpref
         assert PID_A not in done.stdout + done.stderr and len(done.stdout.strip().splitlines()) == 1
 
         result = publish_dataset(study=str(study))
-        assert result.pushed
+        assert result.pushed and result.squashed
         assert json.loads(run.file("aggregation.json").read_text())["withdrawn_participants"] == 1
         folder = result.folder
         local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
         assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}
-        pairs = pd.read_parquet(run.pairs)
-        their_pairs = set(pairs.loc[pairs["first_response_id"].isin(theirs)
-                                    | pairs["second_response_id"].isin(theirs), "pair_id"])
+        # the run folder's exports were rewritten at the withdrawal (the release folder is rebuilt)
+        assert writer_key not in set(pd.read_parquet(run.responses)["participant_key"])
+        assert not set(pd.read_parquet(run.pairs)["pair_id"]) & their_pairs
+        # the push squashed the history: one revision, this release; the earlier ones are gone
+        assert hub.revisions(repo_id) not in ([], earlier) and len(hub.revisions(repo_id)) == 1
+        assert all(hub.file_at(repo_id, old, "data/responses/train-00000-of-00001.parquet") is None
+                   for old in earlier)
+        from huggingface_hub import HfApi
+
+        assert len(HfApi(endpoint=hub.url, token=hub.write_token).list_repo_commits(repo_id, repo_type="dataset")) == 1
         for path, data in repo.files.items():
             if not path.endswith(".parquet"):
                 continue
@@ -276,3 +295,120 @@ def test_a_withdrawal_on_postgresql_returns_the_slots_once(postgres_url: str) ->
         assert len(store.events(info.id, kinds=["withdrawn"])) == 1 and store.check(info.id) == []
     finally:
         store.close()
+
+
+def _rate(api_url: str, claimed: Claimed, dataset_name: str, pairs: list[str]) -> None:
+    """The rater submits a rating for each of ``pairs`` in their Argilla dataset."""
+    from crowdpref.argilla_client import AnnotatorSession
+
+    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    try:
+        dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
+        records = {r["external_id"]: r["id"] for r in session.pending_records(dataset["id"])}
+        session.submit([(records[pair], {"preference": 2}) for pair in pairs])
+    finally:
+        session.close()
+
+
+def test_a_writer_who_withdraws_mid_study_2_takes_their_pairs_out_and_the_raters_are_still_paid(
+        argilla_server, tmp_path, unique):
+    from crowdpref.config import parse_study
+    from crowdpref.pairing import make_pairs
+    from crowdpref.recruitment import review_decision
+    from crowdpref.store import RETIRED
+    from crowdpref.study2 import export_ratings, study2_collection
+    from crowdpref.withdrawals import withdraw, withdrawn_in, writer_pairs
+
+    config = parse_study({
+        "name": f"w2{unique}", "seed": 5, "participants": "simulated",
+        "study1": {"responses_per_question": 3, "questions_per_participant": 2},
+        "study2": {"ratings_per_pair": 2, "pairs_per_participant": 2, "inactive_after_minutes": 600,
+                   "pool_size": 1, "too_fast_seconds": 0},
+    }, source="test")
+    run = tmp_path / config.name
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    # study 1, finished: three writers answered both questions (the store; no Argilla needed)
+    s1 = store.collection(config.name, "study1", ["q0", "q1"], copies=3, per_participant=2, seed=5,
+                          username_prefix=config.study1.username_prefix)
+    writers = []
+    for key in (PID_A, PID_B, PID_C):
+        claimed = store.claim(s1, key, "prolific")
+        assert isinstance(claimed, Claimed)
+        store.record_progress(s1.id, claimed.participant.id, {"q0": 1.0, "q1": 2.0}, None)
+        writers.append(claimed.participant)
+    ids = Pseudonyms(run / "private")
+    questions = pd.DataFrame({"question_id": ["q0", "q1"], "category": ["empathy"] * 2,
+                              "question": ["How do you comfort a friend?", "When is it kind to laugh?"]})
+    responses = pd.DataFrame([{"response_id": ids.response_id(q, w.username), "question_id": q, "category": "empathy",
+                               "participant_key": ids.participant_key(w.username),
+                               "text": f"{w.username} answers {q}: listen first, then help."}
+                              for w in writers for q in ("q0", "q1")])
+    pairs = make_pairs(responses, "all", config.seed).pairs
+    for name, frame in (("questions", questions), ("responses", responses), ("pairs", pairs)):
+        write_parquet(frame, run / f"{name}.parquet")
+    writer = writers[0]
+    theirs = {ids.response_id(q, writer.username) for q in ("q0", "q1")}
+    texts = set(responses.loc[responses["response_id"].isin(theirs), "text"])
+    their_pairs = set(writer_pairs(pairs, theirs))
+    staying = set(pairs["pair_id"]) - their_pairs
+    assert (len(their_pairs), len(staying)) == (4, 2)
+
+    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
+    collection = study2_collection(config, pairs, responses, questions, owner, run, store)
+    name = collection.dataset_name
+    # three raters hold the six pairs, one copy each; the first holding one of the writer's pairs
+    # rates everything, the others rate only pairs without the writer's answers
+    raters = [collection.claim(f"rater-{i}", "simulated") for i in range(3)]
+    assert all(isinstance(r, Claimed) for r in raters)
+    holding = [r for r in raters if set(r.participant.items) & their_pairs]
+    assert len(holding) >= 2
+    rated_theirs, holds_theirs = holding[0], holding[1]
+    for rater in raters:
+        mine = rater.participant.items
+        _rate(argilla_server.api_url, rater, name, mine if rater is rated_theirs else
+              [p for p in mine if p not in their_pairs])
+    collection.monitor()
+    given = sorted(set(rated_theirs.participant.items) & their_pairs)  # ratings already given to their pairs
+    held = sorted(set(holds_theirs.participant.items) & their_pairs)  # unsubmitted pairs holding their answers
+    assert store.participant(collection.info.id, holds_theirs.participant.username).status == "active"
+
+    # the writer withdraws (the store alone, as a webhook without the study config does): their
+    # pairs are retired at once; the next monitoring pass deletes the raters' unsubmitted records
+    done = withdraw(store, store.participant(s1.id, writer.username), "asked by message", s1, run_folder=run)
+    assert done.now
+    cid = collection.info.id
+    assert set(store.retired_items(cid)) == their_pairs and set(store.items(cid)) == staying
+    state = store.participant(cid, holds_theirs.participant.username)
+    assert {a.item_id for a in state.assignments if a.status == RETIRED} == set(held)
+    assert set(owner.record_ids(collection._dataset_of(state))) >= set(held)  # Argilla not called yet
+    collection.monitor()
+    assert not set(owner.record_ids(collection._dataset_of(state))) & set(held)  # gone from their dataset
+    assert store.retired_records(cid) == []
+    assert set(given) <= set(owner.record_ids(collection._dataset_of(rated_theirs.participant)))  # rated: kept
+
+    # new arrivals never get a retired pair; every pair that stays ends with R ratings
+    for i in range(3, 10):
+        arrival = collection.claim(f"rater-{i}", "simulated")
+        if not isinstance(arrival, Claimed):
+            break
+        assert not set(arrival.participant.items) & their_pairs
+        _rate(argilla_server.api_url, arrival, name, arrival.participant.items)
+        collection.monitor()
+    progress = collection.monitor()
+    assert progress.complete and progress.submitted == 2 * len(staying) and progress.outstanding == 0
+    frame, report = export_ratings(collection, run)
+    assert report["valid"], report["anomalies"]
+    assert frame.groupby("pair_id").size().to_dict() == {p: 2 for p in staying}
+    assert not set(frame["pair_id"]) & their_pairs  # the ratings already given are not exported ...
+    rating_of_theirs = pd.DataFrame({"pair_id": given, "rater_key": "p_someone", "response_a_id": sorted(theirs)[0]})
+    assert withdrawn_in(store, config.name, run / "private").leave_out(rating_of_theirs).empty  # ... nor aggregated
+    # the raters who rated or held the writer's pairs finished and are approved (verified pay)
+    for rater in (rated_theirs, holds_theirs):
+        now = store.participant(cid, rater.participant.username)
+        assert now.status == "complete"
+        assert review_decision(now, config, "study2", auto_approve=True).action == "approve", rater.participant.username
+    # the run folder's exports hold nothing of the writer
+    for path in run.rglob("*.parquet"):
+        text = pd.read_parquet(path).astype(str).to_csv()
+        assert not any(t in text for t in texts) and not any(p in text for p in their_pairs), path
+    store.close()
