@@ -660,6 +660,15 @@ class PublishConfig(_Section):
     """How precisely published timestamps (``submitted_at``) are kept: truncated in UTC to the
     day (default), hour, minute or second, or ``microsecond`` (as recorded). Coarse times make
     participants harder to re-identify from when they worked (crowdpref.release.privacy)."""
+    ner_model: Str | None = None
+    """The spaCy pipeline that finds names of people and places in answers before publication:
+    an installed package (``en_core_web_lg``) or a folder written by ``nlp.to_disk``; None: the
+    first installed of en_core_web_lg/md/sm, and without one names and places are not looked
+    for - said loudly in the log, ``privacy.json`` and the card (crowdpref.release.recognisers)."""
+    privacy_undecided: Literal["block", "mask"] = "block"
+    """What the build does with a flagged answer nobody decided in the privacy review file:
+    ``block`` (refuse to publish until each is decided) or ``mask`` - allowed only with
+    ``participants: simulated``, so the demo publishes (crowdpref.release.review)."""
 
     @field_validator("repo_id")
     @classmethod

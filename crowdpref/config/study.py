@@ -138,6 +138,10 @@ class StudyConfig(_Section):
             raise _problem("crowd.arrive_via", "the simulated crowd arrives through the fake Prolific only in a "
                            f"simulation, but participants is '{self.participants}'",
                            "set participants: simulated, or crowd.arrive_via: direct")
+        if self.publish.privacy_undecided == "mask" and self.participants != "simulated":
+            raise _problem("publish.privacy_undecided", "mask decides the privacy review for real "
+                           f"people's answers without a person (participants is '{self.participants}')",
+                           "remove it: decide each flagged row in the review file")
         if self.prolific.enabled is None:
             self.prolific.enabled = self.participants == "prolific"
         if self.prolific.enabled and self.participants != "prolific":

@@ -57,6 +57,8 @@ from crowdpref.filters import RULES as FILTER_RULES
 from crowdpref.release.card import dataset_card
 from crowdpref.release.ids import PUBLISHED_IDS_FILE, published_ids
 from crowdpref.release.privacy import PRIVACY_FILE, PrivacyReport, apply_privacy, check_card_text
+from crowdpref.release.recognisers import Recognisers, load_recognisers
+from crowdpref.release.review import review_release
 from crowdpref.release.scan import needles_of, scan_for_secrets
 from crowdpref.release.schema import (
     RATINGS_RAW,
@@ -186,6 +188,23 @@ def _check_sources(frame: pd.DataFrame, path: Path, what: str) -> None:
             f"{', '.join(SOURCES)} (e.g. {shown[:3]}): fix the stage that wrote it")
 
 
+def review_privacy(frames: dict[str, pd.DataFrame], subsets: Sequence[Subset], run: RunFolder,
+                   config: StudyConfig, target: Path, report: PrivacyReport,
+                   recognisers: Recognisers | None = None) -> None:
+    """The recognisers' pass and the review's decisions (:func:`review_release`), applied to
+    ``frames`` in place and recorded in ``report`` (counts only)."""
+    recognisers = recognisers or load_recognisers(config.publish.ner_model)
+    outcome = review_release(frames, subsets, run, recognisers, target=target,
+                             undecided=config.publish.privacy_undecided,
+                             study=config.source or config.name)
+    report.reviewed = True
+    report.kinds_checked = [k.name for k in recognisers.kinds]
+    report.ner_model = recognisers.ner_model
+    report.warnings = [recognisers.warning] if recognisers.warning else []
+    report.flagged, report.flagged_rows = outcome.findings, outcome.rows
+    report.dropped, report.decided_by_config = outcome.dropped, outcome.by_config
+
+
 def build_release(
     run_folder: RunFolder | Path,
     config: StudyConfig,
@@ -196,6 +215,7 @@ def build_release(
     forbidden: Iterable[str] = (),
     repo_id: str | None = None,
     withdrawn: Withdrawn | None = None,
+    recognisers: Recognisers | None = None,
 ) -> Path:
     """Write ``<run>/release/`` in Hub layout (see the module docstring) and return its path.
 
@@ -211,7 +231,11 @@ def build_release(
     ``release/`` put back) before anything is written. ``repo_id`` is only used in the card's
     loading examples. ``withdrawn`` (:func:`crowdpref.withdrawals.withdrawn_in`): the rows of
     people who withdrew are left out of every configuration and the card counts them; an
-    ``aggregation`` computed before a withdrawal is refused (aggregate again first)."""
+    ``aggregation`` computed before a withdrawal is refused (aggregate again first).
+    ``recognisers``: :func:`crowdpref.release.recognisers.load_recognisers` (loaded here for
+    ``publish.ner_model`` when None); an answer or question they flag must be decided in the
+    privacy review file first (:mod:`crowdpref.release.review`), or the build raises
+    :class:`crowdpref.release.privacy.PrivacyError`."""
     run = run_folder if isinstance(run_folder, RunFolder) else RunFolder(Path(run_folder))
     filters = _read_filters(run)
     subsets = release_subsets(config, filtered=filters is not None)
@@ -246,6 +270,10 @@ def build_release(
             _check_sources(frames[name], run.file(_subset(subsets, name).source_file), what)
     if filters is not None:
         _check_filters(filters, frames, run.file(FILTERS_FILE))
+    target = run.release
+    precision = config.publish.timestamp_precision
+    privacy = PrivacyReport(timestamp_precision=precision)
+    review_privacy(frames, subsets, run, config, target, privacy, recognisers)
     facts = measure(frames)
 
     key_columns = {"responses": "participant_key", "responses_raw": "participant_key",
@@ -258,10 +286,7 @@ def build_release(
         if name in frames:
             frames[name] = frames[name].assign(**{column: frames[name][column].map(ids)})
 
-    target = run.release
     forbidden = [*forbidden, *sorted(keys)]
-    precision = config.publish.timestamp_precision
-    privacy = PrivacyReport(timestamp_precision=precision)
     apply_privacy(frames, subsets, run, target, needles_of(forbidden), privacy)
     built = [Built(s, _to_table(frames[s.name], s, run.file(s.source_file), precision))
              for s in subsets]

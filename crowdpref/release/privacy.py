@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from crowdpref.errors import CrowdprefError
 from crowdpref.release.markdown import cell
+from crowdpref.release.recognisers import BY_KIND as RECOGNISED
 from crowdpref.release.scan import Needle, as_text, describe, scan_values
 from crowdpref.release.schema import TIMESTAMP_PRECISIONS, Subset
 from crowdpref.release.stats import read_stats
@@ -256,6 +257,21 @@ class PrivacyReport:
     timestamp_precision: str = "microsecond"
     masked: dict[str, dict[str, int]] = field(default_factory=dict)
     """Pattern name -> {"<configuration>.<column>": values replaced}."""
+    reviewed: bool = False
+    """The recognisers of :mod:`crowdpref.release.recognisers` ran (False: an older report)."""
+    kinds_checked: list[str] = field(default_factory=list)
+    """The recognisers' kinds looked for (``phone``, ``url``... and ``person``/``place`` only
+    with an NER model)."""
+    ner_model: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    flagged: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Recogniser kind -> {decision: findings} (:mod:`crowdpref.release.review`)."""
+    flagged_rows: dict[str, int] = field(default_factory=dict)
+    """Decision -> flagged answers and questions."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """"answer"/"question" -> how many the review dropped."""
+    decided_by_config: int = 0
+    """Flagged rows decided by ``publish.privacy_undecided`` (simulated studies), not a person."""
 
     def add(self, pattern: str, where: str, count: int) -> None:
         if count:
@@ -276,7 +292,11 @@ class PrivacyReport:
     def to_json(self) -> dict[str, Any]:
         return {"about": "personal details masked in the release (counts only)",
                 "timestamp_precision": self.timestamp_precision, "total": self.total,
-                "masked": self.masked, "patterns": self.rows()}
+                "masked": self.masked, "patterns": self.rows(), "reviewed": self.reviewed,
+                "kinds_checked": self.kinds_checked, "ner_model": self.ner_model,
+                "warnings": self.warnings, "flagged": self.flagged,
+                "flagged_rows": self.flagged_rows, "dropped": self.dropped,
+                "decided_by_config": self.decided_by_config}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> PrivacyReport:
@@ -290,6 +310,23 @@ class PrivacyReport:
             for where, count in (cells.items() if isinstance(cells, Mapping) else ()):
                 if isinstance(count, int):
                     report.add(str(pattern), str(where), count)
+        report.reviewed = data.get("reviewed") is True
+        kinds = data.get("kinds_checked")
+        report.kinds_checked = [str(k) for k in kinds] if isinstance(kinds, list) else []
+        ner = data.get("ner_model")
+        report.ner_model = ner if isinstance(ner, str) else None
+        warnings = data.get("warnings")
+        report.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
+        flagged = data.get("flagged")
+        for kind, cells in (flagged.items() if isinstance(flagged, Mapping) else ()):
+            if isinstance(cells, Mapping):
+                report.flagged[str(kind)] = {str(d): n for d, n in cells.items() if isinstance(n, int)}
+        by_config = data.get("decided_by_config")
+        report.decided_by_config = by_config if isinstance(by_config, int) else 0
+        for name in ("flagged_rows", "dropped"):
+            value = data.get(name)
+            if isinstance(value, Mapping):
+                setattr(report, name, {str(k): n for k, n in value.items() if isinstance(n, int)})
         return report
 
 
@@ -309,7 +346,9 @@ def privacy_markdown(report: PrivacyReport) -> list[str]:
                 "and `default.chosen`), so one typed value can be counted more than once."]
     else:
         out[0] += "None was found."
-    out += ["", "Other personal details (names, places, stories) cannot be recognised this way: "
+    out += _review_markdown(report)
+    other = "stories, descriptions" if report.ner_model else "names, places, stories"
+    out += ["", f"Other personal details ({other}) cannot be recognised this way: "
             "answer texts are otherwise published as written, not edited."]
     precision = report.timestamp_precision
     out += ["", "Timestamps (`submitted_at`) are published "
@@ -317,6 +356,42 @@ def privacy_markdown(report: PrivacyReport) -> list[str]:
                f"to the {precision}: truncated in UTC to the start of the {precision}"
                + (" (the time of day is always 00:00)" if precision == "day" else "")
                + ", so the moment a participant worked cannot be read from them.")]
+    return out
+
+
+def _review_markdown(report: PrivacyReport) -> list[str]:
+    """The card's lines on the recognisers' findings and the review's decisions (counts per
+    kind and per decision, never a text)."""
+    if not report.reviewed:
+        return []
+    labels = [RECOGNISED[k].label for k in report.kinds_checked if k in RECOGNISED]
+    out = ["", "They were also scanned with Presidio's recognisers for "
+           + (", ".join(labels) or "nothing") + ". "]
+    if report.ner_model:
+        out[-1] += f"Names of people and places were looked for with the spaCy model `{report.ner_model}`. "
+    for warning in report.warnings:
+        out += ["", f"> **WARNING:** {warning}"]
+    rows = sum(report.flagged_rows.values())
+    if not rows:
+        out += ["", "None was found."]
+        return out
+    by = report.flagged_rows
+    out += ["", f"{rows} answer(s) or question(s) held one; each was decided before publication: "
+            f"{by.get('keep', 0)} kept as written, {by.get('mask', 0)} masked (what was found "
+            f"replaced by a placeholder such as `[phone removed]`), {by.get('drop', 0)} dropped"
+            + (f" ({report.decided_by_config} of them by the study config's "
+               "`publish.privacy_undecided: mask`, allowed only for a simulated crowd, not by a "
+               "person)" if report.decided_by_config else "") + ".",
+            "", "| What | Found | Kept as written | Masked | Dropped |", "|---|---|---|---|---|"]
+    for kind in RECOGNISED.values():
+        cells = report.flagged.get(kind.name)
+        if cells:
+            out.append(f"| {kind.label} | {sum(cells.values())} | {cells.get('keep', 0)} | "
+                       f"{cells.get('mask', 0)} | {cells.get('drop', 0)} |")
+    if report.dropped:
+        out += ["", "Dropped: " + ", ".join(f"{n} {what}(s)" for what, n in sorted(report.dropped.items()))
+                + ", with the preference pairs and ratings that hold them. Figures taken from the "
+                "aggregation were computed before they were left out."]
     return out
 
 
