@@ -437,6 +437,15 @@ class ProlificClient:
         return self._review(submission_id, {"action": "REJECT", "message": message, "rejection_category": category},
                             "REJECTED")
 
+    def complete_submission(self, submission_id: str, code: str, target: str = "SCREENED OUT") -> Submission:
+        """Complete a submission with a completion code whose actor is ``researcher`` (the
+        document's ``{"action": "COMPLETE", "completion_code": ...}``): Prolific carries out the
+        code's actions - a ``FIXED_SCREEN_OUT_PAYMENT`` code screens the submission out and pays
+        the fixed reward. The document calls the transition idempotent (a repeat is ignored);
+        should a repeat be refused (4xx) instead, the submission is read back and is done when it
+        is already ``target``."""
+        return self._review(submission_id, {"action": "COMPLETE", "completion_code": code}, target)
+
     def bulk_approve(self, submission_ids: list[str]) -> str:
         """Approve many at once (Prolific applies it asynchronously; the reply is a message).
         Never repeated: after a 5xx or a lost reply it raises :class:`ProlificAmbiguous` - read
@@ -446,7 +455,11 @@ class ProlificClient:
         return reply if isinstance(reply, str) else str(reply or "")
 
     def request_return(self, submission_id: str, reasons: list[str]) -> dict[str, Any]:
-        return self._request("POST", f"submissions/{submission_id}/request-return/", "idempotent",
+        """Ask the participant to return the submission; Prolific sends them a message built
+        around ``reasons`` (free text). A message to a person: repeated only when the request
+        certainly was not processed (a 5xx or a lost reply raises :class:`ProlificAmbiguous`);
+        the caller records that it was sent before calling."""
+        return self._request("POST", f"submissions/{submission_id}/request-return/", "create",
                              json={"request_return_reasons": list(reasons)})
 
     # participant groups -------------------------------------------------------------------------------

@@ -118,10 +118,17 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
     """The body of ``POST /studies/`` for one collection. With an onboarding quiz and a
     ``screen_out_code`` (:meth:`~crowdpref.store.Store.screen_out_code`), a second completion code
     (``SCREENED_OUT``, action ``FIXED_SCREEN_OUT_PAYMENT``: :func:`screen_out_terms`) pays the
-    people the quiz turns away."""
+    people the quiz turns away; its actor is ``researcher``, so only crowdpref can give it, through
+    the API (:func:`pay_screen_out`). ``maximum_allowed_time`` is the study's
+    ``inactive_after_minutes`` (at least Prolific's least for the estimated time): crowdpref never
+    releases for inactivity someone whom Prolific still gives time."""
     from crowdpref.portal.links import prolific_entry_url
 
     part = config.prolific.study1 if key == "study1" else config.prolific.study2
+    section = config.study1 if key == "study1" else config.study2
+    # the config refuses a real study whose inactive_after_minutes is below Prolific's least (a
+    # simulation's short window gets Prolific's least: its releases are asked to return, never rejected)
+    max_minutes = math.floor(max(float(section.inactive_after_minutes), float(part.least_allowed_minutes)))
     # the code never approves by itself (anyone who learns it could report it without the work):
     # the sync approves what crowdpref verified (prolific.auto_approve), or a person does
     actions: list[dict[str, Any]] = [{"action": "MANUALLY_REVIEW"}]
@@ -137,7 +144,9 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
     terms = screen_out_terms(config, key, places)
     if terms is not None and screen_out_code:
         reward, slots = terms
-        codes.append({"code": screen_out_code, "code_type": "SCREENED_OUT", "actions": [
+        # actor researcher: no participant can enter it (it is never shown to anyone); crowdpref
+        # gives it through the API to exactly the submissions its quiz screened out
+        codes.append({"code": screen_out_code, "code_type": "SCREENED_OUT", "actor": "researcher", "actions": [
             {"action": "FIXED_SCREEN_OUT_PAYMENT", "fixed_screen_out_reward": reward, "slots": slots}]})
     what = ("write short answers to questions about everyday social situations" if key == "study1"
             else "compare pairs of answers to questions about everyday social situations")
@@ -151,6 +160,7 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
         "completion_codes": codes,
         "total_available_places": places,
         "estimated_completion_time": part.estimated_completion_minutes,
+        "maximum_allowed_time": max_minutes,
         "reward": part.reward,
         "filters": filters,
         "submissions_config": {"max_submissions_per_participant": 1},
@@ -315,7 +325,10 @@ class SyncReport:
     approvals_unconfirmed: int = 0  # approvals sent whose reply was lost (the next sync reads them back)
     places_capped_at: int | None = None  # the budget cap (prolific.studyN.max_places) stopped the raise
     places_short: int = 0  # ... and this many more places would be needed
-    screened_out: int = 0  # paid the fixed screen-out reward: the onboarding quiz turned them away
+    screened_out: int = 0  # SCREENED OUT on Prolific AND screened out by crowdpref's quiz (paid the fixed reward)
+    screened_out_now: int = 0  # the quiz screened them out; this sync gave their submission the screen-out code
+    screen_outs_unrecorded: int = 0  # SCREENED OUT on Prolific with no screen-out recorded here (listed for review)
+    returns_requested_now: int = 0  # released by crowdpref while Prolific still counted them: asked to return
 
     def budget_note(self) -> str | None:
         """In words, when the budget cap stops the places from rising; None otherwise."""
@@ -332,7 +345,9 @@ class SyncReport:
                 "places raised to": self.places_raised_to or "", "to review": len(self.review or []),
                 "approvals unconfirmed": self.approvals_unconfirmed,
                 "places capped at": self.places_capped_at or "", "places short": self.places_short,
-                "screened out": self.screened_out}
+                "screened out": self.screened_out, "screened out now": self.screened_out_now,
+                "screen-outs not recorded here": self.screen_outs_unrecorded,
+                "returns requested now": self.returns_requested_now}
 
 
 CAP_META = "prolific-places-capped:{cid}"  # the last sync's budget-cap note ("" when not capped)
@@ -357,31 +372,56 @@ CHECK_KINDS = {
 }
 NO_WORK_MESSAGE = (
     "Thank you for your interest. This study's work is done in a web tool that opens from the "
-    "study link, and we have no record of any work from you there{how}, so we cannot approve this "
+    "study link, and we have no record of any work from you there, so we cannot approve this "
     "submission. If you think this is a mistake, please message us through Prolific."
-)
-UNFINISHED_MESSAGE = (
-    "Thank you for taking part. The study asked for {total} item(s) to be completed in the web "
-    "tool that opens from the study link; we received {done} of them{how}, so this submission "
-    "is held for review. If you think this is a mistake, please message us through Prolific."
 )
 TOO_QUICK_MESSAGE = (
     "Thank you for taking part. Your answers were submitted faster than the task can be done "
     "with care (a median of {median:.0f} seconds per item, where the study expects at least "
     "{threshold:g}), so this submission is held for review against the study's stated rules."
 )
+RETURN_REASONS = (
+    "Didn't finish the study",
+    "Your work in the study's web tool was given to someone else after {minutes:g} minutes without "
+    "activity, so the study cannot be completed any more. Please return the study: it will not be "
+    "rejected, and this does not count against you.",
+)
+"""What a participant released by crowdpref is asked (``request_return_reasons``; Prolific builds
+its message around them)."""
+NO_DATA_RULE = "the study's instruction: the work is done in the study's web tool (none was claimed there)"
 
 
 @dataclass(frozen=True)
 class ReviewDecision:
-    """What to do with a submission awaiting review: ``approve``, ``review`` (a person decides;
-    ``category``/``message`` a proposed rejection, if any) or ``reject`` (automatically, with
-    ``category``/``message``; only with ``prolific.auto_reject`` and failed checks)."""
+    """What to do with a submission: ``approve``, ``review`` (a person decides; ``category``,
+    ``message`` and ``rule`` a proposed rejection, if any), ``reject`` (automatically, with
+    ``category``/``message``/``rule``; only with ``prolific.auto_reject`` and failed checks) or
+    ``return`` (crowdpref released their work itself: they are asked to return the study, never
+    rejected; ``message`` is what they are asked). A proposed or automatic rejection always
+    cites ``rule``: the config rule or study instruction it relies on."""
 
     action: str
     reason: str
     category: str | None = None
     message: str | None = None
+    rule: str | None = None
+
+
+def released_by_crowdpref(participant: Any) -> bool:
+    """Whether crowdpref itself gave the participant's work back (no activity for
+    ``inactive_after_minutes``, or dropped by the operator), as opposed to a Prolific status
+    (returned, timed out, rejected: the release reason ends "on Prolific")."""
+    from crowdpref.store import RELEASED, RELEASING
+
+    if participant is None or participant.status not in (RELEASED, RELEASING):
+        return False
+    return "on Prolific" not in str(getattr(participant, "release_reason", None) or "")
+
+
+def _checks_rule(config: StudyConfig, key: str) -> str:
+    checks = (config.study1 if key == "study1" else config.study2).checks
+    need = "all" if checks.min_passed is None else f"{checks.min_passed} of {checks.count}"
+    return f"{key}.checks: pass {need} attention checks, as the instructions say"
 
 
 def review_decision(participant: Any | None, config: StudyConfig, key: str, auto_approve: bool) -> ReviewDecision:
@@ -391,43 +431,43 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     config's rule (a batch with checks not graded yet waits), the work not excluded, and not
     flagged too fast. Reporting the completion code proves nothing (it can be learned).
 
-    No work claimed through the portal -> a proposed rejection (``NO_DATA``); work released or
-    not finished -> a proposed rejection (``NO_DATA`` when nothing was submitted, else
-    ``FAILED_INSTRUCTIONS``); withdrawn (``withdrawn_at``) or another status -> review (no
-    proposal); failed checks -> a proposed rejection (``FAILED_CHECK``; rejected at once only
-    with ``prolific.auto_reject`` and finished work); too fast -> a proposed rejection
-    (``TOO_QUICKLY``), never automatic; verified -> approve (``auto_approve``) or review. Only
-    failed checks are ever rejected automatically. Proposed messages meet Prolific's rule (at
-    least 100 characters)."""
+    Proposed rejections are rule violations only, each citing its rule: no work claimed through
+    the portal (the code without any work) -> ``NO_DATA``; failed checks -> ``FAILED_CHECK``
+    (rejected at once only with ``prolific.auto_reject`` and finished work); too fast ->
+    ``TOO_QUICKLY`` (never automatic). Work crowdpref released itself (:func:`released_by_crowdpref`:
+    inactivity, the operator's drop) -> ``return``: they are asked to return the study, never
+    rejected. Unfinished work of someone still active, a withdrawal, work released after a
+    Prolific status or excluded, or another status -> review with no proposal. Proposed
+    messages meet Prolific's rule (at least 100 characters)."""
     from crowdpref.checks import is_check
-    from crowdpref.store import ACTIVE, COMPLETE, FAILED, PASSED, RELEASED, RELEASING
+    from crowdpref.store import COMPLETE, FAILED, PASSED, RELEASED
     from crowdpref.work_quality import time_on_task
 
     if participant is None:
-        return ReviewDecision("review", "no work claimed through the portal (the code without the work)", "NO_DATA",
-                              NO_WORK_MESSAGE.format(how=""))
+        return ReviewDecision("review", "no work claimed through the portal (the code without any work)", "NO_DATA",
+                              NO_WORK_MESSAGE, NO_DATA_RULE)
     if getattr(participant, "withdrawn_at", None) is not None:  # their status stays as it was
         return ReviewDecision("review", "withdrew from the study: a person decides (never approved or rejected "
                                         "automatically)")
+    if released_by_crowdpref(participant):  # our own release: Prolific's rules allow no rejection for it
+        minutes = (config.study1 if key == "study1" else config.study2).inactive_after_minutes
+        return ReviewDecision("return", f"work released by crowdpref ({participant.release_reason or 'released'}): "
+                                        "asked to return the study, never rejected",
+                              message=RETURN_REASONS[1].format(minutes=minutes))
     finished = participant.status == COMPLETE
     if participant.check_verdict == FAILED and (finished or participant.status == RELEASED):
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
         message = FAILED_CHECK_MESSAGE.format(total=checks_total, what=CHECK_KINDS[key],
                                               failed=participant.checks_answered - participant.checks_passed)
         action = "reject" if config.prolific.auto_reject and finished else "review"
-        return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message)
+        return ReviewDecision(action, "failed the quality checks", "FAILED_CHECK", message, _checks_rule(config, key))
     if not finished:
         total, done = len(participant.assignments), len(participant.submitted)
-        if participant.status in (ACTIVE, RELEASING, RELEASED):
-            how = "" if participant.status == ACTIVE else " before the work was released"
-            what = ("work released" if participant.status != ACTIVE else "not every item submitted")
-            if done == 0:
-                return ReviewDecision("review", f"{what}: nothing submitted (the code without the work)", "NO_DATA",
-                                      NO_WORK_MESSAGE.format(how=how))
-            return ReviewDecision("review", f"{what}: {done} of {total} items submitted", "FAILED_INSTRUCTIONS",
-                                  UNFINISHED_MESSAGE.format(total=total, done=done, how=how))
-        # a status this code does not know: never approved, a person decides
-        return ReviewDecision("review", f"not complete ({participant.status}): a person decides")
+        if participant.status == RELEASED:
+            return ReviewDecision("review", f"work released after a Prolific status ({done} of {total} items "
+                                            "submitted): a person decides")
+        return ReviewDecision("review", f"not finished ({participant.status}, {done} of {total} items submitted): "
+                                        "a person decides (no rejection proposed)")
     if participant.excluded_at is not None:
         return ReviewDecision("review", "work excluded from the count: a person decides")
     has_checks = any(is_check(a.item_id) for a in participant.assignments)
@@ -438,7 +478,8 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     if pace["too_fast"]:
         median = float(pace["median_seconds_per_item"])
         return ReviewDecision("review", f"too fast ({median:.0f} s per item, below {threshold:g} s)",
-                              "TOO_QUICKLY", TOO_QUICK_MESSAGE.format(median=median, threshold=threshold))
+                              "TOO_QUICKLY", TOO_QUICK_MESSAGE.format(median=median, threshold=threshold),
+                              f"{key}.too_fast_seconds: at least {threshold:g} s per item (median)")
     if auto_approve:
         return ReviewDecision("approve", "complete")
     return ReviewDecision("review", "complete: approve")
@@ -456,6 +497,52 @@ def places_needed(places: int, submissions: list[Any], unclaimed: int, per_parti
     return places + (needed - free) if needed > free else None
 
 
+# --- screen-outs and return requests ------------------------------------------------------------------------
+SCREEN_OUT_SENT, SCREEN_OUT_PAID = "screen_out_sent", "screen_out_paid"
+RETURN_REQUESTED = "return_requested"
+
+
+def _people(store: Any, cid: int, kind: str) -> set[str]:
+    """The key hashes (``person`` in the detail) of the collection's events of ``kind``."""
+    import json
+
+    return {str(json.loads(e["detail"] or "{}").get("person")) for e in store.events(cid, kinds=[kind])}
+
+
+def pay_screen_out(store: Any, cid: int, client: Any, submission_id: str, person: str, via: str) -> None:
+    """Give the submission of ``person`` (a key hash the store recorded as screened out by the
+    onboarding quiz) the collection's screen-out code through the API (``COMPLETE`` with the
+    researcher-actor code: Prolific screens it out and pays the fixed reward). Recorded before it
+    is sent (``screen_out_sent``) and after (``screen_out_paid``); the transition is idempotent,
+    so a repeat (the portal's and the sync's at once) pays nothing twice. Raises the client's
+    :class:`~crowdpref.prolific.ProlificError` (the sync repeats it later)."""
+    store.log_event(cid, SCREEN_OUT_SENT, person=person, via=via)
+    client.complete_submission(submission_id, store.screen_out_code(cid))
+    store.log_event(cid, SCREEN_OUT_PAID, person=person, via=via)
+
+
+def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, participant: Any, minutes: float) -> str:
+    """Ask a participant whose work crowdpref released to return the study (Prolific's
+    request-return, with :data:`RETURN_REASONS`). Recorded as a ``return_requested`` event
+    BEFORE it is sent, and never sent twice: with one recorded, nothing is sent. Returns
+    ``sent``, ``sent before``, ``refused`` (Prolific said no: nothing reached them) or
+    ``unconfirmed`` (no reply: it may have been sent)."""
+    from crowdpref.prolific import ProlificAmbiguous, ProlificError
+
+    if any(e["participant_id"] == participant.id for e in store.events(cid, kinds=[RETURN_REQUESTED])):
+        return "sent before"
+    store.log_event(cid, RETURN_REQUESTED, participant.id, reason=participant.release_reason or "released")
+    try:
+        client.request_return(submission_id, [RETURN_REASONS[0], RETURN_REASONS[1].format(minutes=minutes)])
+    except ProlificAmbiguous:
+        store.log_event(cid, "return_request_unconfirmed", participant.id)
+        return "unconfirmed"
+    except ProlificError as exc:
+        store.log_event(cid, "return_request_failed", participant.id, status=exc.status)
+        return "refused"
+    return "sent"
+
+
 def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_approve: bool | None = None,
                   private_dir: Path | str | None = None) -> SyncReport:
     """Reconcile the collection's Prolific submissions with the store: release the work of
@@ -464,12 +551,20 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     (:func:`review_decision`; ``auto_approve``, default ``prolific.auto_approve``; one bulk call,
     recorded as sent before it is sent and never repeated: a lost reply is read back by the next
     sync) or list them for review; raise places when work waits that nobody can claim, up to the
-    budget cap (``prolific.studyN.max_places``; the report says when it stops there). Every
-    decision is an event in the store. The report names
+    budget cap (``prolific.studyN.max_places``; the report says when it stops there).
+
+    Screen-outs: a submission still RESERVED / ACTIVE whose person the store recorded as screened
+    out by the onboarding quiz gets the researcher-actor screen-out code (:func:`pay_screen_out`:
+    the backstop for the portal's payment); only SCREENED OUT submissions the quiz screened out
+    count as screened out, any other is listed for review with the reason and never counted.
+    Work crowdpref released itself (:func:`released_by_crowdpref`) under an ACTIVE or AWAITING
+    REVIEW submission: the participant is asked to return the study (:func:`ask_to_return`, once)
+    and never proposed for rejection. Every decision is an event in the store. The report names
     participants by username only; the submission ids for review go to
     ``private_dir/prolific-review-<key>.json`` (owner-only, rewritten on every sync)."""
     from crowdpref.prolific import ProlificAmbiguous, ProlificError
     from crowdpref.store import ACTIVE
+    from crowdpref.store.onboarding import SCREENED_OUT
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
     auto = config.prolific.auto_approve if auto_approve is None else auto_approve
@@ -485,14 +580,51 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     confirmed = {e["participant_id"] for e in store.events(cid, kinds=["approved"])}
     to_approve: list[tuple[str, Any]] = []
     private: list[dict[str, str]] = []
+    # who crowdpref's quiz screened out (by key hash), whose screen-out was paid, who was listed
+    screened = {o.key_hash for o in store.onboarding_records(cid) if o.status == SCREENED_OUT}
+    paid, unrecorded = _people(store, cid, SCREEN_OUT_PAID), _people(store, cid, "screen_out_unrecorded")
+    minutes = (config.study1 if key == "study1" else config.study2).inactive_after_minutes
+
+    def listed(who: str, submission_id: str, reason: str, **extra: str) -> None:
+        report.review.append((who, reason))  # type: ignore[union-attr]
+        private.append({"username": who, "submission_id": submission_id, "reason": reason, **extra})
+
     for submission in submissions:
         status = submission.status
+        person = store.key_hash(submission.participant_id.lower())  # as the portal hashes the entry's id
+        if status == "SCREENED OUT":
+            if person in screened:  # screened out by the quiz: counted (and its payment confirmed)
+                report.screened_out += 1
+                if person not in paid:
+                    store.log_event(cid, SCREEN_OUT_PAID, person=person, via="read back")
+                    paid.add(person)
+            else:  # nobody here screened them out: a person looks, it is not counted
+                listed("(no screen-out recorded)", submission.id, "SCREENED OUT on Prolific, but crowdpref's quiz "
+                       "never screened this person out: not counted as screened out; check the submission on Prolific")
+                report.screen_outs_unrecorded += 1
+                if person not in unrecorded:
+                    store.log_event(cid, "screen_out_unrecorded", person=person)
+                    unrecorded.add(person)
+            continue
+        if status in ("ACTIVE", "RESERVED") and person in screened:
+            # the quiz screened them out and Prolific still has them working: the portal's
+            # payment did not land (or never ran): give the screen-out code now (idempotent)
+            try:
+                pay_screen_out(store, cid, client, submission.id, person, via="sync")
+            except ProlificError as exc:
+                if exc.transient:
+                    raise  # idempotent: the task's retry may repeat it
+                listed("(screened out by the quiz)", submission.id, f"screened out by the quiz, but Prolific refused "
+                       f"the screen-out payment ({exc.status}): pay it on Prolific")
+            else:
+                report.screened_out_now += 1
+                report.screened_out += 1
+            continue
         report.active += status in ("ACTIVE", "RESERVED")
         report.returned += status == "RETURNED"
         report.timed_out += status == "TIMED-OUT"
         report.rejected += status == "REJECTED"
         report.approved += status == "APPROVED"
-        report.screened_out += status == "SCREENED OUT"
         participant = store.participant_by_key(cid, submission.participant_id)
         if status == "APPROVED" and participant is not None and participant.id in sent - confirmed:
             # an approval whose reply was lost (or a run killed after sending): done - counted
@@ -509,10 +641,18 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
                 withdrawal = withdraw_on_platform(collection, participant, status, via=" (sync)")
                 report.withdrawn_now += bool(withdrawal is not None and withdrawal.now)
             continue
+        asked = None
+        if status in ("ACTIVE", "AWAITING REVIEW") and released_by_crowdpref(participant):
+            # crowdpref released them while Prolific still counts them: asked to return, never rejected
+            asked = ask_to_return(store, cid, client, submission.id, participant, minutes)
+            report.returns_requested_now += asked == "sent"
         if status != "AWAITING REVIEW":
             continue
         report.awaiting_review += 1
         decision = review_decision(participant, config, key, auto)
+        if decision.action == "return":
+            listed(participant.username, submission.id, f"{decision.reason} (return request: {asked})")
+            continue
         if decision.action == "approve":
             if participant.id not in sent:
                 to_approve.append((submission.id, participant))
@@ -536,17 +676,20 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
                 continue
         if decision.action == "reject":
             client.reject_submission(submission.id, str(decision.message), str(decision.category))
-            store.log_event(cid, "rejected", participant.id, reason=decision.reason, category=decision.category)
+            store.log_event(cid, "rejected", participant.id, reason=decision.reason, category=decision.category,
+                            rule=decision.rule)
             report.rejected_now += 1
             report.rejected += 1
             report.awaiting_review -= 1
             continue
         username = participant.username if participant is not None else "(unknown)"
-        shown = decision.reason + (f" (proposed rejection: {decision.category})" if decision.category else "")
+        shown = decision.reason + (f" (proposed rejection: {decision.category}; rule: {decision.rule})"
+                                   if decision.category else "")
         report.review.append((username, shown))  # type: ignore[union-attr]
         entry = {"username": username, "submission_id": submission.id, "reason": decision.reason}
         if decision.category:
-            entry.update(proposed_category=decision.category, proposed_message=str(decision.message))
+            entry.update(proposed_category=decision.category, proposed_message=str(decision.message),
+                         rule=str(decision.rule))
         private.append(entry)
         if participant is not None and participant.id not in reviewed:
             store.log_event(cid, "review", participant.id, reason=decision.reason,

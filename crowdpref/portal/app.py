@@ -210,6 +210,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             log.warning("pending webhook work not resumed (%s)", exc.__class__.__name__)
         yield
         portal.after_reply.stop()
+        portal.screen_outs.stop()
         if argilla_webhook:
             await asyncio.to_thread(portal.stand_down_argilla_webhook)
 
@@ -268,8 +269,8 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             return with_cookie(RedirectResponse(f"/s/{study}/{key}/welcome", status_code=303, headers=NO_STORE),
                                study, key, cookie)
         if state.status == "screened_out":
-            code, url = portal.screened_out(study, _key(key), ob)
-            return HTMLResponse(pages.screened_out(code, url), headers=NO_STORE)
+            url, paid = portal.screened_out(study, _key(key), ob)
+            return HTMLResponse(pages.screened_out(url, paid), headers=NO_STORE)
         quiz = onboarding.quiz
         if state.step == "introduction":
             return HTMLResponse(pages.onboarding_intro(

@@ -377,18 +377,23 @@ def quiz_failed(title: str, score: int, total: int, pass_mark: int, wrong: list[
     return page(f"{title}: not passed yet", body)
 
 
-def screened_out(code: str | None, completion_url: str | None) -> str:
-    """The polite page for someone the quiz turned away. On Prolific: the screen-out code and
-    the way back (a fixed payment for their time); elsewhere: thanks, no code."""
+def screened_out(back_url: str | None, paid: bool = True) -> str:
+    """The polite page for someone the quiz turned away. On Prolific: they are screened out,
+    crowdpref gives Prolific the screen-out itself (``paid``; no code to enter), and the way
+    back; without API access (``paid`` false), to message the researchers; elsewhere: thanks."""
     body = ("<p>Thank you for taking the time to go through the introduction and the quiz.</p>"
             "<p>This time the quiz did not go well enough for us to give you the study's work, and it cannot be "
             "taken again. This says nothing about you: the task is narrow, and the quiz is strict on purpose.</p>")
-    if code and completion_url:
-        body += (f"<div class=\"box\"><p>You are paid a fixed amount for your time. Your completion code:</p>"
-                 f"<p class=\"code\">{html.escape(code)}</p>"
-                 f"<p><a class=\"button\" href=\"{html.escape(completion_url)}\">Back to Prolific</a></p>"
-                 "<p class=\"muted\">The button takes you to Prolific with this code filled in. Please do not "
-                 "return the study: submit it with this code.</p></div>")
+    if back_url and paid:
+        body += ("<div class=\"box\"><p>You have been <strong>screened out</strong> of this study. You will get the "
+                 "study's fixed screen-out payment for your time: we tell Prolific ourselves, so you need no code "
+                 "and there is nothing to enter. It can take a few minutes to show in your Prolific account.</p>"
+                 f"<p><a class=\"button\" href=\"{html.escape(back_url)}\">Back to Prolific</a></p>"
+                 "<p class=\"muted\">Please do not return the study: that would cancel the payment.</p></div>")
+    elif back_url:
+        body += ("<div class=\"box\"><p>You have been <strong>screened out</strong> of this study. Please message the "
+                 "researchers through Prolific about the screen-out payment for your time.</p>"
+                 f"<p><a class=\"button\" href=\"{html.escape(back_url)}\">Back to Prolific</a></p></div>")
     else:
         body += "<p>There is nothing else to do: you can close this page. Thank you again!</p>"
     return page("Thank you", body)

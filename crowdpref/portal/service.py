@@ -20,7 +20,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,7 +34,8 @@ from crowdpref.errors import CrowdprefError
 from crowdpref.pacing import wait_for_quiet
 from crowdpref import study_paths
 from crowdpref.portal import argilla_hooks, argilla_session, links
-from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target
+from crowdpref.recruitment import (FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET, ProlificTarget, prolific_target,
+                                   recruits_on_prolific, released_by_crowdpref)
 from crowdpref.onboarding import Graded, OnboardingConfig, grade, onboarding_of, passes
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, Claimed, Full, ParticipantState, Refused, Store
 from crowdpref.store.engine import StoreError
@@ -192,6 +193,9 @@ class Onboarder:
     key_hash: str
     source: str
     state: OnboardingState
+    # the Prolific submission they entered with (SESSION_ID, verified at the entry; from the signed
+    # cookie): where a screen-out is paid. None: not on Prolific, or an older cookie (the sync pays)
+    session_id: str | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return f"Onboarder(source={self.source!r}, status={self.state.status!r}, step={self.state.step!r})"
@@ -409,6 +413,10 @@ class Portal:
         }
         self._unverified_logged: set[str] = set()
         self.after_reply = AfterReply(self.run_delivery, after_reply_workers)
+        # screen-out payments after the screened-out page's reply (one thread; none with 0 workers:
+        # the Prolific sync pays them)
+        self._screen_out_jobs: dict[str, tuple[StudyConfig, int, str, str]] = {}
+        self.screen_outs = AfterReply(self.pay_screen_out, min(1, after_reply_workers), quiet_s=0.0, patience_s=0.0)
         self.cookies = URLSafeTimedSerializer(store.secret("portal_cookie_key"), salt="crowdpref-portal-session")
         self.invites = URLSafeTimedSerializer(store.secret("portal_invite_key"), salt="crowdpref-invite")
         self._argilla_secret: str | None = None  # Argilla's token-signing key, read when first needed
@@ -570,7 +578,10 @@ class Portal:
             if state is None or state.status != PASSED:  # onboarding first: nothing is claimed
                 if state is None:
                     state = self.store.onboarding_start(collection.info.id, person, visitor.source, visitor.session_id)
-                cookie = self.cookies.dumps({"c": collection.info.id, "h": person, "src": visitor.source})
+                data = {"c": collection.info.id, "h": person, "src": visitor.source}
+                if visitor.session_id:  # their own submission id: where a screen-out is paid (signed)
+                    data["s"] = visitor.session_id
+                cookie = self.cookies.dumps(data)
                 return Entered(study, key, None, cookie, onboarding=state)
         with self._person_locks[int(person[:8], 16) % len(self._person_locks)]:  # two tabs: one claim
             result = self._claim(collection, visitor.key, visitor.source)
@@ -691,7 +702,10 @@ class Portal:
         state = self.store.onboarding_state(collection.info.id, person)
         if state is None:
             state = self.store.onboarding_start(collection.info.id, person, source)
-        return Onboarder(collection, config, onboarding, person, source, state)
+        session = data.get("s")
+        if not (isinstance(session, str) and state.session_hash == self.store.key_hash(session)):
+            session = None  # only the session the entry verified (and the store recorded, hashed)
+        return Onboarder(collection, config, onboarding, person, source, state, session)
 
     def onboarding_next(self, study: str, key: Key, cookie: str | None) -> Onboarder:
         """The person goes on from the step they are at (introduction -> practice -> quiz; the
@@ -708,7 +722,7 @@ class Portal:
         if following is None:
             return ob
         state = self.store.onboarding_step(ob.collection.info.id, ob.key_hash, following)
-        return Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state)
+        return replace(ob, state=state)
 
     def onboarding_practice(self, study: str, key: Key, cookie: str | None, index: int,
                             choice: int | None) -> tuple[Onboarder, PracticeAnswer]:
@@ -722,8 +736,7 @@ class Portal:
         state = ob.state
         if state.status == "in_progress":
             state = self.store.onboarding_practice(ob.collection.info.id, ob.key_hash, index, correct)
-        return (Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state),
-                PracticeAnswer(index, choice, correct))
+        return replace(ob, state=state), PracticeAnswer(index, choice, correct)
 
     def onboarding_quiz(self, study: str, key: Key, cookie: str | None,
                         answers: list[int | None]) -> tuple[Onboarder, QuizResult | None]:
@@ -741,9 +754,8 @@ class Portal:
                                                   quiz.attempts)
         except StoreError:  # used up, or passed, in another tab meanwhile
             state = self.store.onboarding_state(ob.collection.info.id, ob.key_hash) or ob.state
-            return Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state), None
-        return (Onboarder(ob.collection, ob.config, ob.onboarding, ob.key_hash, ob.source, state),
-                QuizResult(graded, passed, state))
+            return replace(ob, state=state), None
+        return replace(ob, state=state), QuizResult(graded, passed, state)
 
     def onboarding_claim(self, study: str, key: Key, ob: Onboarder) -> str:
         """Someone who passed claims their work by their key hash (as at the entry); returns
@@ -762,14 +774,48 @@ class Portal:
                                  onboarding=True)
         return self.cookies.dumps({"c": collection.info.id, "u": participant.username})
 
-    def screened_out(self, study: str, key: Key, ob: Onboarder) -> tuple[str | None, str | None]:
-        """The screened-out page's code and way back: on Prolific the SCREEN-OUT completion code
-        (a fixed payment); with an invitation neither."""
+    def screened_out(self, study: str, key: Key, ob: Onboarder) -> tuple[str | None, bool]:
+        """The screened-out page's way back to Prolific (None with an invitation) and whether
+        crowdpref pays the screen-out itself. No code is ever shown: on a Prolific study crowdpref
+        recruits on, their submission gets the researcher-actor screen-out code through the API
+        (:func:`~crowdpref.recruitment.pay_screen_out`) after this reply, on :attr:`screen_outs`;
+        a failure is logged and the Prolific sync pays it instead (it gives the code to every
+        submission the store recorded as screened out, the backstop for an older cookie too).
+        Without API access (an unverified pilot) nothing is paid automatically."""
         if ob.state.status != SCREENED_OUT or ob.config.participants == "invite":
-            return None, None
-        code = self.store.screen_out_code(ob.collection.info.id)
+            return None, False
         target = prolific_target(ob.config, self.settings)
-        return code, links.completion_url(self.settings, code, target.app_url if target else None)
+        automatic = target is not None and recruits_on_prolific(ob.config)
+        if automatic and ob.session_id:
+            job = f"{ob.collection.info.id}:{ob.key_hash}"
+            with self._lock:
+                self._screen_out_jobs[job] = (ob.config, ob.collection.info.id, ob.key_hash, ob.session_id)
+            self.screen_outs.submit(job)
+        return (target.app_url if target else self.settings.prolific_app_url).rstrip("/") + "/", automatic
+
+    def pay_screen_out(self, job: str) -> bool:
+        """Run one screen-out payment :meth:`screened_out` queued (once per person: not again when
+        the store records it paid). Never raises: a failure is logged (no ids) and left to the
+        sync. True when it was paid now."""
+        from crowdpref.recruitment import SCREEN_OUT_PAID, pay_screen_out
+
+        with self._lock:
+            queued = self._screen_out_jobs.pop(job, None)
+        if queued is None:
+            return False
+        config, cid, person, session = queued
+        try:
+            if any(json.loads(e["detail"] or "{}").get("person") == person
+                   for e in self.store.events(cid, kinds=[SCREEN_OUT_PAID])):
+                return False
+            client = self.prolific(config)
+            if client is None:
+                return False
+            pay_screen_out(self.store, cid, client, session, person, via="portal")
+            return True
+        except Exception as exc:  # noqa: BLE001 - the sync pays it; the person's page is already shown
+            log.warning("screen-out payment not made now (%s): the Prolific sync makes it", type(exc).__name__)
+            return False
 
     @property
     def token_sign_in(self) -> bool:
@@ -862,6 +908,11 @@ class Portal:
         """Check with Argilla that every item is submitted; then the completion code."""
         collection, participant = self.participant(study, key, cookie)
         if participant.status not in (ACTIVE, COMPLETE):
+            if released_by_crowdpref(participant) and participant.withdrawn_at is None:
+                # our own release (inactivity, the operator's drop): nothing they did wrong
+                raise Refusal(410, "Please return the study", "Your work in this study was given to someone else "
+                              "after a long time without activity, so it cannot be completed any more. This is not "
+                              "held against you and the study will not be rejected. " + RETURN_WORDING)
             raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot be "
                           "completed. " + RETURN_WORDING)
         try:

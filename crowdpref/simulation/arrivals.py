@@ -53,9 +53,7 @@ class Arrival:
 @dataclass(frozen=True)
 class ScreenedOut:
     """A newcomer the onboarding quiz turned away: nothing was allocated to them; on Prolific
-    they submitted the screen-out code (a fixed payment)."""
-
-    code: str | None = None
+    the portal gives their submission the screen-out code (a fixed payment)."""
 
 
 Onboard = Callable[[str], Any]
@@ -217,7 +215,7 @@ class ProlificDoor:
         :attr:`onboard` says this person answers: the introduction's Continue, each practice
         question, the quiz (again after a failed attempt while attempts are left). Returns the
         welcome page's URL once they passed (the portal claimed their work), or
-        :class:`ScreenedOut` after they followed the screen-out code back to Prolific."""
+        :class:`ScreenedOut` once the quiz screened them out."""
         if self.onboard is None:
             raise CrowdprefError("the portal asks for onboarding but the simulated crowd was given no way through it")
         run = self.onboard(key)
@@ -228,8 +226,7 @@ class ProlificDoor:
                 return _absolute(url, page.headers["location"])  # passed: on to the welcome page
             if page.status_code != 200:
                 raise CrowdprefError(f"the portal's onboarding page answered {page.status_code}")
-            code = CODE_IN_PAGE.search(page.text)
-            if code is not None or "/onboarding/" not in page.text:  # the screened-out page
+            if "/onboarding/" not in page.text:  # the screened-out page
                 return self._screened_out(key, browser, page.text)
             method, action = FORM.search(page.text).groups()
             target = _absolute(url, action.replace("&amp;", "&"))
@@ -242,26 +239,17 @@ class ProlificDoor:
                 reply = browser.post(target, data={f"q{i}": str(a) for i, a in enumerate(answers)})
                 if reply.status_code == 303:
                     return _absolute(url, reply.headers["location"])
-                if CODE_IN_PAGE.search(reply.text) is not None or "Try again" not in reply.text:
+                if "Try again" not in reply.text:
                     return self._screened_out(key, browser, reply.text)
             elif method == "post":
                 browser.post(target)
         raise CrowdprefError(f"a simulated person walked {ONBOARDING_STEPS} onboarding pages without an end")
 
     def _screened_out(self, key: str, browser: httpx.Client, page: str) -> ScreenedOut:
-        """Follow the screen-out page's way back to Prolific with its code, as a person does."""
-        match = CODE_IN_PAGE.search(page)
-        if match is None:
-            return ScreenedOut()
-        href = re.search(r'href="([^"]*submissions/complete\?cc=[^"]+)"', page)
-        if href is not None:
-            browser.get(href.group(1).replace("&amp;", "&"))
-        submission = self._submissions().get(simulated_prolific_id(self.seed, key))
-        if submission is not None:
-            self.fake.post(f"/_fake/submissions/{submission.id}/complete",
-                           json={"code": match.group(1)}).raise_for_status()
-            self._sessions = None
-        return ScreenedOut(match.group(1))
+        """The screened-out page: there is no code to enter (the portal gives Prolific the
+        researcher's screen-out code itself, after its reply; the Prolific sync is the backstop)."""
+        self._sessions = None  # the portal changes their submission's status soon
+        return ScreenedOut()
 
     def _open(self, browser: httpx.Client, url: str) -> httpx.Response:
         """Open the study link as a person does: a 503 ("please wait and open the link again")

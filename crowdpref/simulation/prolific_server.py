@@ -410,7 +410,7 @@ class FakeProlific:
         places = body.get("total_available_places")
         if not isinstance(places, int) or isinstance(places, bool) or places < 1:
             problems.append("total_available_places must be an integer of at least 1")
-        problems += self._screen_out_problems(body)
+        problems += self._screen_out_problems(body) + self._time_problems(body)
         if problems:
             raise ApiError(400, "; ".join(problems))
         study = dict(body, id=_hex_id(), status="UNPUBLISHED", places_taken=0)
@@ -438,6 +438,19 @@ class FakeProlific:
                 if not isinstance(slots, int) or slots < 1:
                     problems.append(f"slots {slots!r} must be at least 1")
         return problems
+
+    @staticmethod
+    def _time_problems(body: dict[str, Any]) -> list[str]:
+        """The document's prose rule for ``maximum_allowed_time`` (minutes): at least two minutes
+        plus two times the estimated time plus two times its square root. (Left out, Prolific
+        uses "the max value", which the document does not give.)"""
+        allowed, estimated = body.get("maximum_allowed_time"), body.get("estimated_completion_time")
+        if allowed is None or not isinstance(estimated, (int, float)):
+            return []
+        least = 2 + 2 * estimated + 2 * estimated ** 0.5
+        if not isinstance(allowed, (int, float)) or allowed < least:
+            return [f"maximum_allowed_time {allowed!r} is below the least allowed for this estimated time ({least:.1f})"]
+        return []
 
     def _patch_study(self, study: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         if study["status"] != "UNPUBLISHED":
@@ -480,7 +493,28 @@ class FakeProlific:
                 raise ApiError(400, f"cannot reject a submission that is {sub['status']}")
             self._set_status(sub, "REJECTED")
             return sub
+        if action == "COMPLETE":
+            return self._researcher_completes(sub, str(body.get("completion_code") or ""))
         raise ApiError(400, f"unknown action {action!r}")
+
+    def _researcher_completes(self, sub: dict[str, Any], code: str) -> dict[str, Any]:
+        """``{"action": "COMPLETE", "completion_code": CODE}``: the document requires a code of the
+        study whose actor is ``researcher`` and carries out its actions. It calls the transition
+        idempotent ("the second request will be ignored"): a repeat of the completion that
+        already happened (the same code on this submission) changes nothing and answers the
+        submission. Anything else (an unknown code, a participant-actor code, a submission that is
+        not RESERVED or ACTIVE) is refused with 400, the one refusal the operation declares."""
+        study = self.studies[sub["study_id"]]
+        match = next((c for c in study.get("completion_codes") or [] if c.get("code") == code), None)
+        if match is None:
+            raise ApiError(400, "completion_code: not a completion code of this study")
+        if match.get("actor", "participant") != "researcher":
+            raise ApiError(400, "completion_code: only a code whose actor is researcher can be given through the API")
+        if sub["study_code"] == code and sub["status"] not in ("RESERVED", "ACTIVE"):
+            return sub  # the repeat is ignored
+        if sub["status"] not in ("RESERVED", "ACTIVE"):
+            raise ApiError(400, f"cannot complete a submission that is {sub['status']}")
+        return self._complete_with(sub, study, match)
 
     def _taken(self, study_id: str) -> int:
         return sum(1 for s in self.submissions.values() if s["study_id"] == study_id and s["status"] not in NOT_HOLDING)
@@ -530,11 +564,21 @@ class FakeProlific:
             sub = self._get(self.submissions, submission_id, "submission")
             study = self.studies[sub["study_id"]]
             match = next((c for c in study.get("completion_codes") or [] if c.get("code") == code), None)
-            if match is None:
+            # a code whose actor is researcher is one "the researcher provides" (the document's
+            # CreateStudyCompletionCodesItemsActor): the document does not say what Prolific does
+            # when a participant types one in; the fake treats it as no code of this study - refused,
+            # nothing changes, nothing is paid (the safe reading: only the API can give it)
+            if match is None or match.get("actor", "participant") != "participant":
                 raise ApiError(400, "unknown completion code")
             if sub["status"] not in ("RESERVED", "ACTIVE"):
                 raise ApiError(409, f"submission is {sub['status']}")
-            sub["study_code"] = code
+            return self._complete_with(sub, study, match)
+
+    def _complete_with(self, sub: dict[str, Any], study: dict[str, Any], match: dict[str, Any]) -> dict[str, Any]:
+        """Complete ``sub`` with the completion code ``match`` and carry out its actions (the
+        participant entered it, or the researcher gave it through the API)."""
+        with self.lock:
+            sub["study_code"] = match["code"]
             sub["completed_at"] = _now()
             screen_out = next((a for a in match.get("actions") or []
                                if a.get("action") == "FIXED_SCREEN_OUT_PAYMENT"), None)

@@ -240,7 +240,7 @@ def test_the_whole_onboarding_of_both_studies_at_phone_and_desktop_size_with_axe
             _scan(page, axe, "finished (Prolific)", found, skip=("meta-refresh",))
             for what, html in {"finished (invite)": pages.finished(None, None),
                                "not finished": pages.not_finished(1, 3, "http://argilla.test/x", "/s/walk/study1/start"),
-                               "screened out (Prolific)": pages.screened_out("S1234567", "https://app.prolific.test/x"),
+                               "screened out (Prolific)": pages.screened_out("https://app.prolific.test/"),
                                "practice done": pages.practice_done("Walk", 3, 2, "/next", "Go to the quiz", True),
                                "refusal": pages.message("Study full", "Sorry: all the work is taken.")}.items():
                 page.set_content(html)

@@ -79,6 +79,7 @@ class CountingProlific:
     def __init__(self) -> None:
         self.calls = 0
         self.known: dict[str, str] = {}
+        self.completed: list[tuple[str, str]] = []
         self.fail_with: Exception | None = None
 
     def get_submission(self, session_id: str) -> Any:
@@ -90,6 +91,14 @@ class CountingProlific:
         if session_id not in self.known:
             raise ProlificNotFound(f"submission {session_id} not found")
         return SimpleNamespace(participant_id=self.known[session_id], study_id=STUDY_ID, status="ACTIVE")
+
+    def complete_submission(self, session_id: str, code: str) -> Any:
+        """The researcher's COMPLETE with a code (a screen-out): recorded in ``completed``."""
+        self.calls += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.completed.append((session_id, code))
+        return SimpleNamespace(status="SCREENED OUT")
 
 
 def _write(studies: Path, name: str, participants: str = "prolific", copies: int = 2, per: int = 3,

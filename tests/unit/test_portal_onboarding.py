@@ -3,7 +3,8 @@ store and the real study-1 collection (Argilla and Prolific stand-ins, see
 ``test_portal_entry``): the introduction with worked examples, practice with immediate
 feedback that never counts, the quiz graded through the form, attempts used up in the store,
 a person who comes back resuming at their step, someone screened out getting no work (no
-participant row, no account bound) and, on Prolific, the screen-out code; and the finish page
+participant row, no account bound) and, on Prolific, no code: the portal gives their own
+submission the researcher's screen-out code through the API after the reply; and the finish page
 of an invited participant, which shows no completion code."""
 
 from __future__ import annotations
@@ -130,7 +131,21 @@ def _prolific_entry(rig: Any, name: str) -> tuple[TestClient, str, dict[str, str
     return client, f"/s/{name}/study1?" + "&".join(f"{k}={v}" for k, v in ids.items()), ids
 
 
-def test_the_last_failed_attempt_screens_out_with_the_screen_out_code_and_allocates_nothing(rig):
+def _fail_the_quiz(client: TestClient, name: str) -> Any:
+    client.post(f"/s/{name}/study1/onboarding/next")
+    for i in range(2):
+        client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
+    client.post(f"/s/{name}/study1/onboarding/next")
+    client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2", "q1": "1"})
+    return client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2"})
+
+
+def _screen_out_events(rig: Any, cid: int) -> list[tuple[str, str, str]]:
+    return [(e["kind"], json.loads(e["detail"])["person"], json.loads(e["detail"])["via"])
+            for e in rig.store.events(cid, kinds=["screen_out_sent", "screen_out_paid"])]
+
+
+def test_the_last_failed_attempt_screens_out_pays_through_the_api_shows_no_code_and_allocates_nothing(rig):
     name = "onb-out"
     _study(rig, name, participants="prolific", screen_out_reward=50)
     client, entry_url, ids = _prolific_entry(rig, name)
@@ -140,24 +155,29 @@ def test_the_last_failed_attempt_screens_out_with_the_screen_out_code_and_alloca
     cookie = entry.cookies.get(cookie_name(name, "study1")) or client.cookies.get(cookie_name(name, "study1"))
     payload = rig.portal.cookies.loads(cookie.strip('"'))
     assert ids["PROLIFIC_PID"] not in cookie and ids["PROLIFIC_PID"] not in json.dumps(payload)  # the hash only
-    assert payload == {"c": cid, "h": rig.store.key_hash(ids["PROLIFIC_PID"]), "src": "prolific"}
-    client.post(f"/s/{name}/study1/onboarding/next")
-    for i in range(2):
-        client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
-    client.post(f"/s/{name}/study1/onboarding/next")
-    client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2", "q1": "1"})
-    out = client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "2"})
+    # (signed) their own submission id, verified at the entry: where the screen-out is paid
+    assert payload == {"c": cid, "h": rig.store.key_hash(ids["PROLIFIC_PID"]), "src": "prolific",
+                       "s": ids["SESSION_ID"]}
+    out = _fail_the_quiz(client, name)
     code = rig.store.screen_out_code(cid)
-    assert out.status_code == 200 and "Thank you" in out.text and code in out.text
-    assert f"submissions/complete?cc={code}" in out.text and rig.store.completion_code(cid) not in out.text
-    assert ids["PROLIFIC_PID"] not in out.text
+    assert out.status_code == 200 and "Thank you" in out.text and "screened out" in out.text
+    assert "fixed screen-out payment" in out.text and "Back to Prolific" in out.text
+    assert code not in out.text and "cc=" not in out.text  # no code anyone could pass on
+    assert rig.store.completion_code(cid) not in out.text and ids["PROLIFIC_PID"] not in out.text
+    # after the reply: exactly their submission gets the researcher's screen-out code, recorded before and after
+    assert rig.portal.screen_outs.wait(10)
+    assert rig.prolific.completed == [(ids["SESSION_ID"], code)]
+    person = rig.store.key_hash(ids["PROLIFIC_PID"])
+    assert _screen_out_events(rig, cid) == [("screen_out_sent", person, "portal"), ("screen_out_paid", person, "portal")]
     state = _state(rig, name, ids["PROLIFIC_PID"])
     assert (state.status, state.attempts_used) == ("screened_out", 2)
     # no retake: another attempt counts nothing; the entry link and the cookie lead to this page
-    assert code in client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}).text
+    assert "screened out" in client.post(f"/s/{name}/study1/onboarding/quiz", data={"q0": "1", "q1": "2"}).text
     assert _state(rig, name, ids["PROLIFIC_PID"]).attempts_used == 2
-    assert code in client.get(entry_url).text
-    assert code in client.get(f"/s/{name}/study1/welcome").text
+    assert "screened out" in client.get(entry_url).text
+    assert "screened out" in client.get(f"/s/{name}/study1/welcome").text
+    assert rig.portal.screen_outs.wait(10)
+    assert len(rig.prolific.completed) == 1  # paid once, however often the page is shown
     # nothing allocated: no participant row, no account bound, nothing sent to Argilla
     assert _allocated(rig.store, cid) == (0, 0) and rig.owner.logged == 0
     ob = rig.portal.onboarder(name, "study1", client.cookies.get(cookie_name(name, "study1")))
@@ -167,6 +187,22 @@ def test_the_last_failed_attempt_screens_out_with_the_screen_out_code_and_alloca
     except service.Refusal as refusal:
         assert refusal.status == 403
     assert _allocated(rig.store, cid) == (0, 0)
+
+
+def test_a_screen_out_payment_that_fails_leaves_the_page_alone_and_is_left_to_the_sync(rig, caplog):
+    from crowdpref.prolific import ProlificUnavailable
+
+    name = "onb-out-fail"
+    _study(rig, name, participants="prolific", screen_out_reward=50)
+    client, entry_url, ids = _prolific_entry(rig, name)
+    cid = rig.portal.collection(name, "study1").info.id
+    client.get(entry_url)
+    rig.prolific.fail_with = ProlificUnavailable("Prolific POST /submissions/x/transition/: 503", 503, transient=True)
+    out = _fail_the_quiz(client, name)
+    assert out.status_code == 200 and "fixed screen-out payment" in out.text
+    assert rig.portal.screen_outs.wait(10)
+    assert rig.prolific.completed == [] and [k for k, _, _ in _screen_out_events(rig, cid)] == ["screen_out_sent"]
+    assert "the Prolific sync makes it" in caplog.text and ids["SESSION_ID"] not in caplog.text
 
 
 def test_an_invited_person_screened_out_is_thanked_without_a_code(rig):

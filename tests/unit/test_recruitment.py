@@ -466,9 +466,11 @@ def test_sync_approves_complete_work_in_one_bulk_call_and_lists_the_rest(setting
     assert [r for r in fake.requests if r == ("POST", "/api/v1/submissions/bulk-approve/")] == \
         [("POST", "/api/v1/submissions/bulk-approve/")]
     assert sorted(report.review) == sorted([
-        (part_claim.participant.username,
-         "not every item submitted: 1 of 3 items submitted (proposed rejection: FAILED_INSTRUCTIONS)"),
-        ("(unknown)", "no work claimed through the portal (the code without the work) (proposed rejection: NO_DATA)")])
+        (part_claim.participant.username,  # unfinished, still active: a person decides, no rejection proposed
+         "not finished (active, 1 of 3 items submitted): a person decides (no rejection proposed)"),
+        ("(unknown)", "no work claimed through the portal (the code without any work) (proposed rejection: NO_DATA; "
+                      "rule: the study's instruction: the work is done in the study's web tool (none was claimed "
+                      "there))")])
     events = store.events(collection.info.id, kinds=["approved", "review"])
     assert [(e["kind"], e["participant_id"]) for e in events] == [
         ("review", part_claim.participant.id), ("approved", done_claim.participant.id)]
@@ -736,10 +738,12 @@ def test_failed_checks_are_listed_with_a_proposed_rejection_and_never_approved(s
     store.record_checks(collection.info.id, claimed.participant.id, {"check-i-x": False}, "failed")
     report = sync_prolific(collection, config, client, auto_approve=True, private_dir=tmp_path / "private")
     assert report.approved_now == 0 and report.rejected_now == 0
-    assert report.review == [(claimed.participant.username, "failed the quality checks (proposed rejection: FAILED_CHECK)")]
+    assert report.review == [(claimed.participant.username, "failed the quality checks (proposed rejection: "
+                              "FAILED_CHECK; rule: study1.checks: pass all attention checks, as the instructions say)")]
     assert fake.submissions[arrival["session_id"]]["status"] == "AWAITING REVIEW"  # nothing rejected by itself
     listed = json.loads((tmp_path / "private" / "prolific-review-study1.json").read_text())
     assert listed[0]["proposed_category"] == "FAILED_CHECK" and len(listed[0]["proposed_message"]) >= 100
+    assert listed[0]["rule"].startswith("study1.checks:")
     assert "exactly which word to write" in listed[0]["proposed_message"]  # study 1's kind of check
     event = store.events(collection.info.id, kinds=["review"])[0]
     assert json.loads(event["detail"])["proposed_category"] == "FAILED_CHECK"
@@ -764,7 +768,8 @@ def test_too_fast_work_is_held_for_review_even_with_auto_reject(settings, store,
     report = sync_prolific(collection, config, client, auto_approve=True, private_dir=tmp_path / "private")
     assert report.approved_now == 0 and report.rejected_now == 0
     assert report.review == [(claimed.participant.username,
-                              "too fast (2 s per item, below 20 s) (proposed rejection: TOO_QUICKLY)")]
+                              "too fast (2 s per item, below 20 s) (proposed rejection: TOO_QUICKLY; rule: "
+                              "study1.too_fast_seconds: at least 20 s per item (median))")]
     assert fake.submissions[arrival["session_id"]]["status"] == "AWAITING REVIEW"
 
 

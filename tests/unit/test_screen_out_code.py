@@ -1,9 +1,13 @@
-"""Prolific's screen-out code (issue 20): a study whose onboarding has a quiz is created on
-Prolific with a second completion code - ``SCREENED_OUT``, action ``FIXED_SCREEN_OUT_PAYMENT``
-with the config's fixed reward and slots - so the people the quiz turns away are paid. The
-code is derived from the store's salt (``Store.screen_out_code``); the request validates
-against Prolific's published document; the fake Prolific pays a screen-out, frees the place and
-pauses the study when the slots are used up."""
+"""Prolific's screen-out code (issues 20 and 30): a study whose onboarding has a quiz is created on
+Prolific with a second completion code - ``SCREENED_OUT``, actor ``researcher``, action
+``FIXED_SCREEN_OUT_PAYMENT`` with the config's fixed reward and slots. No participant can enter
+it: crowdpref gives it through the API (``COMPLETE``) to exactly the submissions its quiz
+screened out, so only they are paid. The code is derived from the store's salt
+(``Store.screen_out_code``); the request validates against Prolific's published document; the
+fake Prolific refuses the code from a participant, pays a screen-out given through the API,
+frees the place and pauses the study when the slots are used up. The sync pays every screen-out
+the store recorded that is still working on Prolific, and lists for review (never counts) a
+SCREENED OUT submission nobody here screened out."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import pytest
 from crowdpref.config import Batches, StudyConfig, parse_study
 from crowdpref.prolific import ProlificClient, ProlificError
 from crowdpref.recruitment import ensure_prolific_study, places_needed, screen_out_terms, study_payload
-from crowdpref.simulation.prolific_server import FakeProlific
+from crowdpref.simulation.prolific_server import ApiError, FakeProlific
 from crowdpref.store import Store, default_url
 
 PORTAL = "https://portal.example.org"
@@ -77,8 +81,10 @@ def test_the_screen_out_code_is_stable_salted_and_never_the_completion_code(tmp_
 # --- the payload ---------------------------------------------------------------------------------------
 def test_a_quiz_adds_a_fixed_screen_out_payment_code(settings) -> None:
     body = study_payload(_config(), "study1", settings, "C1234567", places=4, screen_out_code="S7654321")
-    assert body["completion_codes"][1] == {"code": "S7654321", "code_type": "SCREENED_OUT", "actions": [
-        {"action": "FIXED_SCREEN_OUT_PAYMENT", "fixed_screen_out_reward": 90, "slots": 4}]}
+    assert body["completion_codes"][1] == {"code": "S7654321", "code_type": "SCREENED_OUT", "actor": "researcher",
+                                           "actions": [{"action": "FIXED_SCREEN_OUT_PAYMENT",
+                                                        "fixed_screen_out_reward": 90, "slots": 4}]}
+    assert "actor" not in body["completion_codes"][0]  # the completion code stays the participant's
     assert body["completion_codes"][0]["code_type"] == "COMPLETED"
     # no quiz (nobody is screened out), or the other study: one code only
     no_quiz = study_payload(_config(quiz=False), "study1", settings, "C1", places=4, screen_out_code="S1")
@@ -115,26 +121,45 @@ def test_the_request_validates_against_prolifics_published_schema(settings) -> N
 
 
 # --- on the fake Prolific --------------------------------------------------------------------------------
-def test_the_study_is_created_with_both_codes_and_a_screen_out_is_paid_and_frees_the_place(
+def _screened_out_by_quiz(store: Store, cid: int, arrival: dict[str, Any]) -> str:
+    """Record in the store what the portal records when the quiz screens this arrival out."""
+    person = store.key_hash(arrival["participant_id"])
+    store.onboarding_start(cid, person, "prolific", arrival["session_id"])
+    assert store.onboarding_attempt(cid, person, 0, False, 1).status == "screened_out"
+    return person
+
+
+def test_only_the_api_gives_the_screen_out_code_and_it_pays_and_frees_the_place(
         settings, store: Store, fake: FakeProlific, client: ProlificClient) -> None:
     config = _config()
     collection = _collection(config, store, participants=2)
     platform = ensure_prolific_study(collection, config, settings, client)
     study = fake.studies[platform.external_id]
     cid = collection.info.id
-    assert [(c["code"], c["code_type"]) for c in study["completion_codes"]] == [
-        (store.completion_code(cid), "COMPLETED"), (store.screen_out_code(cid), "SCREENED_OUT")]
+    code = store.screen_out_code(cid)
+    assert [(c["code"], c["code_type"], c.get("actor", "participant")) for c in study["completion_codes"]] == [
+        (store.completion_code(cid), "COMPLETED", "participant"), (code, "SCREENED_OUT", "researcher")]
     assert study["status"] == "ACTIVE" and study["total_available_places"] == 2
     first = fake.arrive(platform.external_id)
     second = fake.arrive(platform.external_id)
-    fake.complete(first["session_id"], store.screen_out_code(cid))
-    assert fake.submissions[first["session_id"]]["status"] == "SCREENED OUT"
+    # a participant who types the code in gets nothing: it is the researcher's
+    with pytest.raises(ApiError, match="unknown completion code"):
+        fake.complete(first["session_id"], code)
+    assert fake.submissions[first["session_id"]]["status"] == "ACTIVE" and fake.screen_out_payments == []
+    # given through the API: screened out and paid; repeated: ignored (nothing paid twice)
+    assert client.complete_submission(first["session_id"], code).status == "SCREENED OUT"
+    assert client.complete_submission(first["session_id"], code).status == "SCREENED OUT"
     assert fake.screen_out_payments == [(platform.external_id, first["session_id"], 90)]
+    # the completion code is not the researcher's to give; a submission already done cannot be screened out
+    with pytest.raises(ProlificError, match="400"):
+        client.complete_submission(second["session_id"], store.completion_code(cid))
     assert study["status"] == "ACTIVE"  # 1 screen-out of 2 slots
     third = fake.arrive(platform.external_id)  # the screened-out person's place is free again
     fake.complete(second["session_id"], store.completion_code(cid))
     assert fake.submissions[second["session_id"]]["status"] == "AWAITING REVIEW"
-    fake.complete(third["session_id"], store.screen_out_code(cid))
+    with pytest.raises(ProlificError, match="400"):
+        client.complete_submission(second["session_id"], code)
+    client.complete_submission(third["session_id"], code)
     assert study["status"] == "PAUSED"  # the slots are used up with a place unfilled: Prolific pauses
     assert len(fake.screen_out_payments) == 2
     # the sync's arithmetic: a screened-out submission holds no place
@@ -155,21 +180,66 @@ def test_the_fake_refuses_a_screen_out_reward_not_below_the_study_reward(setting
     assert fake.studies == {}
 
 
-def test_the_sync_counts_screen_outs_and_leaves_them_alone(settings, store: Store, fake: FakeProlific,
-                                                           client: ProlificClient) -> None:
+def test_the_sync_pays_the_quizs_screen_outs_and_the_code_pays_nobody_else(settings, store: Store, fake: FakeProlific,
+                                                                          client: ProlificClient, tmp_path: Path) -> None:
     from crowdpref.recruitment import sync_prolific
 
     config = _config()
-    collection = _collection(config, store, participants=2)
+    collection = _collection(config, store, participants=3)
     collection.progress = lambda: SimpleNamespace(complete=False, unclaimed=0)
     platform = ensure_prolific_study(collection, config, settings, client)
-    arrival = fake.arrive(platform.external_id)
-    fake.complete(arrival["session_id"], store.screen_out_code(collection.info.id))
+    cid = collection.info.id
+    code = store.screen_out_code(cid)
+    honest, paid_already, cheat = (fake.arrive(platform.external_id) for _ in range(3))
+    person = _screened_out_by_quiz(store, cid, honest)  # the portal's payment never ran (or failed)
+    _screened_out_by_quiz(store, cid, paid_already)
+    client.complete_submission(paid_already["session_id"], code)  # the portal's payment landed
+    # someone who never took the quiz learned the code: Prolific takes it from nobody but us
+    with pytest.raises(ApiError):
+        fake.complete(cheat["session_id"], code)
+    report = sync_prolific(collection, config, client, private_dir=tmp_path)
+    assert (report.screened_out, report.screened_out_now, report.screen_outs_unrecorded) == (2, 1, 0)
+    assert fake.submissions[honest["session_id"]]["status"] == "SCREENED OUT"
+    assert fake.submissions[cheat["session_id"]]["status"] == "ACTIVE" and report.active == 1
+    assert sorted(p[1] for p in fake.screen_out_payments) == sorted([honest["session_id"], paid_already["session_id"]])
+    kinds = [(e["kind"], json.loads(e["detail"])["person"]) for e in store.events(cid, kinds=[
+        "screen_out_sent", "screen_out_paid"]) if json.loads(e["detail"])["via"] == "sync"]
+    assert kinds == [("screen_out_sent", person), ("screen_out_paid", person)]  # recorded before and after
     before = len(fake.requests)
-    report = sync_prolific(collection, config, client)
-    assert (report.screened_out, report.awaiting_review, report.approved_now, report.review) == (1, 0, 0, [])
-    assert report.row()["screened out"] == 1
-    assert not [r for r in fake.requests[before:] if r[0] != "GET"]  # nothing approved, rejected or raised
+    again = sync_prolific(collection, config, client)  # nothing left to pay: nothing sent
+    assert (again.screened_out, again.screened_out_now) == (2, 0)
+    assert not [r for r in fake.requests[before:] if r[0] != "GET"]
+
+
+def test_a_screen_out_nobody_here_recorded_is_listed_for_review_and_not_counted(
+        settings, store: Store, fake: FakeProlific, client: ProlificClient, tmp_path: Path) -> None:
+    """A study made before the code was the researcher's (or by hand, with the participant
+    actor): a person who never took the quiz enters the code and Prolific screens them out."""
+    from crowdpref.recruitment import sync_prolific
+
+    config = _config()
+    collection = _collection(config, store, participants=3)
+    collection.progress = lambda: SimpleNamespace(complete=False, unclaimed=0)
+    cid = collection.info.id
+    payload = study_payload(config, "study1", settings, store.completion_code(cid), places=3,
+                            screen_out_code=store.screen_out_code(cid))
+    del payload["completion_codes"][1]["actor"]  # the participant's, as before
+    study = client.publish_study(client.create_study(payload).id)
+    store.save_platform_study(cid, "prolific", study.id, "active", places=3)
+    honest, cheat = fake.arrive(study.id), fake.arrive(study.id)
+    _screened_out_by_quiz(store, cid, honest)
+    fake.complete(honest["session_id"], store.screen_out_code(cid))
+    fake.complete(cheat["session_id"], store.screen_out_code(cid))  # never took the quiz
+    report = sync_prolific(collection, config, client, private_dir=tmp_path)
+    assert (report.screened_out, report.screen_outs_unrecorded) == (1, 1)
+    assert report.review == [("(no screen-out recorded)", "SCREENED OUT on Prolific, but crowdpref's quiz never "
+                              "screened this person out: not counted as screened out; check the submission on "
+                              "Prolific")]
+    private = json.loads((tmp_path / "prolific-review-study1.json").read_text())
+    assert [e["submission_id"] for e in private] == [cheat["session_id"]]
+    assert len(store.events(cid, kinds=["screen_out_unrecorded"])) == 1
+    sync_prolific(collection, config, client)  # listed again, recorded once
+    assert len(store.events(cid, kinds=["screen_out_unrecorded"])) == 1
 
 
 def test_a_screen_out_reward_not_below_the_reward_is_refused_in_one_line_before_prolific_is_asked(settings) -> None:

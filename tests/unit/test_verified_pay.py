@@ -3,9 +3,11 @@ the fake Prolific over HTTP, the real client, a real SQLite store; no Argilla).
 
 - The completion code never approves: whoever reports it waits on Prolific until the sync
   approves what crowdpref verified; the code without the work (never claimed, stopped half-way,
-  released, withdrawn, failed checks) is never approved - listed for review with a proposed
-  rejection from Prolific's categories, rejected automatically only for failed checks with
-  ``prolific.auto_reject``.
+  released, withdrawn, failed checks) is never approved. Only rule violations get a proposed
+  rejection from Prolific's categories, each citing its rule (never claimed: NO_DATA; failed
+  checks: FAILED_CHECK, rejected automatically only with ``prolific.auto_reject``; too fast);
+  half-way work and withdrawals are listed with no proposal; work crowdpref released itself is
+  asked to return the study, never proposed for rejection.
 - A creation whose reply was lost is found again (the study by its internal name, the group by
   its name): one of each on Prolific. A bulk approval whose reply was lost is not sent again
   (not by the client, not by a task retry, not by the next sync): the next sync reads it back.
@@ -127,10 +129,12 @@ def test_the_code_without_the_work_is_never_approved(settings, store, fake, clie
     reasons = dict(report.review or [])
     by_name = {claimed.participant.username: n for n, (_, claimed) in people.items() if claimed is not None}
     shown = {by_name.get(user, "stranger"): reason for user, reason in reasons.items()}
-    assert shown["stranger"].endswith("(proposed rejection: NO_DATA)")
-    assert "1 of 3 items submitted" in shown["halfway"] and shown["halfway"].endswith("FAILED_INSTRUCTIONS)")
-    assert shown["failed"].endswith("(proposed rejection: FAILED_CHECK)")
-    assert shown["released"].startswith("work released") and "proposed rejection" in shown["released"]
+    assert "(proposed rejection: NO_DATA; rule: the study's instruction:" in shown["stranger"]
+    assert "1 of 3 items submitted" in shown["halfway"] and "proposed rejection" not in shown["halfway"]
+    assert "(proposed rejection: FAILED_CHECK; rule: study1.checks: pass all" in shown["failed"]
+    assert shown["released"].startswith("work released by crowdpref (idle): asked to return the study")
+    assert "proposed rejection" not in shown["released"] and "(return request: sent)" in shown["released"]
+    assert fake.submissions[people["released"][0]["session_id"]]["return_requested"]
     assert shown["withdrawn"].startswith("withdrew") and "proposed rejection" not in shown["withdrawn"]
     listed = json.loads((tmp_path / "private" / "prolific-review-study1.json").read_text())
     assert len(listed) == 5
@@ -138,6 +142,7 @@ def test_the_code_without_the_work_is_never_approved(settings, store, fake, clie
         if "proposed_category" in entry:
             assert entry["proposed_category"] in _categories()  # Prolific's own categories
             assert len(entry["proposed_message"]) >= 100  # Prolific's rule for a rejection message
+            assert entry["rule"]  # the rule it relies on
 
     # a second sync approves nobody more, and nothing twice
     again = sync_prolific(collection, config, client)
@@ -164,7 +169,7 @@ def test_without_auto_approve_nothing_is_approved(settings, store, fake, client,
 
 def _participant(**fields: Any) -> SimpleNamespace:
     base = dict(status=COMPLETE, withdrawn_at=None, excluded_at=None, check_verdict=None, checks_answered=0,
-                checks_passed=0, assignments=(), submitted={})
+                checks_passed=0, assignments=(), submitted={}, release_reason=None)
     return SimpleNamespace(**{**base, **fields})
 
 
@@ -183,7 +188,7 @@ def test_review_decision_approves_nothing_but_verified_work() -> None:
     ):
         decision = review_decision(participant, config, "study1", auto_approve=True)
         assert decision.action != "approve", participant
-        assert decision.action == "review" or decision.category == "FAILED_CHECK"
+        assert decision.action in ("review", "return") or decision.category == "FAILED_CHECK"
         if decision.category is not None:
             assert decision.category in _categories() and len(str(decision.message)) >= 100
 
@@ -408,9 +413,14 @@ def test_auto_reject_is_for_finished_work_that_failed_the_checks_only() -> None:
     config = _config(auto_reject=True)
     finished = review_decision(_participant(check_verdict="failed"), config, "study1", auto_approve=True)
     assert (finished.action, finished.category) == ("reject", "FAILED_CHECK")
-    released = review_decision(_participant(status="released", check_verdict="failed"), config, "study1",
-                               auto_approve=True)
+    released = review_decision(_participant(status="released", check_verdict="failed",
+                                            release_reason="RETURNED on Prolific"), config, "study1", auto_approve=True)
     assert (released.action, released.category) == ("review", "FAILED_CHECK")
-    for participant in (None, _participant(status="active"), _participant(status="released"),
+    # released by crowdpref itself (inactivity): asked to return, never proposed for rejection
+    ours = review_decision(_participant(status="released", check_verdict="failed",
+                                        release_reason="no activity for 60 min"), config, "study1", auto_approve=True)
+    assert (ours.action, ours.category, ours.rule) == ("return", None, None)
+    for participant in (None, _participant(status="active"), _participant(status="released",
+                                                                          release_reason="TIMED-OUT on Prolific"),
                         _participant(withdrawn_at=1.0, check_verdict="failed")):
         assert review_decision(participant, config, "study1", auto_approve=True).action == "review"
