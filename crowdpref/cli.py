@@ -926,8 +926,9 @@ def withdraw(
     reason: str = typer.Option("asked to withdraw", "--reason", help="Recorded in the event log (no ids)."),
 ) -> None:
     """Withdraw a participant who asked for it (by message): their work stops counting (the slots go
-    back to the pool), their records leave Argilla, and the next aggregation and release leave their
-    answers and ratings out. An active participant's unanswered work is released first. Running it
+    back to the pool), their records leave their Argilla dataset, a writer's study-2 pairs are
+    retired (unrated ones leave the raters' datasets), the run folder's exports are rewritten
+    without their rows, and the next aggregation and release leave their answers and ratings out. An active participant's unanswered work is released first. Running it
     again changes nothing and says so."""
     from dataclasses import replace
 
