@@ -9,6 +9,7 @@ that never arrives is caught by the sync, which also raises places for freed wor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -245,8 +246,9 @@ def test_the_simulated_crowd_walks_onboarding_and_the_quiz_screens_out_whom_it_s
         prefect_harness, prolific_stack, argilla_server, unique):
     """Study 1 with the demo's onboarding (practice, a 4-question quiz, 2 attempts) and a crowd
     where most writers never read instructions (careless_rate 0.7): every newcomer walks the portal's onboarding pages;
-    whoever the quiz screens out submits the screen-out code on Prolific (paid the fixed reward,
-    no place held) and holds no work; the others claim, write and finish as before."""
+    whoever the quiz screens out is given the researcher's screen-out code through the API (by the
+    portal after its reply, else by the sync: paid the fixed reward, no place held; no code is
+    shown to anyone) and holds no work; the others claim, write and finish as before."""
     from flows.study import study as study_flow
 
     fake, client, studies, settings = prolific_stack
@@ -269,8 +271,10 @@ def test_the_simulated_crowd_walks_onboarding_and_the_quiz_screens_out_whom_it_s
     claimed = set(store.key_hashes(s1.id))
     assert not claimed & {r.key_hash for r in screened}
     assert claimed <= {r.key_hash for r in passed}
-    # each screened-out person submitted the screen-out code (paid, no place held), never the completion code
+    # each screened-out person's submission got the screen-out code (paid, no place held), never the completion code
     assert len(fake.screen_out_payments) == len(screened)
+    paid = [json.loads(e["detail"])["person"] for e in store.events(s1.id, kinds=["screen_out_paid"])]
+    assert sorted(paid) == sorted(r.key_hash for r in screened)  # exactly the people the quiz screened out
     study1 = next(s for s in client.list_studies() if s.internal_name == internal_name(name, "study1"))
     subs = client.list_submissions(study1.id)
     assert sum(s.status == "SCREENED OUT" for s in subs) == len(screened)
