@@ -21,7 +21,10 @@ def publish_dataset(study: str = "studies/demo.yaml", push: bool = True) -> Push
     numbers and the statistics in ``aggregation.json``, the screening stats and the study
     store's collection counts; replace participant keys by random 10-character ids (kept in
     ``private/``); mask e-mail addresses, Prolific ids, tokens and keys typed into answers and
-    questions (counted in the card), truncate timestamps to ``publish.timestamp_precision``
+    questions (counted in the card); list answers and questions in which Presidio's recognisers
+    find a phone number, payment card, IBAN, IP address or URL (names and places too with a
+    spaCy NER model) in ``private/privacy-review.json`` and refuse to build until each is decided
+    keep, mask or drop (``crowdpref privacy-review``); truncate timestamps to ``publish.timestamp_precision``
     (default: the day); scan every file for usernames, passwords, Prolific ids and API keys (a
     hit stops the flow, as does a personal detail in one of crowdpref's own columns).
 

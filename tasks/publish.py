@@ -123,10 +123,17 @@ def build_dataset_release(cfg: StudyConfig, settings: Settings, run: RunFolder,
 def privacy_artifact(study: str, run: RunFolder) -> None:
     """The build's privacy report (``privacy.json``: counts per pattern and column, never a
     value) as a markdown artifact ``<study>-privacy``, with a warning in the log when anything
-    was masked."""
+    was masked or names and places were not looked for (no NER model), and the privacy review's
+    decisions counted."""
     report = PrivacyReport.from_json(read_privacy_report(run))
+    logger = get_run_logger()
+    for warning in report.warnings:  # e.g. no NER model: names and places were not looked for
+        logger.warning(warning)
+    if report.flagged_rows:
+        logger.info("privacy review: " + ", ".join(f"{n} {d}" for d, n in sorted(report.flagged_rows.items()))
+                    + " (flagged answers/questions per decision; counts only)")
     if report.total:
-        get_run_logger().warning(
+        logger.warning(
             f"{report.total} personal detail(s) masked in participant text: "
             + ", ".join(f"{r['pattern']} {r['replaced']}" for r in report.rows())
             + f" (artifact {study}-privacy)")

@@ -196,7 +196,8 @@ def review_privacy(frames: dict[str, pd.DataFrame], subsets: Sequence[Subset], r
     recognisers = recognisers or load_recognisers(config.publish.ner_model)
     outcome = review_release(frames, subsets, run, recognisers, target=target,
                              undecided=config.publish.privacy_undecided,
-                             study=config.source or config.name)
+                             study=config.source if Path(config.source or "").suffix in (".yaml", ".yml")
+                             else None)
     report.reviewed = True
     report.kinds_checked = [k.name for k in recognisers.kinds]
     report.ner_model = recognisers.ner_model

@@ -7,6 +7,7 @@ until decided, and keep / mask / drop each do what they say; the card counts, ne
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 from pathlib import Path
@@ -14,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crowdpref.config import parse_study
+from crowdpref.config import load_study, parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.release import PRIVACY_FILE, PrivacyError
+from crowdpref.release import PRIVACY_FILE, PrivacyError, build_release
 from crowdpref.release.recognisers import KINDS, NO_NER_WARNING, Recognisers, load_recognisers
 from crowdpref.release.review import REVIEW_FILE, decide, read_review
 from crowdpref.runfolder import write_parquet
@@ -322,3 +323,38 @@ def test_an_email_address_is_masked_without_review(planted: PlantedRun,
     answers = pd.read_parquet(folder / "data/responses/train-00000-of-00001.parquet")["text"]
     assert answers[0] == "Write to [email removed] any time."
     assert not (planted.run.private_dir / REVIEW_FILE).exists()
+
+
+def test_the_cli_lists_without_the_text_and_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    recognisers: Recognisers) -> None:
+    from typer.testing import CliRunner
+
+    from crowdpref.cli import app
+    from crowdpref.settings import load_settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "home"))
+    study = tmp_path / "pub-test.yaml"
+    study.write_text("name: pub-test\nquestions: {categories: [empathy, humour], per_category: 1}\n"
+                     "study1: {responses_per_question: 3, questions_per_participant: 2}\n"
+                     "study2: {ratings_per_pair: 3, pairs_per_participant: 3, scale_points: 8}\n")
+    planted = write_study_run(load_settings().runs_dir / "pub-test", small_config())
+    response_id = _plant(planted, 0, ANSWER)
+    with pytest.raises(PrivacyError, match=re.escape("`crowdpref privacy-review STUDY --decide keep|mask|drop`")):
+        build(planted, recognisers=recognisers)  # a config from a file names it
+    with pytest.raises(PrivacyError, match=f"`crowdpref privacy-review {study} --decide"):
+        build_release(planted.run, load_study(study), recognisers=recognisers)
+
+    def run(*args: str) -> object:
+        return CliRunner().invoke(app, ["privacy-review", str(study), *args], env={"COLUMNS": "250"})
+
+    listed = run()
+    assert listed.exit_code == 0, listed.output
+    assert f"answer:{response_id}" in listed.output and "phone 1" in listed.output
+    assert "UNDECIDED" in listed.output and PHONE not in listed.output and "sister" not in listed.output
+    wrong = run("--decide", "erase")
+    assert wrong.exit_code != 0 and "use keep, mask or drop" in wrong.output
+    decided = run("--decide", "mask", "--row", f"answer:{response_id}")
+    assert decided.exit_code == 0 and "1 row(s) set to mask; 0 undecided" in decided.output
+    folder = build(planted, recognisers=recognisers)
+    assert PHONE.encode() not in _blob(folder)
