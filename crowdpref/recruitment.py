@@ -521,17 +521,22 @@ def pay_screen_out(store: Any, cid: int, client: Any, submission_id: str, person
     store.log_event(cid, SCREEN_OUT_PAID, person=person, via=via)
 
 
-def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, participant: Any, minutes: float) -> str:
+def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, participant: Any, minutes: float,
+                  asked: set[int] | None = None) -> str:
     """Ask a participant whose work crowdpref released to return the study (Prolific's
     request-return, with :data:`RETURN_REASONS`). Recorded as a ``return_requested`` event
     BEFORE it is sent, and never sent twice: with one recorded, nothing is sent. Returns
     ``sent``, ``sent before``, ``refused`` (Prolific said no: nothing reached them) or
-    ``unconfirmed`` (no reply: it may have been sent)."""
+    ``unconfirmed`` (no reply: it may have been sent). ``asked``: the participant ids already
+    asked (read from the events when not given; updated here)."""
     from crowdpref.prolific import ProlificAmbiguous, ProlificError
 
-    if any(e["participant_id"] == participant.id for e in store.events(cid, kinds=[RETURN_REQUESTED])):
+    if asked is None:
+        asked = {e["participant_id"] for e in store.events(cid, kinds=[RETURN_REQUESTED])}
+    if participant.id in asked:
         return "sent before"
     store.log_event(cid, RETURN_REQUESTED, participant.id, reason=participant.release_reason or "released")
+    asked.add(participant.id)
     try:
         client.request_return(submission_id, [RETURN_REASONS[0], RETURN_REASONS[1].format(minutes=minutes)])
     except ProlificAmbiguous:
@@ -584,6 +589,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     screened = {o.key_hash for o in store.onboarding_records(cid) if o.status == SCREENED_OUT}
     paid, unrecorded = _people(store, cid, SCREEN_OUT_PAID), _people(store, cid, "screen_out_unrecorded")
     minutes = (config.study1 if key == "study1" else config.study2).inactive_after_minutes
+    asked_to_return = {e["participant_id"] for e in store.events(cid, kinds=[RETURN_REQUESTED])}
 
     def listed(who: str, submission_id: str, reason: str, **extra: str) -> None:
         report.review.append((who, reason))  # type: ignore[union-attr]
@@ -644,7 +650,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
         asked = None
         if status in ("ACTIVE", "AWAITING REVIEW") and released_by_crowdpref(participant):
             # crowdpref released them while Prolific still counts them: asked to return, never rejected
-            asked = ask_to_return(store, cid, client, submission.id, participant, minutes)
+            asked = ask_to_return(store, cid, client, submission.id, participant, minutes, asked_to_return)
             report.returns_requested_now += asked == "sent"
         if status != "AWAITING REVIEW":
             continue
