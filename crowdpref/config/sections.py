@@ -356,7 +356,10 @@ class Study1Config(_Section):
     """Instructed-response checks in every batch, graded automatically, and what a failure does."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
     """A participant with no activity (a submitted answer or a saved draft) for this long after
-    their claim counts as dropped out and their unanswered questions go back to the pool."""
+    their claim counts as dropped out and their unanswered questions go back to the pool.
+    On Prolific (``participants: prolific``) it is also the study's maximum allowed time there,
+    so it must be at least Prolific's least for ``estimated_completion_minutes`` (2 + 2e + 2 sqrt(e);
+    left out, it is raised to that; below it, the config is refused)."""
     backstop_minutes: Float = Field(30.0, gt=0)
     """Monitoring reads a participant's answers back from Argilla when Argilla's webhook (sent
     to the portal as they work) reports activity; one not read for this long is read anyway -
@@ -428,7 +431,10 @@ class Study2Config(_Section):
     """Prefix of study-2 Argilla usernames/workspaces; None: ``<name>-s2``."""
     inactive_after_minutes: Float = Field(60.0, gt=0)
     """A rater with no activity (submission or draft) for this long after their claim counts
-    as dropped out; their pairs return to the pool."""
+    as dropped out; their pairs return to the pool.
+    On Prolific (``participants: prolific``) it is also the study's maximum allowed time there,
+    so it must be at least Prolific's least for ``estimated_completion_minutes`` (2 + 2e + 2 sqrt(e);
+    left out, it is raised to that; below it, the config is refused)."""
     backstop_minutes: Float = Field(30.0, gt=0)
     """Monitoring reads a participant's answers back from Argilla when Argilla's webhook (sent
     to the portal as they work) reports activity; one not read for this long is read anyway -
