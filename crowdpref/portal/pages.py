@@ -389,7 +389,7 @@ def screened_out(back_url: str | None, paid: bool = True) -> str:
                  "study's fixed screen-out payment for your time: we tell Prolific ourselves, so you need no code "
                  "and there is nothing to enter. It can take a few minutes to show in your Prolific account.</p>"
                  f"<p><a class=\"button\" href=\"{html.escape(back_url)}\">Back to Prolific</a></p>"
-                 "<p class=\"muted\">Please do not return the study: that would cancel the payment.</p></div>")
+                 "<p class=\"muted\">Please do not return the study on Prolific: a returned study cannot be paid.</p></div>")
     elif back_url:
         body += ("<div class=\"box\"><p>You have been <strong>screened out</strong> of this study. Please message the "
                  "researchers through Prolific about the screen-out payment for your time.</p>"
