@@ -9,8 +9,10 @@ Part of the simulation: the demo runs it, and the tests use it.
 Serves ``/api/v1/`` (token auth) on 127.0.0.1: studies (draft -> ACTIVE -> PAUSED / COMPLETED,
 places only up once published, paginated lists), submissions with their statuses (RESERVED,
 ACTIVE, TIMED-OUT, AWAITING REVIEW, APPROVED, RETURNED, REJECTED; SCREENED OUT through a
-FIXED_SCREEN_OUT_PAYMENT code, paid and counted against its slots), approve / reject / bulk
-approve, participant groups, webhook secrets and subscriptions (confirm handshake).
+FIXED_SCREEN_OUT_PAYMENT code, paid and counted against its slots), completion codes with their
+``actor`` (a participant enters only a ``participant`` code; a ``researcher`` code is given
+through ``COMPLETE``), approve / reject / complete / bulk approve, request-return, participant
+groups, webhook secrets and subscriptions (confirm handshake).
 Every status change of a submission is delivered to the confirmed ``submission.status.change``
 subscriptions, signed like Prolific (base64 HMAC-SHA256 over timestamp + body - computed here
 independently of crowdpref's own code), at least once: failures are retried (up to 12
@@ -44,7 +46,8 @@ is checked, and serves. Test control (``/_fake/...``, ``/submissions/complete``,
 not Prolific's API and is not checked.
 
 Where the document is silent, the fake decides, and says so where it does (which status a
-refused transition gets, whether approving an approved submission is refused).
+refused transition gets, whether approving an approved submission is refused, what a participant
+who types in a researcher's code gets: refused, nothing paid).
 """
 
 from __future__ import annotations
