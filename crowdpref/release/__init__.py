@@ -15,7 +15,11 @@ Modules, lowest first (each imports only those above it):
 - :mod:`crowdpref.release.stats`: the numbers the card reports (stats files, store counts,
   figures measured on the data);
 - :mod:`crowdpref.release.scan`: the secret scan and what must never be published;
+- :mod:`crowdpref.release.recognisers`: Presidio's recognisers (phones, payment cards, IBANs, IP
+  addresses, URLs; names and places with a spaCy NER model);
 - :mod:`crowdpref.release.privacy`: personal details recognised by their form, masked or refused;
+- :mod:`crowdpref.release.review`: the privacy review: what the recognisers flag is decided
+  (keep, mask, drop) in a private review file before the build goes on;
 - :mod:`crowdpref.release.card`: the dataset card;
 - :mod:`crowdpref.release.build`: the build of ``<run>/release/`` and its swap;
 - :mod:`crowdpref.release.hub`: the push to the Hub.

@@ -25,6 +25,11 @@ address, a token or key of a service crowdpref talks to. Every pattern is writte
 ``jwt``            a JSON Web Token (``eyJ...`` . ``eyJ...`` . signature)
 =================  ==========================================================================
 
+Phone numbers, payment cards, IBANs, IP addresses, URLs, names and places are found by
+:mod:`crowdpref.release.recognisers` and decided by a person (:mod:`crowdpref.release.review`);
+:class:`PrivacyReport` counts those findings per kind and decision, and :func:`privacy_markdown`
+states them (and loudly, when no NER model looked for names and places).
+
 Long random-looking strings in general are NOT matched: without a prefix or a context word they
 cannot be told apart from ordinary text (ids, hashes, URLs) without false positives.
 
@@ -368,7 +373,8 @@ def _review_markdown(report: PrivacyReport) -> list[str]:
     out = ["", "They were also scanned with Presidio's recognisers for "
            + (", ".join(labels) or "nothing") + ". "]
     if report.ner_model:
-        out[-1] += f"Names of people and places were looked for with the spaCy model `{report.ner_model}`. "
+        out[-1] += f"Names of people and places were looked for with the spaCy model `{report.ner_model}`."
+    out[-1] = out[-1].rstrip()
     for warning in report.warnings:
         out += ["", f"> **WARNING:** {warning}"]
     rows = sum(report.flagged_rows.values())
