@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import argilla as rg
 
 from crowdpref.argilla_client import ArgillaOwner, DatasetRef, SubmittedAnswer
-from crowdpref.checks import FAILED, is_check, verdict
+from crowdpref.checks import FAILED, PASSED, is_check, verdict
 from crowdpref.config import Batches
 from crowdpref.errors import CrowdprefError
 from crowdpref.pacing import wait_for_quiet
@@ -458,9 +458,15 @@ class Collection:
 
     def _grade_checks(self, participant: ParticipantState, own: Sequence[SubmittedAnswer]) -> None:
         """Grade the participant's answered quality checks, record the verdict when it changed,
-        and exclude their work when they failed, finished and the config says ``exclude``."""
-        checks = [a for a in participant.assignments if is_check(a.item_id) and a.status not in (RELEASED, RETIRED)]
+        and exclude their work when they failed, finished and the config says ``exclude``. A
+        check retired with its pair (a writer withdrew) counts neither way: the rule asks for
+        at most as many passed checks as remain, and a batch whose checks were all retired
+        passes."""
+        batch = [a for a in participant.assignments if is_check(a.item_id) and a.status != RELEASED]
+        checks = [a for a in batch if a.status != RETIRED]
         if not checks:
+            if batch and participant.check_verdict != PASSED:  # every check retired: nothing to hold against them
+                self.store.record_checks(self.info.id, participant.id, {}, PASSED)
             return
         done = {a.record_external_id: a for a in own if a.status == "submitted"}
         answers = {item: (a.values, participant.swapped.get(item)) for item, a in done.items()}
@@ -470,7 +476,7 @@ class Collection:
                 passed = self.spec.grade_check(check.item_id, done[check.item_id].values, answers)
                 if passed is not None:
                     results[check.item_id] = passed
-        outcome = verdict(len(checks), results, self.spec.checks_needed)
+        outcome = verdict(len(checks), results, min(self.spec.checks_needed, len(checks)))
         if (outcome, len(results), sum(results.values())) != (
                 participant.check_verdict, participant.checks_answered, participant.checks_passed):
             self.store.record_checks(self.info.id, participant.id, results, outcome or "")

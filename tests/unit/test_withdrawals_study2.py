@@ -165,3 +165,46 @@ def test_a_writer_withdrawing_during_study_2_retires_their_pairs_and_rewrites_th
     assert found.responses == theirs and found.pairs == their_pairs
     assert withdraw(store, store.participant(s1.id, gone.username), "again", s1, run_folder=run).now is False
     assert store.retired_items(s2.id) == sorted(their_pairs)  # once
+
+
+# --- quality checks of a retired pair never fail the rater ---------------------------------------------
+class _NoArgilla:
+    api_url = None
+
+
+def test_a_retired_repeat_check_counts_neither_way_and_the_rater_still_passes(store: Store, tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from crowdpref import checks
+    from crowdpref.argilla_client import SubmittedAnswer
+    from crowdpref.collection import Collection
+    from crowdpref.config import parse_study
+    from crowdpref.store import PASSED
+    from crowdpref.study2 import Study2Spec
+
+    config = parse_study({"name": "s", "participants": "simulated", "study1": {"responses_per_question": 3},
+                          "study2": {"pairs_per_participant": 2, "ratings_per_pair": 1,
+                                     "checks": {"gold_pairs": 1, "repeated_pairs": 1}}}, source="test")
+    questions = pd.DataFrame({"question_id": ["q_1"], "question": ["Q?"], "category": ["empathy"]})
+    responses = pd.DataFrame({"response_id": ["r_a", "r_b", "r_c"], "question_id": ["q_1"] * 3,
+                              "text": ["answer a", "answer b", "answer c"]})
+    pairs = make_pairs(responses.assign(category="empathy"), "all", seed=1).pairs
+    collection = Collection(Study2Spec(config, pairs, responses, questions), _NoArgilla(), tmp_path / "study2",
+                            store)  # type: ignore[arg-type]
+    claimed = store.claim(collection.info, "a" * 24, "simulated", checks=collection.spec.check_items)
+    assert isinstance(claimed, Claimed)
+    rater = claimed.participant
+    [repeat] = [i for i in rater.items if checks.is_check(i) and checks.check_kind(i) == checks.REPEAT]
+    [gold] = [i for i in rater.items if checks.is_check(i) and checks.check_kind(i) == checks.GOLD]
+    pair = checks.repeated_pair(repeat)
+    other = next(i for i in rater.items if not checks.is_check(i) and i != pair)
+    good = 1 if checks.gold_good_is_a(gold) else config.study2.scale_points
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    _submit(store, collection.info, claimed, [other, gold])  # the pair and its repeat still held
+    store.retire_items(collection.info.id, [pair], "a writer withdrew", repeats={repeat: pair})
+    rater = store.participant(collection.info.id, rater.username)
+    assert rater.status == COMPLETE
+    own = [SubmittedAnswer(item, "u", "submitted", {"preference": value}, at) for item, value in
+           ((other, 3), (gold, good))]
+    collection._grade_checks(rater, own)  # the gold check passed; the retired repeat is not asked for
+    assert store.participant(collection.info.id, rater.username).check_verdict == PASSED
