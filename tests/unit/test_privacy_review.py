@@ -358,3 +358,23 @@ def test_the_cli_lists_without_the_text_and_decides(tmp_path: Path, monkeypatch:
     assert decided.exit_code == 0 and "1 row(s) set to mask; 0 undecided" in decided.output
     folder = build(planted, recognisers=recognisers)
     assert PHONE.encode() not in _blob(folder)
+
+
+def test_the_demo_publishes_without_a_person(recognisers: Recognisers) -> None:
+    """The simulated crowd's templated answers and the question bank flag nothing (without an NER
+    model), and the demo's config masks anything an NER model or an LLM-written answer would
+    flag, as studies/demo.yaml says."""
+    import itertools
+    from importlib import resources
+
+    from crowdpref.simulation import crowd
+
+    answers = [" ".join(p for p in (a, action.rstrip(".") + " " + reason if reason else action, view) if p)
+               for a, action, reason, view in itertools.product(
+                   [None, *crowd.ACKNOWLEDGE], crowd.ACTION, [None, *crowd.REASON], [None, *crowd.PERSPECTIVE])]
+    answers += [*crowd.LOW_EFFORT, *crowd.RUDE]
+    bank = resources.files("crowdpref") / "data/question_bank.jsonl"
+    questions = [json.loads(line)["question"] for line in bank.read_text().splitlines() if line.strip()]
+    assert len(answers) > 900 and len(questions) > 200
+    assert [t for t in answers + questions if recognisers.find(t)] == []
+    assert load_study(Path(__file__).parents[2] / "studies/demo.yaml").publish.privacy_undecided == "mask"
