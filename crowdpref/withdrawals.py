@@ -69,6 +69,7 @@ class Withdrawal:
     items: tuple[str, ...] = ()  # items whose counted answer went back to the pool
     released: bool = False  # an active participant's unanswered work was released first
     argilla: str | None = None  # why their records could not be deleted from Argilla (None: done or not tried)
+    retired: int = 0  # study-2 pairs holding their answers retired now
 
     @property
     def message(self) -> str:
@@ -81,8 +82,12 @@ class Withdrawal:
                     + (f"{len(self.items)} counted answers no longer count" if len(self.items) != 1
                        else "1 counted answer no longer counts")
                     + " (the slots are back in the pool) and the next aggregation and release leave their rows out")
+        if self.retired:
+            line += (f"; {self.retired} study-2 pair{'s' if self.retired != 1 else ''} holding their answers "
+                     "retired (no longer handed out)")
         if self.argilla:
-            line += f"; their records could not be deleted from Argilla now ({self.argilla}): withdraw again later"
+            line += (f"; their records (or retired pairs' records) could not be deleted from Argilla now "
+                     f"({self.argilla}): withdraw again later")
         return line
 
 
@@ -128,13 +133,13 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
             problem = _first_line(exc)
     folder = getattr(collection, "folder", None)
     run_path = run_folder or (Path(folder).parent if folder is not None else None)
-    if run_path is not None:
-        retire_writers(store, info.study, run_path)
+    retired = retire_writers(store, info.study, run_path) if run_path is not None else []
     if owner is not None:
         problem = problem or clear_retired(store, owner, info.study)
     if run_path is not None:
         rewrite_run_folder(run_path, withdrawn_in(store, info.study, run_path / "private"))
-    return Withdrawal(participant.username, info.key, items is not None, tuple(items or ()), released, problem)
+    return Withdrawal(participant.username, info.key, items is not None, tuple(items or ()), released, problem,
+                      len(retired))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -148,7 +148,8 @@ def test_a_writer_withdrawing_during_study_2_retires_their_pairs_and_rewrites_th
     assert len(their_pairs) == 4  # each of their 2 answers is in 2 of the 3 pairs of its question
 
     result = withdraw(store, gone, "asked by message", s1, run_folder=run)
-    assert result.now
+    assert result.now and result.retired == 4
+    assert "; 4 study-2 pairs holding their answers retired (no longer handed out)" in result.message
     assert set(store.retired_items(s2.id)) == their_pairs
     assert set(store.items(s2.id)) == set(pairs["pair_id"]) - their_pairs
     key = ids.participant_key(gone.username)
