@@ -412,3 +412,30 @@ def test_a_writer_who_withdraws_mid_study_2_takes_their_pairs_out_and_the_raters
         text = pd.read_parquet(path).astype(str).to_csv()
         assert not any(t in text for t in texts) and not any(p in text for p in their_pairs), path
     store.close()
+
+
+def test_retiring_a_pair_on_postgresql_takes_it_out_of_every_claim(postgres_url: str) -> None:
+    from tests.unit.test_withdrawals_study2 import PAIRS, _claim, _study2, _submit
+
+    store = Store(postgres_url)
+    try:
+        info = _study2(store)
+        first = _claim(store, info, "a" * 24)
+        _submit(store, info, first, first.participant.items[:2])
+        held = first.participant.items[2]
+        assert store.retire_items(info.id, [held], "a writer withdrew") == [held]
+        state = store.participant(info.id, first.participant.username)
+        assert state.status == COMPLETE and store.retired_records(info.id)[0].items == (held,)
+        store.retired_records_deleted(info.id, state.id, [held])
+        assert store.retired_records(info.id) == []
+        taken = []
+        for key in "bcdefg":
+            result = store.claim(info, key * 24, "prolific")
+            if not isinstance(result, Claimed):
+                break
+            taken += result.participant.items
+        assert held not in taken and sorted(set(taken) | set(first.participant.items[:2])) == sorted(
+            p for p in PAIRS if p != held)
+        assert store.check(info.id) == [] and store.recount(info.id) == []
+    finally:
+        store.close()
