@@ -171,3 +171,48 @@ def test_the_flow_mirrors_a_dropped_configuration(demo_run: PlantedRun,
         local = {p.relative_to(result.folder).as_posix(): p.read_bytes()
                  for p in result.folder.rglob("*") if p.is_file()}
         assert repo.files == {**local, ".gitattributes": GITATTRIBUTES}
+
+
+def test_an_undecided_phone_number_is_never_pushed(demo_run: PlantedRun, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's config without ``publish.privacy_undecided``: a phone number in an answer
+    stops the flow before anything reaches the Hub, in one line naming the review file; once
+    decided, the push goes ahead with it masked. With the demo's own config it is masked at
+    build time and the privacy artifact says so, and that no NER model looked for names."""
+    import yaml
+
+    from crowdpref.release import PrivacyError
+    from crowdpref.release.review import decide
+    from crowdpref.runfolder import write_parquet
+
+    phone = "+44 20 7946 0958"
+    responses = pd.read_parquet(demo_run.run.responses)
+    responses.loc[0, "text"] = f"call me on {phone} about it"
+    write_parquet(responses, demo_run.run.responses)
+    data = yaml.safe_load(DEMO_STUDY.read_text())
+    data["publish"].pop("privacy_undecided")
+    study = tmp_path / "demo.yaml"
+    study.write_text(yaml.safe_dump(data))
+    with FakeHubServer() as hub:
+        monkeypatch.setenv("CROWDPREF_HF_TOKEN", hub.write_token)
+        monkeypatch.setenv("CROWDPREF_HF_REPO_ID", "crowdpref-tester/demo-rlhf")
+        monkeypatch.setenv("CROWDPREF_HF_ENDPOINT", hub.url)
+        with pytest.raises(PrivacyError, match="1 of 1 flagged row") as info:
+            publish_dataset(study=str(study))
+        review = demo_run.run.private_dir / "privacy-review.json"
+        message = str(info.value)
+        assert "\n" not in message and str(review) in message and phone not in message
+        assert f"crowdpref privacy-review {study} --decide" in message
+        assert hub.requests == [] and not (demo_run.run.path / "release").exists()
+
+        decide(review, "mask")
+        result = publish_dataset(study=str(study))
+        assert result.pushed
+        pushed = b"".join(hub.dataset("crowdpref-tester/demo-rlhf").files.values())
+        assert phone.encode() not in pushed and b"[phone removed]" in pushed
+
+    review.unlink()
+    publish_dataset(study=str(DEMO_STUDY), push=False)  # the demo's own config decides
+    artifact = _artifact_texts("demo-privacy")
+    assert "| phone number | 1 | 0 | 1 | 0 |" in artifact and "by the study config" in artifact
+    assert "NO NAME OR PLACE DETECTION" in artifact and phone not in artifact
