@@ -386,8 +386,13 @@ RETURN_REASONS = (
     "activity, so the study cannot be completed any more. Please return the study: it will not be "
     "rejected, and this does not count against you.",
 )
-"""What a participant released by crowdpref is asked (``request_return_reasons``; Prolific builds
-its message around them)."""
+"""What a participant crowdpref released for inactivity is asked (``request_return_reasons``;
+Prolific builds its message around them)."""
+RETURN_REASON_DROPPED = (
+    "The researchers gave your work in the study's web tool back, so the study cannot be completed any "
+    "more. Please return the study: it will not be rejected, and this does not count against you."
+)
+"""... and one the operator dropped (:func:`return_reasons`)."""
 NO_DATA_RULE = "the study's instruction: the work is done in the study's web tool (none was claimed there)"
 
 
@@ -415,7 +420,16 @@ def released_by_crowdpref(participant: Any) -> bool:
 
     if participant is None or participant.status not in (RELEASED, RELEASING):
         return False
+    if getattr(participant, "withdrawn_at", None) is not None:  # a withdrawal is not our release
+        return False
     return "on Prolific" not in str(getattr(participant, "release_reason", None) or "")
+
+
+def return_reasons(participant: Any, minutes: float) -> list[str]:
+    """The ``request_return_reasons`` for a participant crowdpref released: the inactivity text
+    (:data:`RETURN_REASONS`) when the release was for inactivity, else the operator's drop's."""
+    inactive = str(getattr(participant, "release_reason", None) or "").startswith("no activity")
+    return [RETURN_REASONS[0], RETURN_REASONS[1].format(minutes=minutes) if inactive else RETURN_REASON_DROPPED]
 
 
 def _checks_rule(config: StudyConfig, key: str) -> str:
@@ -453,7 +467,7 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
         minutes = (config.study1 if key == "study1" else config.study2).inactive_after_minutes
         return ReviewDecision("return", f"work released by crowdpref ({participant.release_reason or 'released'}): "
                                         "asked to return the study, never rejected",
-                              message=RETURN_REASONS[1].format(minutes=minutes))
+                              message=return_reasons(participant, minutes)[1])
     finished = participant.status == COMPLETE
     if participant.check_verdict == FAILED and (finished or participant.status == RELEASED):
         checks_total = max(participant.checks_answered, sum(is_check(a.item_id) for a in participant.assignments))
@@ -524,7 +538,7 @@ def pay_screen_out(store: Any, cid: int, client: Any, submission_id: str, person
 def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, participant: Any, minutes: float,
                   asked: set[int] | None = None) -> str:
     """Ask a participant whose work crowdpref released to return the study (Prolific's
-    request-return, with :data:`RETURN_REASONS`). Recorded as a ``return_requested`` event
+    request-return, with :func:`return_reasons`). Recorded as a ``return_requested`` event
     BEFORE it is sent, and never sent twice: with one recorded, nothing is sent. Returns
     ``sent``, ``sent before``, ``refused`` (Prolific said no: nothing reached them) or
     ``unconfirmed`` (no reply: it may have been sent). ``asked``: the participant ids already
@@ -538,7 +552,7 @@ def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, partici
     store.log_event(cid, RETURN_REQUESTED, participant.id, reason=participant.release_reason or "released")
     asked.add(participant.id)
     try:
-        client.request_return(submission_id, [RETURN_REASONS[0], RETURN_REASONS[1].format(minutes=minutes)])
+        client.request_return(submission_id, return_reasons(participant, minutes))
     except ProlificAmbiguous:
         store.log_event(cid, "return_request_unconfirmed", participant.id)
         return "unconfirmed"

@@ -911,8 +911,9 @@ class Portal:
             if released_by_crowdpref(participant) and participant.withdrawn_at is None:
                 # our own release (inactivity, the operator's drop): nothing they did wrong
                 raise Refusal(410, "Please return the study", "Your work in this study was given to someone else "
-                              "after a long time without activity, so it cannot be completed any more. This is not "
-                              "held against you and the study will not be rejected. " + RETURN_WORDING)
+                              "(after a long time without activity, or by the researchers), so it cannot be completed "
+                              "any more. This is not held against you and the study will not be rejected. "
+                              + RETURN_WORDING)
             raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot be "
                           "completed. " + RETURN_WORDING)
         try:

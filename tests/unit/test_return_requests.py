@@ -16,6 +16,7 @@ Prolific over HTTP with the real client and a real SQLite store (no Argilla).
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,7 +24,15 @@ from fastapi.testclient import TestClient
 
 from crowdpref.portal.app import create_app
 from crowdpref.prolific import ProlificError
-from crowdpref.recruitment import RETURN_REASONS, ensure_prolific_study, study_payload, sync_prolific
+from crowdpref.recruitment import (
+    RETURN_REASON_DROPPED,
+    RETURN_REASONS,
+    ensure_prolific_study,
+    released_by_crowdpref,
+    return_reasons,
+    study_payload,
+    sync_prolific,
+)
 from tests.unit.test_portal_entry import _ids, _published, _write, rig  # noqa: F401 - the portal rig
 from tests.unit.test_recruitment import (  # noqa: F401 - fixtures
     _arrive_and_claim,
@@ -141,3 +150,17 @@ def test_the_finish_page_tells_someone_crowdpref_released_to_return_the_study(ri
     assert done.status_code == 410 and "Please return the study" in done.text
     assert "will not be rejected" in done.text and "Return study" in done.text
     assert "reject" not in done.text.replace("will not be rejected", "")
+
+
+def test_whose_release_is_ours_and_what_they_are_asked() -> None:
+    def person(status: str = "released", reason: str | None = "no activity for 62 min", withdrawn: float | None = None):
+        return SimpleNamespace(status=status, release_reason=reason, withdrawn_at=withdrawn)
+
+    assert released_by_crowdpref(person()) and released_by_crowdpref(person("releasing"))
+    assert released_by_crowdpref(person(reason="dropped by the operator"))
+    assert not released_by_crowdpref(person(reason="RETURNED on Prolific (sync)"))  # Prolific's status
+    assert not released_by_crowdpref(person(withdrawn=1.0, reason="asked to withdraw"))  # a withdrawal
+    assert not released_by_crowdpref(person("active", None)) and not released_by_crowdpref(None)
+    assert return_reasons(person(), 62) == [RETURN_REASONS[0], RETURN_REASONS[1].format(minutes=62)]
+    assert "62 minutes without activity" in return_reasons(person(), 62)[1]
+    assert return_reasons(person(reason="dropped by the operator"), 62) == [RETURN_REASONS[0], RETURN_REASON_DROPPED]
