@@ -378,3 +378,32 @@ def test_the_demo_publishes_without_a_person(recognisers: Recognisers) -> None:
     assert len(answers) > 900 and len(questions) > 200
     assert [t for t in answers + questions if recognisers.find(t)] == []
     assert load_study(Path(__file__).parents[2] / "studies/demo.yaml").publish.privacy_undecided == "mask"
+
+
+def test_a_dropped_question_takes_its_answers_pairs_ratings_and_screening(
+        planted: PlantedRun, recognisers: Recognisers) -> None:
+    run = planted.run
+    questions = pd.read_parquet(run.questions)
+    question_id, old = str(questions.loc[0, "question_id"]), questions.loc[0, "question"]
+    questions.loc[0, "question"] = "Should I trust what www.example.com says about my neighbour?"
+    write_parquet(questions, run.questions)
+    prefs = pd.read_parquet(run.preferences)
+    prefs.loc[prefs["prompt"] == old, "prompt"] = questions.loc[0, "question"]
+    write_parquet(prefs, run.preferences)
+    answers = set(pd.read_parquet(run.responses).query("question_id == @question_id")["response_id"])
+    assert answers
+
+    with pytest.raises(PrivacyError, match="found: url 1"):
+        build(planted, recognisers=recognisers)
+    assert decide(run.private_dir / REVIEW_FILE, "drop", [f"question:{question_id}"]) == (1, 0)
+    folder = build(planted, recognisers=recognisers)
+
+    def data(name: str) -> pd.DataFrame:
+        return pd.read_parquet(folder / f"data/{name}/train-00000-of-00001.parquet")
+
+    for name in ("questions", "responses", "default", "ratings"):
+        assert question_id not in set(data(name)["question_id"]), name
+        assert len(data(name)) > 0, name  # the other question stays
+    assert not set(data("screening")["response_id"]) & answers
+    assert b"www.example.com" not in _blob(folder)
+    assert "Dropped: 1 question(s)" in _privacy_section(folder)
