@@ -201,9 +201,9 @@ def load_recognisers(ner_model: str | None = None) -> Recognisers:
                   for label in pipe_labels}
         if not labels & _NER_LABELS:
             raise CrowdprefError(
-                f"publish.ner_model: the spaCy model {name!r} labels no names or places (no "
-                f"PERSON, GPE or LOC entity in its pipes {engine.nlp['en'].pipe_names}): use a "
-                "pipeline with named-entity recognition")
+                f"publish.ner_model: the spaCy model {name!r} labels no names or places (none of "
+                f"{', '.join(sorted(_NER_LABELS))} in its pipes {engine.nlp['en'].pipe_names}): "
+                "use a pipeline with named-entity recognition")
     registry = RecognizerRegistry(recognizers=recognisers, supported_languages=["en"])
     analyzer = AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
     return Recognisers(analyzer, ner_model=name, warning=warning)
