@@ -22,6 +22,7 @@ from crowdpref.release import (
     build_release,
     collection_stats,
     forbidden_strings,
+    history_must_go,
     privacy_markdown,
     push_release,
     read_privacy_report,
@@ -181,12 +182,13 @@ def push_dataset_release(folder: Path, repo_id: str | None, settings: Settings,
                          private: bool) -> PushResult:
     """Create the dataset repo (if needed) and make it equal to the release folder in one
     commit (files the release dropped are deleted on the Hub); when anyone withdrew from the
-    study, squash the repo's history so no earlier revision keeps their rows."""
+    study or the privacy review masked or dropped something, squash the repo's history so no
+    earlier revision keeps it (:func:`~crowdpref.release.hub.history_must_go`)."""
     token = settings.hf_token.get_secret_value() if settings.hf_token is not None else None
     run = RunFolder(Path(folder).parent)  # the release is <run>/release
     withdrawals = store_withdrawn(settings, run.path.name, run).participants
     result = push_release(folder, repo_id, token, private=private, endpoint=settings.hf_endpoint,
-                          squash_history=withdrawals > 0)
+                          squash_history=history_must_go(withdrawals, read_privacy_report(run)))
     get_run_logger().info(result.message)
     return result
 

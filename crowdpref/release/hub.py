@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,16 @@ def _mirror(api: Any, repo_id: str, folder: Path) -> Any:
                              commit_message=summary, parent_commit=head)
 
 
+def history_must_go(withdrawals: int, privacy: Mapping[str, Any] | None) -> bool:
+    """Whether a push must squash the dataset's history (:func:`push_release`'s
+    ``squash_history``): when anyone withdrew from the study, or the privacy review masked or
+    dropped a personal detail (``privacy.json``'s ``flagged_rows``) - an earlier revision may hold
+    what this release leaves out (a decision changed after a push, a recogniser added since).
+    Otherwise earlier revisions stay citable. Pure."""
+    rows = (privacy or {}).get("flagged_rows") or {}
+    return withdrawals > 0 or any(int(rows.get(decision) or 0) > 0 for decision in ("mask", "drop"))
+
+
 def push_release(
     folder: Path,
     repo_id: str | None,
@@ -142,8 +153,7 @@ def push_release(
     ``squash_history``: then ``HfApi.super_squash_history`` makes the main branch one commit
     holding this release; every earlier revision - and whatever it held that the release no
     longer has (a withdrawn participant's rows) - is gone from the Hub. The caller asks for it
-    when the study has any withdrawal (``publish-dataset``): otherwise earlier revisions stay
-    citable. A failed squash after the commit is a retryable :class:`PushError`; the retry
+    by :func:`history_must_go` (``publish-dataset``). A failed squash after the commit is a retryable :class:`PushError`; the retry
     commits nothing and squashes.
 
     Without ``repo_id`` or ``token`` nothing is pushed and the result says where the folder is.

@@ -177,12 +177,13 @@ def test_an_undecided_phone_number_is_never_pushed(demo_run: PlantedRun, tmp_pat
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo's config without ``publish.privacy_undecided``: a phone number in an answer
     stops the flow before anything reaches the Hub, in one line naming the review file; once
-    decided, the push goes ahead with it masked. With the demo's own config it is masked at
+    decided, the push goes ahead (kept, then masked: the masking push squashes the history, so no
+    revision keeps the number). With the demo's own config it is masked at
     build time and the privacy artifact says so, and that no NER model looked for names."""
     import yaml
 
     from crowdpref.release import PrivacyError
-    from crowdpref.release.review import decide
+    from crowdpref.release.review import decide, read_review
     from crowdpref.runfolder import write_parquet
 
     phone = "+44 20 7946 0958"
@@ -205,11 +206,19 @@ def test_an_undecided_phone_number_is_never_pushed(demo_run: PlantedRun, tmp_pat
         assert f"crowdpref privacy-review {study} --decide" in message
         assert hub.requests == [] and not (demo_run.run.path / "release").exists()
 
-        decide(review, "mask")
+        decide(review, "keep")  # the operator keeps it at first ...
+        assert publish_dataset(study=str(study)).pushed
+        repo_id = "crowdpref-tester/demo-rlhf"
+        assert phone.encode() in b"".join(hub.dataset(repo_id).files.values())
+        [row] = read_review(review)
+        decide(review, "mask", [row])  # ... then masks it: no earlier revision may keep it
         result = publish_dataset(study=str(study))
         assert result.pushed
-        pushed = b"".join(hub.dataset("crowdpref-tester/demo-rlhf").files.values())
+        pushed = b"".join(hub.dataset(repo_id).files.values())
         assert phone.encode() not in pushed and b"[phone removed]" in pushed
+        [revision] = hub.revisions(repo_id)  # the history was squashed
+        files = hub.dataset(repo_id).files
+        assert not any(phone.encode() in (hub.file_at(repo_id, revision, path) or b"") for path in files)
 
     review.unlink()
     publish_dataset(study=str(DEMO_STUDY), push=False)  # the demo's own config decides
