@@ -153,6 +153,27 @@ def _published(rig: Any, name: str) -> Any:
     return collection
 
 
+def _prolific_entry(rig: Any, name: str) -> tuple[TestClient, str, dict[str, str]]:
+    """Study ``name`` published on the stand-in Prolific, a browser, the entry URL of a new
+    participant Prolific knows, and their ids."""
+    _published(rig, name)
+    ids = _ids()
+    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    return client, f"/s/{name}/study1?" + "&".join(f"{k}={v}" for k, v in ids.items()), ids
+
+
+def _claimed(rig: Any, name: str) -> tuple[Any, TestClient, str, dict[str, str], Any]:
+    """A Prolific study ``name`` (written and published) and one verified arrival who claimed
+    its work: (collection, their browser, their entry URL, their ids, the participant)."""
+    _write(rig.studies, name)
+    client, url, ids = _prolific_entry(rig, name)
+    assert client.get(url, follow_redirects=False).status_code == 303
+    collection = rig.portal.collection(name, "study1")
+    [participant] = rig.store.participants(collection.info.id)
+    return collection, client, url, ids, participant
+
+
 def _allocated(store: Store, cid: int) -> tuple[int, int]:
     """(participants, accounts bound to someone) in the store."""
     return len(store.participants(cid)), sum(a.state == "bound" for a in store.accounts(cid))
@@ -296,16 +317,9 @@ def test_invitation_links_expire_and_a_finished_participant_is_only_told_they_ar
 
 def test_a_prolific_participant_who_finished_sees_their_code_not_argilla(rig):
     name = "again"
-    _write(rig.studies, name)
-    collection = _published(rig, name)
-    ids = _ids()
-    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
-    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    query = "&".join(f"{k}={v}" for k, v in ids.items())
-    assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
-    participant = rig.store.participants(collection.info.id)[0]
+    collection, client, url, _, participant = _claimed(rig, name)
     rig.store.record_progress(collection.info.id, participant.id, {i: time.time() for i in participant.held}, None)
-    again = client.get(f"/s/{name}/study1?{query}", follow_redirects=False)
+    again = client.get(url, follow_redirects=False)
     code = rig.store.completion_code(collection.info.id)
     assert again.status_code == 200 and "You are done" in again.text and code in again.text
     assert "submissions/complete?cc=" + code in again.text and "sign-in" not in again.text

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from crowdpref.portal import service
 from crowdpref.portal.app import cookie_name, create_app
 from crowdpref.store import COMPLETE
-from tests.unit.test_portal_entry import _allocated, _ids, _published, _write, rig  # noqa: F401 - the fixture
+from tests.unit.test_portal_entry import _allocated, _prolific_entry, _write, rig  # noqa: F401 - the fixture
 
 PRACTICE = [
     {"prompt": "Which answer **explains** the feeling?", "options": ["She is sad.", "She is sad because her friend left."],
@@ -121,14 +121,6 @@ def test_a_returning_person_resumes_at_their_step_in_another_browser(rig):
     assert resumed.status_code == 200 and "Practice question 2 of 2" in resumed.text
     state = _state(rig, name, "invite:inv-r")
     assert (state.step, state.practice_answered, state.practice_correct) == ("practice", 1, 1)
-
-
-def _prolific_entry(rig: Any, name: str) -> tuple[TestClient, str, dict[str, str]]:
-    _published(rig, name)
-    ids = _ids()
-    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
-    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    return client, f"/s/{name}/study1?" + "&".join(f"{k}={v}" for k, v in ids.items()), ids
 
 
 def _fail_the_quiz(client: TestClient, name: str) -> Any:

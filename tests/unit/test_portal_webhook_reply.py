@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import time
 
-from fastapi.testclient import TestClient
 
-from crowdpref.portal.app import create_app
 from crowdpref.portal.service import WEBHOOK_SECRET
 from crowdpref.prolific import EVENT_ID, SIGNATURE, TIMESTAMP, sign_webhook
 from crowdpref.store import ParticipantState
-from tests.unit.test_portal_entry import _ids, _published, _write, rig  # noqa: F401 - the fixture
+from tests.unit.test_portal_entry import _claimed, rig  # noqa: F401 - the fixture
 
 
 def _delivery(secret: str, body: dict, event_id: str) -> tuple[dict[str, str], bytes]:
@@ -41,15 +39,7 @@ def test_the_secret_is_read_once_and_again_when_it_was_replaced(rig, monkeypatch
 
 
 def test_a_return_is_queued_with_its_event_in_one_write_without_reading_the_work(rig, monkeypatch):  # noqa: F811
-    name = "hook"
-    _write(rig.studies, name)
-    collection = _published(rig, name)
-    ids = _ids()
-    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
-    query = "&".join(f"{k}={v}" for k, v in ids.items())
-    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
-    [participant] = rig.store.participants(collection.info.id)
+    collection, _, _, ids, participant = _claimed(rig, "hook")
     rig.store.set_meta(WEBHOOK_SECRET, "s")
     rig.portal.after_reply.submit = lambda event_id: True  # the release after the reply: not this test's
     built: list[int] = []
@@ -87,14 +77,7 @@ def test_a_replay_under_a_new_event_id_and_a_delivery_without_one(rig, caplog): 
     the 5-minute window is a duplicate. A delivery without the header is handled, keyed by its
     signed content, with one warning. A body signed in Prolific's documented ``json.dumps`` form
     but sent compact gets in."""
-    name = "replay"
-    _write(rig.studies, name)
-    collection = _published(rig, name)
-    ids = _ids()
-    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
-    query = "&".join(f"{k}={v}" for k, v in ids.items())
-    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    assert client.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
+    collection, _, _, ids, _ = _claimed(rig, "replay")
     rig.store.set_meta(WEBHOOK_SECRET, "s")
     rig.portal.after_reply.submit = lambda event_id: True
 

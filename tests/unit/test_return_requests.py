@@ -20,9 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from crowdpref.portal.app import create_app
 from crowdpref.prolific import ProlificError
 from crowdpref.recruitment import (
     RETURN_REASON_DROPPED,
@@ -33,7 +31,7 @@ from crowdpref.recruitment import (
     study_payload,
     sync_prolific,
 )
-from tests.unit.test_portal_entry import _ids, _published, _write, rig  # noqa: F401 - the portal rig
+from tests.unit.test_portal_entry import _claimed, rig  # noqa: F401 - the portal rig
 from tests.unit.test_recruitment import (  # noqa: F401 - fixtures
     _arrive_and_claim,
     _config,
@@ -137,15 +135,8 @@ def test_the_studys_maximum_time_is_its_dropout_window_and_the_fake_refuses_less
 
 def test_the_finish_page_tells_someone_crowdpref_released_to_return_the_study(rig) -> None:
     name = "released-done"
-    _write(rig.studies, name)
-    collection = _published(rig, name)
-    ids = _ids()
-    rig.prolific.known[ids["SESSION_ID"]] = ids["PROLIFIC_PID"]
-    browser = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    query = "&".join(f"{k}={v}" for k, v in ids.items())
-    assert browser.get(f"/s/{name}/study1?{query}", follow_redirects=False).status_code == 303
-    participant = rig.store.participants(collection.info.id)[0]
-    assert rig.portal.collection(name, "study1").release(participant, "no activity for 73 min")
+    collection, browser, _, _, participant = _claimed(rig, name)
+    assert collection.release(participant, "no activity for 73 min")
     done = browser.get(f"/s/{name}/study1/done")
     assert done.status_code == 410 and "Please return the study" in done.text
     assert "will not be rejected" in done.text and "Return study" in done.text
