@@ -93,17 +93,17 @@ HF = "hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa98765432"
 
 def _plant_in_answer(planted: PlantedRun, row: int, text: str) -> str:
     """Replace answer ``row`` by ``text`` in responses.parquet and the preference rows that
-    quote it, as the pipeline would have written them."""
+    quote it, as the pipeline would have written them; returns its response_id."""
     run = planted.run
     responses = pd.read_parquet(run.responses)
-    old = responses.loc[row, "text"]
+    old, response_id = responses.loc[row, "text"], responses.loc[row, "response_id"]
     responses.loc[row, "text"] = text
     write_parquet(responses, run.responses)
     prefs = pd.read_parquet(run.preferences)
     for column in ("chosen", "rejected"):
         prefs.loc[prefs[column] == old, column] = text
     write_parquet(prefs, run.preferences)
-    return old
+    return str(response_id)
 
 
 @pytest.fixture()

@@ -23,6 +23,7 @@ from crowdpref.release import PRIVACY_FILE, PrivacyError, build_release
 from crowdpref.release.recognisers import KINDS, NO_NER_WARNING, Recognisers, load_recognisers
 from crowdpref.release.review import REVIEW_FILE, decide, read_review
 from crowdpref.runfolder import write_parquet
+from tests.unit.test_privacy import _plant_in_answer as _plant
 from tests.unit.test_publish import PlantedRun, build, card_of, small_config, write_study_run
 
 PHONE = "+44 20 7946 0958"
@@ -128,20 +129,6 @@ def test_a_configured_model_that_is_not_there_is_a_one_line_error(tmp_path: Path
 @pytest.fixture()
 def planted(tmp_path: Path) -> PlantedRun:
     return write_study_run(tmp_path / "runs" / "pub-test", small_config())
-
-
-def _plant(planted: PlantedRun, row: int, text: str) -> str:
-    """Answer ``row`` becomes ``text`` wherever the pipeline wrote it; returns its response_id."""
-    run = planted.run
-    responses = pd.read_parquet(run.responses)
-    old, response_id = responses.loc[row, "text"], responses.loc[row, "response_id"]
-    responses.loc[row, "text"] = text
-    write_parquet(responses, run.responses)
-    prefs = pd.read_parquet(run.preferences)
-    for column in ("chosen", "rejected"):
-        prefs.loc[prefs[column] == old, column] = text
-    write_parquet(prefs, run.preferences)
-    return str(response_id)
 
 
 def _decide_in_file(planted: PlantedRun, decision: str) -> None:
