@@ -246,7 +246,7 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     assert client.post("/hooks/prolific", content=body, headers=stale).status_code == 401
     tampered = _signed(secret, body, now, "e3")
     assert client.post("/hooks/prolific", content=body.replace(b"RETURNED", b"APPROVED"), headers=tampered).status_code == 401
-    missing = {k: v for k, v in _signed(secret, body, now, "e4").items() if k != "X-Event-ID"}
+    missing = {k: v for k, v in _signed(secret, body, now, "e4").items() if k != "X-Prolific-Request-Timestamp"}
     assert client.post("/hooks/prolific", content=body, headers=missing).status_code == 400
     assert collection.store.participant(collection.info.id, held.username).status == "active"
 
@@ -260,6 +260,9 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     # a replay (the same event id again, even freshly signed) changes nothing
     replay = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-returned"))
     assert replay.status_code == 200 and replay.json() == {"duplicate": True}
+    # ... nor the same signed delivery under a new event id (the id is not signed)
+    forged_id = _signed(secret, body, now, "evt-returned") | {"X-Event-ID": "evt-forged"}
+    assert client.post("/hooks/prolific", content=body, headers=forged_id).json() == {"duplicate": True}
     assert len(collection.store.deliveries("prolific")) == 1
     # the returned participant cannot come back; the next arrival takes the freed questions
     back = client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
