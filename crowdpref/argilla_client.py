@@ -174,14 +174,6 @@ class ArgillaOwner:
             raise ArgillaError(f"Argilla at {self.api_url} answered {response.status_code} while changing the "
                                f"password of user '{username}'", transient=response.status_code >= 500)
 
-    def delete_user(self, username: str) -> bool:
-        with _quiet_lookup():
-            user = self.client.users(username)
-        if user is None:
-            return False
-        user.delete()
-        return True
-
     # --- datasets and records ----------------------------------------------------------------
     def ensure_dataset(self, name: str, workspace: rg.Workspace, settings: rg.Settings) -> rg.Dataset:
         """The dataset with these settings. Creating one takes several calls (dataset, fields,

@@ -1,7 +1,7 @@
 """A small client for Prolific's REST API (httpx, explicit timeouts, typed errors) and the
 signature check of Prolific's webhooks. No Prefect here: tasks wrap it.
 
-    with ProlificClient.from_settings(settings) as client:
+    with ProlificClient(api_url, token) as client:
         study = client.create_study(payload)
         client.publish_study(study.id)
 
@@ -41,7 +41,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.errors import CrowdprefError
 
 log = logging.getLogger(__name__)
 
@@ -181,16 +181,6 @@ class ProlificClient:
         self._secret = token  # only for redacting server text; never shown
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
                                   headers={"Authorization": f"Token {token}", "Accept": "application/json"})
-
-    @classmethod
-    def from_settings(cls, settings: Any, base_url: str | None = None, **options: Any) -> ProlificClient:
-        """A client for ``settings.prolific_api_url`` (or ``base_url``) with ``settings.prolific_token``."""
-        if settings.prolific_token is None:
-            raise ConfigError("PROLIFIC_TOKEN is not set: create an API token in Prolific (workspace settings > "
-                              "API tokens) and set PROLIFIC_TOKEN=... in the environment or .env")
-        token = settings.prolific_token
-        token = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
-        return cls(base_url or settings.prolific_api_url, token, **options)
 
     def __repr__(self) -> str:
         return f"ProlificClient({self.base_url!r})"
@@ -371,15 +361,6 @@ class ProlificClient:
     def publish_study(self, study_id: str) -> Study:
         return self.transition_study(study_id, "PUBLISH")
 
-    def pause_study(self, study_id: str) -> Study:
-        return self.transition_study(study_id, "PAUSE")
-
-    def start_study(self, study_id: str) -> Study:
-        return self.transition_study(study_id, "START")
-
-    def stop_study(self, study_id: str) -> Study:
-        return self.transition_study(study_id, "STOP")
-
     def increase_places(self, study_id: str, total: int) -> Study:
         """Set the study's places to ``total``; once published places can only go up, so a lower
         total is refused here (ValueError) after reading the current one."""
@@ -484,18 +465,6 @@ class ProlificClient:
         params = {"workspace_id": workspace_id} if workspace_id else {"project_id": project_id}
         return [dict(g) for g in self._pages("participant-groups/", params) if isinstance(g, dict)]
 
-    def participant_group_members(self, group_id: str) -> list[str]:
-        return [str(m.get("participant_id") if isinstance(m, dict) else m)
-                for m in self._pages(f"participant-groups/{group_id}/participants/")]
-
-    def add_to_participant_group(self, group_id: str, participant_ids: list[str]) -> None:
-        self._request("POST", f"participant-groups/{group_id}/participants/", "idempotent",
-                      json={"participant_ids": list(participant_ids)})
-
-    def remove_from_participant_group(self, group_id: str, participant_ids: list[str]) -> None:
-        self._request("DELETE", f"participant-groups/{group_id}/participants/", "idempotent",
-                      json={"participant_ids": list(participant_ids)})
-
     # webhooks ------------------------------------------------------------------------------------------
     def create_webhook_secret(self, workspace_id: str) -> str:
         """A new signing secret for the workspace (it replaces the previous one)."""
@@ -528,11 +497,6 @@ class ProlificClient:
     def confirm_webhook(self, subscription_id: str, hook_secret: str) -> dict[str, Any]:
         return self._request("POST", f"hooks/subscriptions/{subscription_id}/", "idempotent",
                              json={"secret": hook_secret})
-
-    def webhook_event_types(self) -> list[str]:
-        data = self._request("GET", "hooks/event-types/")
-        items = data.get("results", []) if isinstance(data, dict) else data
-        return [str(i.get("event_type")) if isinstance(i, dict) else str(i) for i in items]
 
 
 # --- webhook signatures ----------------------------------------------------------------------------------

@@ -639,10 +639,6 @@ class ScreeningResult:
     def n_flagged(self) -> int:
         return int(self.frame["flagged"].sum()) if len(self.frame) else 0
 
-    def excluded_ids(self) -> set[str]:
-        """See :func:`excluded_response_ids`."""
-        return excluded_response_ids(self.frame, self.policy)
-
     def distribution(self, bins: int = 10) -> pd.DataFrame:
         return score_distribution(self.frame, self.labels, bins)
 

@@ -31,11 +31,6 @@ class Batches:
     def participants(self) -> int:
         return math.ceil(self.items / self.per_participant)
 
-    @property
-    def last_batch(self) -> int:
-        """Items in the last participant's batch (== per_participant when even)."""
-        return self.remainder or min(self.per_participant, self.items)
-
     def describe(self) -> str:
         text = f"{self.participants} participants x {self.per_participant}"
         if self.remainder:

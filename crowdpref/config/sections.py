@@ -395,10 +395,6 @@ class Study1Config(_Section):
         """The split of ``n_questions * R`` answers into batches of Q."""
         return Batches(n_questions * self.responses_per_question, self.questions_per_participant)
 
-    def participants_needed(self, n_questions: int) -> int:
-        """ceil(n_questions * R / Q)."""
-        return self.batches(n_questions).participants
-
 
 # --- study 2 -------------------------------------------------------------------------------
 _SCALE_WORDS = {
@@ -502,10 +498,6 @@ class Study2Config(_Section):
     def batches(self, n_pairs: int) -> Batches:
         """The split of ``n_pairs * ratings_per_pair`` ratings into batches."""
         return Batches(n_pairs * self.ratings_per_pair, self.pairs_per_participant)
-
-    def participants_needed(self, n_pairs: int) -> int:
-        """ceil(n_pairs * ratings_per_pair / pairs_per_participant)."""
-        return self.batches(n_pairs).participants
 
 
 # --- screening, aggregation, publish -------------------------------------------------------

@@ -125,9 +125,9 @@ def test_derived_names_and_scale() -> None:
     [(1000, 400, 10), (1007, 403, 8), (5, 2, 10), (3, 2, 2)],
 )
 def test_participants_needed(n: int, participants: int, last: int) -> None:
-    s1 = parse_study({"name": "x"}).study1
-    assert s1.participants_needed(n) == participants == math.ceil(n * 4 / 10)
-    assert s1.batches(n).last_batch == last
+    batches = parse_study({"name": "x"}).study1.batches(n)
+    assert batches.participants == participants == math.ceil(n * 4 / 10)
+    assert (batches.remainder or batches.per_participant) == last
 
 
 def test_plan_for_pairs_limit() -> None:

@@ -556,7 +556,7 @@ def test_no_places_are_raised_on_a_finished_study(settings, store, fake, client,
     config = _config(study1={"places": 1})
     collection = _study1(config, store, tmp_path)
     platform = ensure_prolific_study(collection, config, settings, client)
-    client.stop_study(platform.external_id)
+    client.transition_study(platform.external_id, "STOP")
     report = sync_prolific(collection, config, client)
     assert report.places_raised_to is None and fake.studies[platform.external_id]["total_available_places"] == 1
 

@@ -134,13 +134,13 @@ def test_policy_flag_keeps_everything_and_drop_marks_the_excluded(
         tiny_detoxify: TinyDetoxify, screener: Screener) -> None:  # noqa: F811
     flag = screen_responses(responses(TEXTS), ScreeningConfig(checkpoint=tiny_detoxify.checkpoint),
                             screener=screener)
-    assert len(flag.frame) == len(TEXTS) and flag.excluded_ids() == set()
+    assert len(flag.frame) == len(TEXTS) and excluded_response_ids(flag.frame, flag.policy) == set()
     drop = screen_responses(responses(TEXTS),
                             ScreeningConfig(checkpoint=tiny_detoxify.checkpoint, policy="drop"),
                             screener=screener)
     assert len(drop.frame) == len(TEXTS)  # still lists every answer, with its flag
     flagged_ids = set(drop.frame.loc[drop.frame["flagged"], "response_id"])
-    assert len(flagged_ids) == 4 and drop.excluded_ids() == flagged_ids
+    assert len(flagged_ids) == 4 and excluded_response_ids(drop.frame, drop.policy) == flagged_ids
     # later stages read screening.parquet back and ask the same question
     assert excluded_response_ids(drop.frame.copy(), "drop") == flagged_ids
     assert excluded_response_ids(drop.frame, "flag") == set()
