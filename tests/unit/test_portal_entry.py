@@ -236,7 +236,7 @@ def test_the_limiters_memory_stays_flat(rig):
     finally:
         tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename")
-                if stat.traceback[0].filename == service.__file__)
+                if Path(stat.traceback[0].filename).parent == Path(service.__file__).parent)  # any portal module
     assert grown < 64 * 1024, grown  # 3,000 more distinct ids and addresses: nothing kept for them
     assert len(rig.portal.limits["person"]) <= 200 and len(rig.portal.limits["address"]) <= 200
 

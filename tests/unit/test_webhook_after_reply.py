@@ -227,7 +227,7 @@ def test_work_after_the_reply_waits_for_a_pause_in_the_deliveries():
     the replies); they start once none came for ``quiet_s``, or after ``patience_s``."""
     import time as _time
 
-    from crowdpref.portal.service import AfterReply
+    from crowdpref.portal.after_reply import AfterReply
 
     started: dict[str, float] = {}
     after = AfterReply(lambda event: started.setdefault(event, _time.monotonic()), workers=2,

@@ -134,7 +134,7 @@ def test_the_bar_words_a_finished_participant_by_how_they_came():
 
 def test_without_argillas_webhooks_the_bar_reads_argilla_once_per_interval(rig, monkeypatch):  # noqa: F811
     now = [1000.0]
-    monkeypatch.setattr("crowdpref.portal.service.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("crowdpref.portal.work.time.monotonic", lambda: now[0])
     reads: list[str] = []
     refresh = Collection.refresh
     monkeypatch.setattr(Collection, "refresh", lambda self, p: (reads.append(p.username), refresh(self, p))[1])

@@ -1,0 +1,39 @@
+"""How the portal turns a request down: a :class:`Refusal` (HTTP status, title, a plain sentence
+for the person), decided BEFORE anything is allocated, and the one-line log text of a cause
+(:func:`one_line`, with Prolific ids masked). Prolific ids, session ids and passwords never
+appear in a message, a log line or an event."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from crowdpref.errors import CrowdprefError
+
+RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
+                  "so that it does not count against you.")
+log = logging.getLogger("crowdpref.portal")
+_HEX_ID = re.compile(r"[0-9a-fA-F]{24}")
+
+
+class Refusal(CrowdprefError):
+    """A request the portal turns down: ``status`` is the HTTP status, ``title`` and ``str()``
+    the page a person sees (no ids in it)."""
+
+    def __init__(self, status: int, title: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.title = title
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one log line with no Prolific id in it (24-hex ids are masked)."""
+    text = (str(exc).splitlines() or [""])[0][:200]
+    return _HEX_ID.sub("<id>", f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__)
+
+
+def unavailable(cause: str, message: str, title: str = "Please try again") -> Refusal:
+    """A 503 whose cause the portal log names, in one line (never a secret: ``cause`` holds
+    class names, config problems and masked messages only); the person sees ``message``."""
+    log.warning("503: %s", cause)
+    return Refusal(503, title, message)

@@ -1,0 +1,90 @@
+"""Signing a participant in to Argilla: where *Start* sends them, with an Argilla session minted
+by the portal (:class:`TokenSignIn`) where the portal and Argilla share an origin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crowdpref.collection import Collection
+from crowdpref.errors import CrowdprefError
+from crowdpref.portal import argilla_session
+from crowdpref.portal.refusal import RETURN_WORDING, Refusal, unavailable
+from crowdpref.portal.studies import Key
+from crowdpref.store import ACTIVE, COMPLETE, ParticipantState
+
+
+def first_item_path(dataset_id: str) -> str:
+    """Argilla's page of a dataset's first pending record (annotation mode), on Argilla's origin."""
+    return f"/dataset/{dataset_id}/annotation-mode"
+
+
+def work_path(study: str, key: str) -> str:
+    """The work frame's address on the portal (the portal's bar over Argilla)."""
+    return f"/s/{study}/{key}/work"
+
+
+@dataclass(frozen=True)
+class TokenSignIn:
+    """A minted Argilla session for the browser: ``token`` (secret: never logged, never in a
+    URL), its expiry ``expires`` (Unix seconds) and the Argilla page to open with it."""
+
+    token: str
+    expires: int
+    target: str
+
+    def __repr__(self) -> str:
+        return f"TokenSignIn(expires={self.expires}, target={self.target!r})"
+
+
+class AlreadyFinished(CrowdprefError):
+    """A participant who completed asks to be signed in again: their credentials have expired;
+    the finish page (their code) is where they belong."""
+
+
+class Sessions:
+    """The :class:`~crowdpref.portal.service.Portal`'s sign-in (its ``settings``, ``clock`` and
+    Argilla's signing key; the entry's :meth:`~Entry.participant`)."""
+
+    @property
+    def token_sign_in(self) -> bool:
+        """Whether *Start* hands the browser a minted Argilla session (:meth:`sign_in`): the
+        portal and Argilla share an origin (the public profile), so a portal page can write
+        Argilla's session storage. Else (the laptop stack's two ports) the password sign-in."""
+        return argilla_session.same_origin(self.settings.portal_public_url, self.settings.argilla_participant_url)
+
+    def _signing_in(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
+        collection, participant = self.participant(study, key, cookie)
+        if participant.status == COMPLETE:
+            raise AlreadyFinished("the participant completed: no more sign-ins")
+        if participant.status not in (ACTIVE, COMPLETE):
+            raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot continue. "
+                          + RETURN_WORDING)
+        return collection, participant
+
+    def sign_in(self, study: str, key: Key, cookie: str | None) -> str | TokenSignIn:
+        """Where *Start* sends the participant: with :attr:`token_sign_in`, a :class:`TokenSignIn`
+        (an Argilla session token minted with Argilla's signing key - no bcrypt, no password in
+        any URL) that opens the work frame; else the work frame's address, whose frame signs in
+        with the password (:meth:`work`). :class:`AlreadyFinished` once they completed."""
+        if not self.token_sign_in:
+            self._signing_in(study, key, cookie)
+            return work_path(study, key)
+        _, participant = self._signing_in(study, key, cookie)
+        token, expires = self._mint(participant)
+        return TokenSignIn(token, expires, work_path(study, key))
+
+    def _mint(self, participant: ParticipantState) -> tuple[str, int]:
+        """An Argilla session for the participant, signed with Argilla's key (read once)."""
+        if self._argilla_secret is None:
+            try:
+                self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
+            except CrowdprefError as exc:
+                raise unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
+                                   "again.") from None
+        return argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
+
+    def _first_item_url(self, participant: ParticipantState) -> str:
+        """Argilla's page of the participant's first pending item (their dataset's annotation
+        mode, :func:`first_item_path`), or Argilla's home when no dataset is known yet."""
+        base = self.settings.argilla_participant_url
+        return f"{base}{first_item_path(participant.dataset_id)}" if participant.dataset_id else f"{base}/"

@@ -1,0 +1,148 @@
+"""The work frame (the portal's bar over Argilla), the progress it shows, and the finish page
+(the completion code once Argilla confirms every item is submitted)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from crowdpref.collection import Collection
+from crowdpref.errors import CrowdprefError
+from crowdpref.portal import argilla_session, links
+from crowdpref.portal.refusal import RETURN_WORDING, Refusal, log, one_line, unavailable
+from crowdpref.portal.session import first_item_path
+from crowdpref.portal.studies import Key
+from crowdpref.recruitment import prolific_target, released_by_crowdpref
+from crowdpref.store import ACTIVE, COMPLETE, ParticipantState
+
+PROGRESS_READ_S = 10.0  # the work frame's bar without Argilla's webhooks: one Argilla read per person per 10 s
+
+
+@dataclass(frozen=True)
+class WorkFrame:
+    """The portal's page around Argilla (:meth:`Portal.work`): the Argilla page its frame opens
+    (``target``) and how far the participant is. ``target`` is the participant's first item where
+    the portal and Argilla share an origin (the browser holds the session :meth:`Portal.sign_in`
+    minted); on two origins, Argilla's hand-over page with a session minted for them in its
+    fragment (where Argilla serves that page, as the embedded Argilla does); else the one-hop
+    password sign-in. It may carry a session or a password, so it is never logged."""
+
+    target: str
+    submitted: int
+    total: int
+
+    def __repr__(self) -> str:  # the target may carry a session or a password
+        return f"WorkFrame(submitted={self.submitted}, total={self.total})"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How many of their items a participant has submitted, as the work frame shows it."""
+
+    submitted: int
+    total: int
+    done: bool
+    given_back: bool = False  # released (returned, timed out, dropped) or withdrawn: nothing more to do here
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The finish page: ``code`` when every item is submitted, else how many are left."""
+
+    done: bool
+    submitted: int
+    total: int
+    code: str | None = None
+    completion_url: str | None = None
+    argilla_url: str | None = None
+
+
+class Work:
+    """The :class:`~crowdpref.portal.service.Portal`'s work frame, progress and finish (its
+    ``settings``, ``store``, ``_progress_reads``; the session's sign-in checks)."""
+
+    def work(self, study: str, key: Key, cookie: str | None) -> WorkFrame:
+        """The work frame: the portal's bar (progress, the way to the finish page) over Argilla.
+        Its frame opens the participant's first item: where the browser holds the session
+        :meth:`sign_in` minted (one origin: the public profile), directly; on two origins (the
+        laptop stack) through Argilla's session hand-over page with a session minted here
+        (:func:`~crowdpref.portal.argilla_session.handover_url`), where Argilla serves it
+        (``settings.argilla_serves_handover``); else the one-hop password sign-in
+        (:meth:`_password_sign_in`), which lands on Argilla's home. :class:`AlreadyFinished` once
+        they completed."""
+        collection, participant = self._signing_in(study, key, cookie)
+        if self.token_sign_in:
+            target = self._first_item_url(participant)
+        elif self.settings.argilla_serves_handover and participant.dataset_id:
+            token, expires = self._mint(participant)
+            target = argilla_session.handover_url(self.settings.argilla_participant_url, token, expires,
+                                                  first_item_path(participant.dataset_id))
+        else:
+            target = self._password_sign_in(collection, participant)
+        return WorkFrame(target, len(participant.submitted), len(participant.assignments))
+
+    def progress(self, study: str, key: Key, cookie: str | None) -> Progress:
+        """What the work frame's bar shows. From the store, which Argilla's response webhooks
+        keep current; where this portal receives none (no webhook registered with the Argilla it
+        uses), read from Argilla, at most once per :data:`PROGRESS_READ_S` per participant."""
+        collection, participant = self.participant(study, key, cookie)
+        if participant.status == ACTIVE and not collection.webhooks_active():
+            with self._progress_lock:
+                due = self._progress_reads.take(participant.username, time.monotonic())
+            if due:
+                try:
+                    participant = collection.refresh(participant)
+                except (CrowdprefError, httpx.TransportError) as exc:  # the bar keeps what the store knows
+                    log.warning("Argilla read for the work frame failed: %s", one_line(exc))
+        return Progress(len(participant.submitted), len(participant.assignments), participant.status == COMPLETE,
+                        given_back=participant.status not in (ACTIVE, COMPLETE))
+
+    def _password_sign_in(self, collection: Collection, participant: ParticipantState) -> str:
+        """Argilla's sign-in page with the participant's credentials (the laptop stack's work
+        frame opens it; never logged)."""
+        password = collection.store.password(participant.account_id)
+        auth = base64.b64encode(f"{participant.username}:{password}".encode()).decode()
+        return f"{self.settings.argilla_participant_url}/sign-in?auth={auth}"
+
+    def finish(self, study: str, key: Key, cookie: str | None) -> Finish:
+        """Check with Argilla that every item is submitted; then the completion code."""
+        collection, participant = self.participant(study, key, cookie)
+        if participant.status not in (ACTIVE, COMPLETE):
+            if released_by_crowdpref(participant) and participant.withdrawn_at is None:
+                # our own release (inactivity, the operator's drop): nothing they did wrong
+                raise Refusal(410, "Please return the study", "Your work in this study was given to someone else "
+                              "(after a long time without activity, or by the researchers), so it cannot be completed "
+                              "any more. This is not held against you and the study will not be rejected. "
+                              + RETURN_WORDING)
+            raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot be "
+                          "completed. " + RETURN_WORDING)
+        try:
+            participant = collection.refresh(participant)
+        except (CrowdprefError, httpx.TransportError) as exc:
+            raise unavailable(f"Argilla read failed on the finish page: {one_line(exc)}",
+                               "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
+        total = len(participant.assignments)
+        submitted = len(participant.submitted)
+        if participant.status != COMPLETE:
+            return Finish(False, submitted, total, argilla_url=self._first_item_url(participant))
+        return self._finished(study, key, collection, participant)
+
+    def _finished(self, study: str, key: Key, collection: Collection, participant: ParticipantState) -> Finish:
+        """The page of a participant who completed: their completion code and the way back to
+        Prolific (an invite study: no way back)."""
+        total, submitted = len(participant.assignments), len(participant.submitted)
+        config, _ = self.config(study, key)
+        code: str | None = self.store.completion_code(collection.info.id)
+        completion = None
+        if config.participants == "invite":  # an invitation needs no code: thanks, and what happens next
+            code = None
+        else:
+            target = prolific_target(config, self.settings)
+            completion = links.completion_url(self.settings, code, target.app_url if target else None)
+        if not any(e["participant_id"] == participant.id for e in
+                   self.store.events(collection.info.id, kinds=["completion_shown"])):
+            self.store.log_event(collection.info.id, "completion_shown", participant.id)
+        return Finish(True, submitted, total, code=code, completion_url=completion)
