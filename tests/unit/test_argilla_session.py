@@ -53,6 +53,21 @@ def test_argilla_accepts_the_minted_token_with_its_key_only():
     assert _argilla_decode(old, secret) == {"refused": "UnauthorizedError"}
 
 
+KNOWN_TOKEN = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ1c2VybmFtZSI6InAtMDA0MiIsIm5hbWUiOiJwLTAwNDIiLCJyb2xlIjoiYW5ub3"
+               "RhdG9yIiwiZXhwIjoxNzY3NjkzNjAwfQ.65WfsbObdr3q4wtVqoYKfp94syUx4fzAMC2FimBxSRc")
+"""The token the hand-written HS256 encoder minted for ``p-0042`` with the key ``k`` * 64 at
+2026-01-05 10:00 UTC (before PyJWT did it): header ``{"alg":"HS256","typ":"JWT"}``, the claims
+username, name, role, exp in this order, compact JSON."""
+
+
+def test_the_minted_token_is_byte_for_byte_the_hand_encoded_one():
+    token, expires = argilla_session.mint_token("k" * 64, "p-0042", now=1_767_607_200.0)
+    assert (token, expires) == (KNOWN_TOKEN, 1_767_693_600)
+    assert argilla_session.username_of(token) == "p-0042"
+    unicode, _ = argilla_session.mint_token("s\u00e9cret-" + "k" * 40, "caf\u00e9-\u2713", now=0, lifetime_s=60)
+    assert argilla_session.username_of(unicode) == "caf\u00e9-\u2713"
+
+
 def test_same_origin():
     assert argilla_session.same_origin("https://study.example.org", "https://Study.example.org:443/x")
     assert argilla_session.same_origin("http://127.0.0.1:8080/a", "http://127.0.0.1:8080")
