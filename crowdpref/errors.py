@@ -45,3 +45,14 @@ def state_file_error(path: object, what: str, exc: BaseException, fix: str) -> S
     else:  # ValueError: json.JSONDecodeError, UnicodeDecodeError
         why = "damaged: not valid JSON"
     return StateFileError(f"{path}: {what} cannot be read ({why}): {fix}")
+
+
+def first_line(exc: BaseException, limit: int | None = 200, *, with_type: bool = False) -> str:
+    """``exc``'s message as one short line, for an error or a log line: its first non-blank line,
+    cut to ``limit`` characters (``None``: not cut); the class name when it has no text. With
+    ``with_type``: ``"ClassName: first line"`` (just ``"ClassName"`` when it has no text)."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0][:limit] if lines else ""
+    if with_type:
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text or type(exc).__name__

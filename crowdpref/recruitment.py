@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdpref.config import StudyConfig
+from crowdpref.errors import first_line
 
 FAKE_PROLIFIC_TOKEN = "fake-prolific-token"
 
@@ -808,8 +809,7 @@ def prolific_state(config: StudyConfig, settings: Any, store: Any, cid: int, *,
         else:
             counts = client.submission_counts(platform.external_id)
     except Exception as exc:  # noqa: BLE001 - reported in the artifact, never fails the monitoring
-        text = (str(exc).strip().splitlines() or [""])[0][:200]
-        return ProlificState(platform.places, error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        return ProlificState(platform.places, error=first_line(exc, with_type=True))
     return ProlificState(platform.places, active=counts.get("ACTIVE", 0) + counts.get("RESERVED", 0),
                          returned=counts.get("RETURNED", 0), timed_out=counts.get("TIMED-OUT", 0),
                          awaiting_review=counts.get("AWAITING REVIEW", 0), approved=counts.get("APPROVED", 0),

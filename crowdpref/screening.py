@@ -52,7 +52,7 @@ import pandas as pd
 
 from crowdpref.config import ScreeningConfig
 from crowdpref.contracts import SCREENING_BASE
-from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.errors import ConfigError, CrowdprefError, first_line
 
 __all__ = [
     "HF_BASE_MODELS",
@@ -289,7 +289,7 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
         raise CrowdprefError(_refusal(path, exc)) from None
     except Exception as exc:  # noqa: BLE001
         raise CrowdprefError(f"{path}: cannot read the detoxify checkpoint "
-                             f"({type(exc).__name__}: {_first_line(exc)}): check screening.checkpoint") from None
+                             f"({type(exc).__name__}: {first_line(exc, 300)}): check screening.checkpoint") from None
     if not isinstance(loaded, dict):
         raise CrowdprefError(f"{path}: not a detoxify-format checkpoint (it holds a "
                              f"{type(loaded).__name__}, not a dict): check screening.checkpoint")
@@ -417,11 +417,6 @@ def _download_release(model: str) -> dict[str, Any]:
         raise CrowdprefError(_refusal(url, exc)) from None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
-
-
 def _version(package: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -464,7 +459,7 @@ def load_detoxify(cfg: ScreeningConfig, *, allow_download: bool = False,
         raise
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one line
         raise CrowdprefError(f"detoxify could not load {what} on {device} "
-                             f"({type(exc).__name__}: {_first_line(exc)}): check the files, or "
+                             f"({type(exc).__name__}: {first_line(exc, 300)}): check the files, or "
                              "set screening.checkpoint to a local detoxify checkpoint") from None
     scorer = DetoxifyScorer(detector, precision)
     if cfg.checkpoint is None:
@@ -504,7 +499,7 @@ def load_profanity_check(reason: str | None = None) -> Screener:
         from profanity_check import predict_prob
     except Exception as exc:  # noqa: BLE001
         raise CrowdprefError(f"the profanity-check fallback cannot be loaded ({type(exc).__name__}: "
-                             f"{_first_line(exc)}): install alt-profanity-check") from None
+                             f"{first_line(exc, 300)}): install alt-profanity-check") from None
     warnings: tuple[str, ...] = ()
     if reason:
         warning = (f"SCREENING FALLBACK: detoxify was not used ({reason}); screening with "

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import httpx
 import pandas as pd
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.runfolder import write_parquet
 from crowdpref.store import ACTIVE, COMPLETE, RELEASING, CollectionInfo, ParticipantState, Store, StoreError
 
@@ -130,7 +130,7 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
             if dataset is not None:
                 owner.delete_records(dataset, participant.items)
         except ARGILLA_DOWN as exc:
-            problem = _first_line(exc)
+            problem = first_line(exc)
     folder = getattr(collection, "folder", None)
     run_path = run_folder or (Path(folder).parent if folder is not None else None)
     retired = retire_writers(store, info.study, run_path) if run_path is not None else []
@@ -140,10 +140,6 @@ def withdraw(target: Any, participant: ParticipantState, reason: str,
         rewrite_run_folder(run_path, withdrawn_in(store, info.study, run_path / "private"))
     return Withdrawal(participant.username, info.key, items is not None, tuple(items or ()), released, problem,
                       len(retired))
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
 
 
 RETIRED_REASON = "a writer of an answer in the pair withdrew"
@@ -213,7 +209,7 @@ def clear_retired(store: Store, owner: Any, study_name: str) -> str | None:
                 owner.delete_records(dataset, todo.items)
             store.retired_records_deleted(info.id, todo.participant_id, todo.items)
     except ARGILLA_DOWN as exc:
-        return _first_line(exc)
+        return first_line(exc)
     return None
 
 

@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+from crowdpref.errors import first_line
 from crowdpref.settings import Settings, load_settings
 from services.process import ProcessManager
 from services.supervision import INTERVAL_S, NAME, heartbeat_file, healthy, spec  # noqa: F401 - the service's parts
@@ -92,7 +93,7 @@ def supervise(
                 stack.up(settings, [component], supervise=False, restart=True)
             except Exception as exc:  # noqa: BLE001 - one line, tried again later; the loop must live
                 failed_at[component] = time.monotonic()
-                log(f"{component} did not start again ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); "
+                log(f"{component} did not start again ({first_line(exc, 300, with_type=True)}); "
                     f"next try in {RETRY_AFTER_FAILURE_S:.0f} s")
                 continue
             failed_at.pop(component, None)

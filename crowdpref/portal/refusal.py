@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 
 RETURN_WORDING = ("Please return your submission on Prolific (click \u201cReturn study\u201d in the Prolific app) "
                   "so that it does not count against you.")
@@ -28,8 +28,7 @@ class Refusal(CrowdprefError):
 
 def one_line(exc: BaseException) -> str:
     """An exception as one log line with no Prolific id in it (24-hex ids are masked)."""
-    text = (str(exc).splitlines() or [""])[0][:200]
-    return _HEX_ID.sub("<id>", f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__)
+    return _HEX_ID.sub("<id>", first_line(exc, with_type=True))
 
 
 def unavailable(cause: str, message: str, title: str = "Please try again") -> Refusal:

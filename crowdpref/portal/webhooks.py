@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.portal import argilla_hooks
 from crowdpref.portal.refusal import Refusal, log
 from crowdpref.recruitment import FREEING, WEBHOOK_SECRET_META as WEBHOOK_SECRET
@@ -170,7 +170,7 @@ class ArgillaWebhooks:
             if argilla_hooks.stand_down(self.store, self.settings.argilla_api_url, disable):
                 log.info("Argilla webhook disabled: monitoring polls until the portal starts again")
         except Exception as exc:  # noqa: BLE001 - stopping must not fail
-            reason = (str(exc).splitlines() or [exc.__class__.__name__])[0][:200]
+            reason = first_line(exc)
             log.warning("Argilla webhook not disabled (%s): monitoring polls anyway", reason)
 
     def register_argilla_webhook_in_background(self, retry_s: float = 10.0) -> threading.Thread:
@@ -183,7 +183,7 @@ class ArgillaWebhooks:
                     log.info("Argilla webhook registered: responses are reported to %s", argilla_hooks.PATH)
                     return
                 except CrowdprefError as exc:
-                    reason = (str(exc).splitlines() or [exc.__class__.__name__])[0][:200]
+                    reason = first_line(exc)
                 except Exception as exc:  # noqa: BLE001 - keep trying; the portal serves meanwhile
                     reason = exc.__class__.__name__
                 log.warning("Argilla webhook not registered yet (%s); retrying in %g s", reason, retry_s)

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from crowdpref.config import StudyConfig
 from crowdpref.contracts import SCREENING_BASE, SOURCES
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.filters import EXCLUDED, FILTERED_BY
 from crowdpref.filters import RULES as FILTER_RULES
 from crowdpref.release.card import dataset_card
@@ -102,7 +102,7 @@ def _to_table(frame: pd.DataFrame, subset: Subset, source: Path,
             else:
                 array = array.cast(column.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            detail = str(exc).splitlines()[0][:120]
+            detail = first_line(exc, 120)
             raise CrowdprefError(
                 f"{source}: column '{column.source_name}' cannot be published as "
                 f"{column.dtype} ({detail}): fix the stage that wrote it"

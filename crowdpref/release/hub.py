@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdpref.config import REPO_PART_RE
-from crowdpref.errors import ConfigError, CrowdprefError
+from crowdpref.errors import ConfigError, CrowdprefError, first_line
 from crowdpref.release.build import release_folder
 from crowdpref.runfolder import RELEASE_DIR
 
@@ -198,7 +198,7 @@ def push_release(
                         "HF_HUB_OFFLINE to push, or unset CROWDPREF_HF_REPO_ID") from None
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
-        detail = _clean(getattr(exc, "server_message", None) or str(exc).splitlines()[0], token)
+        detail = _clean(getattr(exc, "server_message", None) or first_line(exc, None), token)
         if status == 401:
             msg = (f"the Hub refused the token for {where} (401 unauthorized): set HF_TOKEN "
                    "(or CROWDPREF_HF_TOKEN) to a valid write token")

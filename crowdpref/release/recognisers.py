@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 
 __all__ = ["KINDS", "NER_CANDIDATES", "NO_NER_WARNING", "Finding", "Kind", "Recognisers",
            "load_recognisers"]
@@ -192,7 +192,7 @@ def load_recognisers(ner_model: str | None = None) -> Recognisers:
     try:
         engine.load()
     except Exception as exc:  # noqa: BLE001 - any failure to load a model is one line
-        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        detail = first_line(exc, 160)
         raise CrowdprefError(f"publish.ner_model: the spaCy model {name!r} cannot be loaded "
                              f"({type(exc).__name__}: {detail}): reinstall it or point "
                              "publish.ner_model at a working pipeline folder") from None

@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.release.privacy import PrivacyError, find
 from crowdpref.release.recognisers import Finding, Recognisers, mask_findings
 from crowdpref.release.schema import Subset
@@ -102,7 +102,7 @@ def read_review(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise CrowdprefError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}): fix the edit, "
+        raise CrowdprefError(f"{path}: not valid JSON ({first_line(exc, None)}): fix the edit, "
                              "or delete the file to review every flagged row again") from None
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str)

@@ -42,7 +42,7 @@ from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func
 from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlalchemy.pool import QueuePool
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.store import schema as t
 from crowdpref.store.results import Account, Assignment, CollectionInfo, ItemCounts, ParticipantState
 from crowdpref.store.statuses import AssignmentStatus
@@ -264,10 +264,10 @@ def _cannot_open(url: str, exc: BaseException) -> str:
     store is the study's ledger (who holds and answered what, account passwords)."""
     where = _redacted(url)
     if url.startswith("sqlite"):
-        return (f"the study store {where.split('///', 1)[-1]} cannot be opened ({_first_line(exc)}): it is damaged or "
+        return (f"the study store {where.split('///', 1)[-1]} cannot be opened ({first_line(exc)}): it is damaged or "
                 "not readable - restore it from your backup (or fix its permissions), or point database_url "
                 "(CROWDPREF_DATABASE_URL) at another store; do not delete it: it holds the study's state")
-    return (f"the study store at {where} cannot be opened ({_first_line(exc)}): check that the database server "
+    return (f"the study store at {where} cannot be opened ({first_line(exc)}): check that the database server "
             "runs and database_url (CROWDPREF_DATABASE_URL) is right")
 
 
@@ -315,7 +315,7 @@ def _engine(url: str) -> Engine:
     try:
         return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=20)
     except Exception as exc:  # noqa: BLE001 - a bad URL or a missing driver: one line
-        raise StoreError(f"database_url {_redacted(url)} cannot be used ({_first_line(exc)}): for PostgreSQL "
+        raise StoreError(f"database_url {_redacted(url)} cannot be used ({first_line(exc)}): for PostgreSQL "
                          "install crowdpref[postgres] and use postgresql+psycopg://USER@HOST:PORT/DB") from None
 
 
@@ -351,7 +351,3 @@ def _redacted(url: str) -> str:
     scheme, rest = url.split("://", 1)
     creds, host = rest.rsplit("@", 1)
     return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else url
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:200]
