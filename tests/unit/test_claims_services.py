@@ -82,7 +82,7 @@ def test_owner_credentials_are_random_private_and_made_once(tmp_path, monkeypatc
 
 
 def test_a_missing_argilla_venv_is_one_line_naming_the_setting_and_the_fix(tmp_path, monkeypatch):
-    """crowdpref/cli.py: "a missing venv" is one of the errors the user can fix - one line, no traceback."""
+    """crowdpref/cli/__init__.py: "a missing venv" is one of the errors the user can fix - one line, no traceback."""
     from crowdpref.errors import CrowdprefError
 
     monkeypatch.chdir(tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crowdpref import cli
+from crowdpref.cli import common
 from crowdpref.errors import ConfigError, CrowdprefError, ServiceError, StateFileError
 from crowdpref.pseudonyms import SALT_FILE, Pseudonyms
 from crowdpref.settings import load_settings
@@ -25,7 +25,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     s = load_settings(home=tmp_path / "state", argilla_port=16900, prefect_port=14200)
-    monkeypatch.setattr(cli, "_SETTINGS", s)
+    monkeypatch.setattr(common, "_SETTINGS", s)
     return s
 
 
@@ -34,9 +34,9 @@ def _connect_error(url: str) -> httpx.ConnectError:
 
 
 def test_a_refused_connection_names_the_service_and_how_to_start_it(settings):
-    prefect = cli.explain(_connect_error("http://127.0.0.1:14200/api/flows/"))
-    argilla = cli.explain(_connect_error("http://127.0.0.1:16900/api/v1/me"))
-    other = cli.explain(_connect_error("http://10.9.9.9:1234/x"))
+    prefect = common.explain(_connect_error("http://127.0.0.1:14200/api/flows/"))
+    argilla = common.explain(_connect_error("http://127.0.0.1:16900/api/v1/me"))
+    other = common.explain(_connect_error("http://10.9.9.9:1234/x"))
     assert isinstance(prefect, ServiceError) and "Prefect server at http://127.0.0.1:14200" in str(prefect)
     assert "`crowdpref up`" in str(prefect) and "PREFECT_API_URL" in str(prefect)
     assert "Argilla server at http://127.0.0.1:16900" in str(argilla) and "CROWDPREF_ARGILLA_URL" in str(argilla)
@@ -50,30 +50,30 @@ def test_prefects_failed_to_reach_api_is_explained_through_its_cause(settings):
         except httpx.ConnectError as exc:
             raise RuntimeError("Failed to reach API at http://127.0.0.1:14200/api/") from exc
     except RuntimeError as wrapped:
-        explained = cli.explain(wrapped)
+        explained = common.explain(wrapped)
     assert explained is not None and "Prefect server" in str(explained)
 
 
 def test_a_crowdpref_error_is_itself_and_bugs_are_not_explained(settings):
     error = ConfigError("studies/x.yaml: bad")
-    assert cli.explain(error) is error
-    assert cli.explain(KeyError("api_key")) is None
-    assert cli.explain(ZeroDivisionError()) is None
-    assert cli.explain(FileNotFoundError(2, "No such file", "/x")) is None  # may be our own bug: keep it
+    assert common.explain(error) is error
+    assert common.explain(KeyError("api_key")) is None
+    assert common.explain(ZeroDivisionError()) is None
+    assert common.explain(FileNotFoundError(2, "No such file", "/x")) is None  # may be our own bug: keep it
     try:
         try:
             raise ValueError("a bug")
         except ValueError:
             raise CrowdprefError("reported") from None
     except CrowdprefError as suppressed:
-        assert cli.explain(suppressed) is suppressed
-    unreadable = cli.explain(PermissionError(13, "Permission denied", "/state/store.sqlite"))
+        assert common.explain(suppressed) is suppressed
+    unreadable = common.explain(PermissionError(13, "Permission denied", "/state/store.sqlite"))
     assert isinstance(unreadable, StateFileError) and "/state/store.sqlite" in str(unreadable)
 
 
 def test_the_console_drops_an_explained_traceback_and_keeps_a_bugs(settings):
     formatter = logging.Formatter("%(message)s")
-    quiet = cli._without_explained_traceback(formatter.format)
+    quiet = common._without_explained_traceback(formatter.format)
 
     def record(exc: BaseException) -> logging.LogRecord:
         try:

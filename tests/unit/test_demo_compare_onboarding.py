@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import yaml
 
-from crowdpref import cli
+from crowdpref.cli import runs
 from crowdpref.config import load_study
 from tests.conftest import isolated_settings
 
@@ -20,7 +20,7 @@ DEMO = Path(__file__).resolve().parents[2] / "studies" / "demo.yaml"
 
 def test_the_copy_is_the_demo_without_onboarding(tmp_path):
     settings = isolated_settings(tmp_path / "home")
-    path = cli.without_onboarding(DEMO, settings)
+    path = runs.without_onboarding(DEMO, settings)
     original, copy = yaml.safe_load(DEMO.read_text()), yaml.safe_load(path.read_text())
     assert path == settings.state_dir / "studies" / "demo-no-onboarding.yaml"
     assert copy["name"] == "demo-no-onboarding"
@@ -47,7 +47,7 @@ def test_the_table_sets_both_runs_side_by_side(tmp_path, monkeypatch):
     from rich.console import Console
 
     console = Console(width=250, record=True)
-    console.print(cli.onboarding_comparison("with", "without", isolated_settings(tmp_path / "home")))
+    console.print(runs.onboarding_comparison("with", "without", isolated_settings(tmp_path / "home")))
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in console.export_text().splitlines()
             if line.startswith("│ study")]
     assert rows == [

@@ -323,13 +323,13 @@ class _store:
 # --- the CLI -------------------------------------------------------------------------------------------------------
 @pytest.fixture()
 def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from crowdpref import cli
+    from crowdpref.cli import common
 
     for name in CONNECTION_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(cli, "_SETTINGS", None)
+    monkeypatch.setattr(common, "_SETTINGS", None)
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study_data()))
     return tmp_path
 

@@ -1,0 +1,231 @@
+"""Commands that run the services: ``up``, ``deploy``, ``down``, ``supervise``, ``service install``
+and ``status``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from crowdpref.cli.common import _settings, _use_prefect, app, console, friendly_errors
+from crowdpref.errors import ConfigError
+from crowdpref.project import use_project
+
+
+@app.command()
+@friendly_errors
+def up(
+    only: list[str] = typer.Option(
+        None, "--only",
+        help="Start only these components: argilla, prefect, portal, worker (the Prefect worker on pool "
+             "'crowdpref'), caddy (HTTPS, public profile only) (default: all)."
+    ),
+    reset_owner: bool = typer.Option(
+        False, "--reset-owner",
+        help="Give the embedded Argilla's owner a new password and API key (when its credentials file "
+             "was lost or damaged); the stack must be down."),
+    supervise: bool = typer.Option(
+        None, "--supervise/--no-supervise", show_default=False,
+        help="Also start the supervisor, which starts again any of these services that dies (checks every "
+             "2 s); default: on in the public profile (CROWDPREF_PUBLIC_URL), off otherwise."),
+) -> None:
+    """Start the embedded services that are not running yet and print the UI URLs.
+
+    The services include the Prefect worker on the 'crowdpref' pool (not while a
+    deployments/serve.py process runs the flows), so deployed flows run when started."""
+    use_project()
+    from services import stack
+    from services.argilla.service import ensure_owner_credentials, masked
+
+    settings = _settings()
+    components = only or list(stack.COMPONENTS)
+    if reset_owner:
+        _reset_owner(settings)
+    if "argilla" in components and settings.embedded_argilla:
+        from services.argilla.service import env as argilla_env
+
+        ensure_owner_credentials(settings)  # damaged secrets: one line before anything starts
+        argilla_env(settings)
+    notes: list[str] = []
+    with console.status("starting services...") as spinner:
+        rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."),
+                        on_note=notes.append, supervise=supervise)
+    _print_status(rows)
+    for note in notes:
+        console.print(note, highlight=False)
+    if "argilla" in components and settings.embedded_argilla:
+        creds = ensure_owner_credentials(settings)
+        console.print(
+            f"Argilla UI:  {settings.argilla_api_url}  (owner [bold]{creds['username']}[/], "
+            f"API key {masked(creds['api_key'])}; full credentials in {settings.owner_credentials_file})",
+            highlight=False,
+        )
+    if "portal" in components:
+        console.print(f"Portal:      {settings.portal_public_url}  (participants' study links start here)",
+                      highlight=False)
+    if "prefect" in components:
+        console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
+        console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}", highlight=False)
+
+
+def _reset_owner(settings: Any) -> None:
+    """``up --reset-owner``: only for the embedded Argilla, only while no service runs (each
+    holds the old key)."""
+    use_project()
+    from services import stack
+    from services.argilla.service import reset_owner
+
+    if not settings.embedded_argilla:
+        raise ConfigError(f"--reset-owner is for the embedded Argilla; this one is {settings.argilla_url}: "
+                          "set CROWDPREF_ARGILLA_API_KEY to a key of that server instead")
+    running = [row.name for row in stack.status(settings) if row.pid is not None]
+    if running:
+        raise ConfigError(f"--reset-owner needs the stack down ({', '.join(running)} running, holding the old "
+                          "key): run `crowdpref down` first")
+    with console.status("giving the Argilla owner a new password and API key..."):
+        reset_owner(settings)
+    console.print(f"Argilla owner: new password and API key in {settings.owner_credentials_file}", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def deploy(
+    worker: bool = typer.Option(
+        True, help="Also start a process worker on the 'crowdpref' pool (unless one runs: `crowdpref up` starts it)."),
+) -> None:
+    """Register every deployment of prefect.yaml with the Prefect server (and start a worker).
+
+    Afterwards flows can be started from the Prefect UI; schedules are registered inactive -
+    resume them in the UI. A worker that runs already (`crowdpref up` starts one) is kept,
+    never a second one; `crowdpref down` stops it."""
+    use_project()
+    from deployments.deploy import WORKER_NAME, deploy_all, start_worker
+    from services.process import ProcessManager
+
+    settings = _settings()
+    _use_prefect(settings)
+    with console.status("registering deployments..."):
+        names = deploy_all(settings)
+    console.print(f"registered {len(names)} deployments: {', '.join(sorted(names))}", highlight=False)
+    if worker:
+        already = ProcessManager(settings.state_dir).running(WORKER_NAME) is not None
+        with console.status("starting a worker on pool 'crowdpref'..."):
+            running = start_worker(settings)  # one that already runs is kept: never a second worker
+        console.print(f"worker {'already ' if already else ''}running (pid {running.pid}); "
+                      f"deployments: {settings.prefect_ui_url}/deployments", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
+def down() -> None:
+    """Stop every embedded service crowdpref started (by recorded PID, whole process groups)."""
+    use_project()
+    from services import stack
+
+    stopped = stack.down(_settings())
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@app.command()
+@friendly_errors
+def supervise(
+    only: list[str] = typer.Option(
+        None, "--only", help="Watch only these components: argilla, prefect, portal, worker, caddy (default: all)."),
+    interval: float = typer.Option(2.0, min=0.5, help="Seconds between checks."),
+) -> None:
+    """Run the supervisor in the foreground: every INTERVAL seconds, start again (and wait until
+    healthy) any service of the stack whose process died. `crowdpref up --supervise` (the
+    default in the public profile) runs it in the background instead. Ctrl-C stops it."""
+    use_project()
+    from services import stack
+    from services.supervisor import supervise as loop
+
+    settings = _settings()
+    components = only or list(stack.COMPONENTS)
+    unknown = sorted(set(components) - set(stack.COMPONENTS))
+    if unknown:
+        raise ConfigError(f"--only {', '.join(unknown)}: unknown component; choose from {', '.join(stack.COMPONENTS)}")
+    try:
+        loop(settings, components, interval, log=lambda line: console.print(line, highlight=False))
+    except KeyboardInterrupt:
+        console.print("supervisor stopped")
+
+
+service_app = typer.Typer(help="Run the stack under systemd instead of `crowdpref up`.", no_args_is_help=True)
+app.add_typer(service_app, name="service")
+
+
+@service_app.command("install")
+@friendly_errors
+def service_install(
+    folder: Path = typer.Option(None, "--dir", help="Where to write the units (default: /etc/systemd/system, as root)."),
+    user: str = typer.Option(None, "--user", help="The account the services run as (User=; default: root's default)."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Check the units with `systemd-analyze verify`."),
+) -> None:
+    """Write a systemd unit for every service of this profile (restart on failure, start at
+    boot, ordered dependencies; the environment in 0600 files in the secrets folder) and check
+    them with `systemd-analyze verify` where it exists. Exit 1 if the check finds a problem."""
+    use_project()
+    from services import systemd
+
+    settings = _settings()
+    target = folder if folder is not None else systemd.default_dir()
+    paths = systemd.install(settings, target, user)
+    console.print(f"wrote {len(paths)} units in {target}: {', '.join(p.name for p in paths)}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"environment files (0600): {systemd.env_folder(settings)}", highlight=False)
+    if check:
+        checked = systemd.verify(paths)
+        console.print("systemd-analyze verify: no problem found" if checked
+                      else "systemd-analyze not found: the units were not checked", highlight=False)
+    names = " ".join(p.name for p in paths)
+    console.print(f"then: systemctl daemon-reload && systemctl enable --now {names}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
+def status(
+    study: Path = typer.Option(None, "--study", help="Show this study's progress instead: the same as "
+                               "`crowdpref progress --study` (which also has --json).", show_default=False),
+) -> None:
+    """What runs, where, and whether it is healthy. Exit 1 if something is down."""
+    if study is not None:
+        from crowdpref.cli.work import _show_progress
+
+        _show_progress(study, as_json=False, ask_prolific=True)
+        return
+    use_project()
+    from services import stack
+
+    settings = _settings()
+    rows = stack.status(settings)
+    _print_status(rows)
+    if settings.public:
+        _print_public(settings)
+    if not all(row.healthy for row in rows):
+        raise typer.Exit(1)
+
+
+def _print_public(settings: Any) -> None:
+    """The public profile's addresses and the served certificate's expiry (read over TLS)."""
+    from services import caddy
+
+    url = settings.public_url
+    console.print(f"Public URL:  {url}  (Argilla; the portal under /s/, /hooks/, /healthz)", highlight=False)
+    console.print(f"Study links: {url}/s/<study>/study1 and /study2   Prolific webhooks: {url}/hooks/prolific",
+                  highlight=False)
+    console.print(f"TLS ({settings.public_tls}): {caddy.certificate(settings).describe()}", highlight=False)
+
+
+def _print_status(rows: list[Any]) -> None:
+    table = Table(title="crowdpref services")
+    table.add_column("service")
+    table.add_column("pid", justify="right")
+    table.add_column("where")
+    table.add_column("health")
+    for row in rows:
+        health = "[green]healthy[/]" if row.healthy else ("[red]unhealthy[/]" if row.pid else "[dim]stopped[/]")
+        table.add_row(row.name, str(row.pid or "-"), row.url, health)
+    console.print(table)
