@@ -25,6 +25,13 @@ for _size in ("COLUMNS", "LINES"):
 
 from crowdpref.settings import Settings, load_settings  # noqa: E402
 
+# Every Argilla the tests start (session fixtures, test stacks, `crowdpref up` in a subprocess)
+# hashes passwords at bcrypt cost 4 instead of argilla-server's 12 (~0.28 s a hash): a test-only
+# knob of services/argilla/launch.py (TEST_BCRYPT_ROUNDS); unset, as outside the tests, Argilla
+# hashes at its own cost (tests/integration/test_argilla_bcrypt.py checks both).
+TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"
+os.environ[TEST_BCRYPT_ROUNDS] = "4"
+
 if TYPE_CHECKING:
     from services.postgres import PostgresServer
 
@@ -73,6 +80,7 @@ def cli_environment(home: Path) -> dict[str, str]:
         CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"),
         COLUMNS="200",
     )
+    env[TEST_BCRYPT_ROUNDS] = os.environ[TEST_BCRYPT_ROUNDS]  # test stacks hash cheaply (see above)
     return env
 
 

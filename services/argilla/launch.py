@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,9 +174,42 @@ def mount_session_handover(app: Any) -> None:
     app.router.routes.insert(0, Route(HANDOVER_PATH, handover, methods=["GET"]))
 
 
+TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"
+"""TEST STACKS ONLY (tests/conftest.py sets it; services/argilla/service.py passes it on when set):
+the bcrypt cost of the hashes this Argilla makes, instead of argilla-server's own (12, ~0.28 s a
+hash), so a test suite that makes and signs in hundreds of accounts does not spend minutes hashing.
+Unset - always, outside the tests - argilla-server's hashing is untouched."""
+
+
+def cheap_test_hashes() -> None:
+    """When :data:`TEST_BCRYPT_ROUNDS` is set (test stacks only), replace argilla-server's
+    ``accounts.hash_password`` with one of that bcrypt cost (4 to 31). Runs before
+    :func:`bcrypt_off_the_loop` (which then hashes off the loop at that cost) and before
+    ``ensure-owner``/``reset-owner``. Checking a password reads the cost from its stored hash, so
+    logins get as cheap; an unknown name's dummy check keeps argilla-server's cost 12."""
+    value = os.environ.get(TEST_BCRYPT_ROUNDS, "")
+    if not value:
+        return
+    if not value.isdigit() or not 4 <= int(value) <= 31:
+        raise LauncherProblem(f"{TEST_BCRYPT_ROUNDS}={value!r} is not a bcrypt cost: unset it (tests only) "
+                              "or give a whole number from 4 to 31")
+    import bcrypt
+    from argilla_server.contexts import accounts
+
+    if getattr(accounts, BCRYPT_PATCHED, False):
+        return  # already patched in this process: the off-the-loop patch holds the hashing it found
+    rounds = int(value)
+
+    def hash_password(password: str) -> str:
+        return bcrypt.hashpw(bytes(password, encoding="utf-8"), bcrypt.gensalt(rounds)).decode("utf-8")
+
+    accounts.hash_password = hash_password
+
+
 def _patched_or_exit() -> None:
     """Every patch of the launcher, or one ``crowdpref:`` line and exit status 1."""
     try:
+        cheap_test_hashes()
         bcrypt_off_the_loop()
         lighter_requests()
     except (LauncherProblem, PatchProblem) as exc:  # one line for the operator, not a traceback per worker
@@ -243,6 +277,12 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "worker" and sys.argv[2] == "--num-workers":
         _worker(int(sys.argv[3]))
         return
+    if len(sys.argv) == 3 and sys.argv[1] in ("ensure-owner", "reset-owner"):
+        try:
+            cheap_test_hashes()
+        except LauncherProblem as exc:
+            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
+            raise SystemExit(1) from None
     if len(sys.argv) == 3 and sys.argv[1] == "ensure-owner":
         problem = asyncio.run(_set_owner(Path(sys.argv[2]), replace=False))
         if problem:

@@ -22,6 +22,8 @@ from crowdpref.settings import Settings
 from services import postgres
 from services.process import ServiceSpec, http_ok, redis_command
 
+TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"  # launch.py's (test stacks only; unset in production)
+
 SERVER = "argilla-server"
 WORKER = "argilla-worker"
 ENGINE_NAME = "crowdpref-sql"
@@ -54,6 +56,8 @@ def env(settings: Settings) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "DO_NOT_TRACK": "1",
+        # test stacks only (tests/conftest.py): a cheap bcrypt cost, see launch.py's TEST_BCRYPT_ROUNDS
+        **({TEST_BCRYPT_ROUNDS: os.environ[TEST_BCRYPT_ROUNDS]} if os.environ.get(TEST_BCRYPT_ROUNDS) else {}),
     }
 
 

@@ -184,3 +184,21 @@ def test_launch_app_the_multi_worker_entry_is_patched_too(tmp_path):
     assert broken.returncode == 1
     lines = broken.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and "update_user missing" in lines[0], broken.stderr
+
+
+@pytest.mark.parametrize("rounds, expected", [("", "$2b$12$"), ("4", "$2b$04$"), ("3", None), ("x", None)])
+def test_the_test_only_bcrypt_cost(tmp_path, rounds, expected):
+    """``CROWDPREF_TEST_BCRYPT_ROUNDS`` (set by tests/conftest.py for every test stack): hashes of
+    that cost, through the off-the-loop patch too; unset, argilla-server's own cost 12; a value
+    that is no bcrypt cost stops the launcher with one ``crowdpref:`` line."""
+    env = _argilla_env(tmp_path) | ({"CROWDPREF_TEST_BCRYPT_ROUNDS": rounds} if rounds else {})
+    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); import launch; launch._patched_or_exit(); "
+            "from argilla_server.contexts import accounts; h = accounts.hash_password('pw'); "
+            "print(h[:7], accounts.verify_password('pw', h))")
+    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    if expected is None:
+        assert run.returncode == 1
+        assert run.stderr.strip().startswith("crowdpref: CROWDPREF_TEST_BCRYPT_ROUNDS="), run.stderr
+    else:
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == [expected, "True"]
