@@ -3,6 +3,7 @@ simulated crowd, optionally compared without onboarding) and ``simulate``."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,41 @@ def run_flow(
         _require_argilla(settings)
     module, attribute = FLOWS[flow_name]
     use_project()
-    result, _ = _call_flow(getattr(importlib.import_module(module), attribute), settings, flow_name, study=str(study))
-    console.print(f"{flow_name}: {result}")
+    result, run_url = _call_flow(getattr(importlib.import_module(module), attribute), settings, flow_name,
+                                 study=str(study))
+    console.print(result_view(flow_name, result))
+    console.print(f"Prefect UI, this run: {run_url}", highlight=False, soft_wrap=True)
+
+
+def result_view(flow_name: str, result: Any) -> Table | str:
+    """What `crowdpref run` prints for a flow's result, never a Python repr: the study flow's
+    stages as a table (as `demo` prints them), another flow's fields (a mapping or a dataclass)
+    as a table of field and value, a written file or a flow's own sentence as one line."""
+    if isinstance(result, dict) and isinstance(result.get("stages"), list):
+        return stage_table(f"{result.get('study', flow_name)}: {result.get('status', '?')}", result["stages"])
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = {field.name: getattr(result, field.name) for field in dataclasses.fields(result)}
+    if isinstance(result, dict):
+        table = Table(title=flow_name)
+        table.add_column("field")
+        table.add_column("value")
+        for name, value in result.items():
+            shown = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+            table.add_row(str(name), shown)
+        return table
+    if isinstance(result, Path):
+        return f"{flow_name}: done, wrote {result}"
+    return f"{flow_name}: done" if result is None else f"{flow_name}: {result}"
+
+
+def stage_table(title: str, stages: list[dict[str, Any]]) -> Table:
+    """The study flow's stages: name, status and seconds, one row each."""
+    table = Table(title=title)
+    for column in ("stage", "status", "seconds"):
+        table.add_column(column)
+    for stage in stages:
+        table.add_row(stage["stage"], stage["status"], f"{stage['seconds']:.1f}")
+    return table
 
 
 ARGILLA_FLOWS = {"study": "ratings.parquet", "collect-responses": "responses.parquet",
@@ -132,12 +166,8 @@ def demo(
     result, run_url = _call_flow(study_flow, settings, "study", study=str(study), simulate=True, max_wait_s=max_wait_s)
     if not isinstance(result, dict):
         raise CrowdprefError(f"the study flow returned {type(result).__name__}, not its stage table (run: {run_url})")
-    table = Table(title=f"{config.name}: {result['status']} in {time.perf_counter() - started:.0f} s")
-    for column in ("stage", "status", "seconds"):
-        table.add_column(column)
-    for stage in result["stages"]:
-        table.add_row(stage["stage"], stage["status"], f"{stage['seconds']:.1f}")
-    console.print(table)
+    console.print(stage_table(f"{config.name}: {result['status']} in {time.perf_counter() - started:.0f} s",
+                              result["stages"]))
     run = RunFolder.for_study(settings.runs_dir, config.name)
     console.print(f"Prefect UI, this run:   {run_url}", highlight=False, soft_wrap=True)
     from crowdpref.store import open_store

@@ -49,3 +49,4 @@ def new_study(
     path = write_new_study(name, participants, folder)
     print(f"wrote {path}")
     _validate(path)
+    print(f"next: change what you need in {path}, then check it again with `crowdpref validate {path}`")

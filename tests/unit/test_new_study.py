@@ -48,6 +48,9 @@ def test_new_study_writes_a_valid_config_for_real_people_into_the_portals_folder
     assert result.exit_code == 0, result.output
     path = cli_env / "studies" / "my-pilot.yaml"  # the portal's studies folder (portal_studies' default)
     assert f"wrote {Path('studies') / 'my-pilot.yaml'}" in result.output and "my-pilot.yaml: valid" in result.output
+    written = Path("studies") / "my-pilot.yaml"  # it ends with the next step
+    assert _lines(result.output)[-1] == (f"next: change what you need in {written}, then check it again with "
+                                         f"`crowdpref validate {written}`")
     data = yaml.safe_load(path.read_text())
     assert "crowd" not in data  # no simulated crowd to configure
     config = load_study(path)
