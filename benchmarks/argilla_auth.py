@@ -39,7 +39,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from crowdpref.portal import argilla_session  # noqa: E402
-from tests.conftest import free_port, isolated_settings  # noqa: E402
+from tests.conftest import isolated_settings  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 PASSWORD = "bench-" + "p" * 26
 LAUNCH = REPO / "services" / "argilla" / "launch.py"

@@ -59,7 +59,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -88,6 +87,7 @@ from crowdpref.config import parse_study  # noqa: E402
 from crowdpref.settings import Settings, load_settings  # noqa: E402
 from crowdpref.store import Claimed, Store  # noqa: E402
 from crowdpref.study1 import study1_collection  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 R, Q = 4, 10  # copies per question, questions per participant
 TARGET_WARM_P95_S = 2.0
@@ -103,12 +103,6 @@ if not console.is_terminal:  # piped or logged: wide enough for the tables
 
 
 # --- the private stack ------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def private_settings(home: Path) -> Settings:
     """Own state folder, free ports, no external URLs (a developer's CROWDPREF_*/ARGILLA_*
     environment cannot point the benchmark at a real server)."""

@@ -62,7 +62,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -77,6 +76,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from tests.ports import free_port  # noqa: E402
 
 CONFIG = REPO / "studies" / "social-reasoning.yaml"
 TARGET_S = 45 * 60
@@ -411,12 +411,6 @@ class MemorySampler(threading.Thread):
 
 
 # --- the private stack --------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def settings_environment(settings: Any) -> dict[str, str]:
     """Every setting under its CROWDPREF_* name (what the flows in this process read), plus
     Prefect's offline settings for the private server."""

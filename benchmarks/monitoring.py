@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from tests.ports import free_port  # noqa: E402
 
 from crowdpref.argilla_client import AnnotatorSession  # noqa: E402
 from crowdpref.portal import argilla_hooks  # noqa: E402
@@ -51,12 +51,6 @@ from crowdpref.store import Claimed  # noqa: E402
 from crowdpref.studies import open_collection  # noqa: E402
 
 NAME, R, Q = "monitoring-bench", 3, 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def private_settings(home: Path) -> Settings:

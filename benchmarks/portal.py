@@ -96,7 +96,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import statistics
 import sys
@@ -131,6 +130,7 @@ from crowdpref.runfolder import write_parquet  # noqa: E402
 from crowdpref.settings import Settings, load_settings  # noqa: E402
 from crowdpref.store import CREATING, READY, RELEASED, Claimed  # noqa: E402
 from crowdpref.studies import open_collection  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 R, Q = 4, 4  # copies per question, questions per participant: one batch per participant
 NAME = "portal-bench"
@@ -157,12 +157,6 @@ STOP = threading.Event()  # Ctrl-C / SIGTERM: waiting threads stop waiting
 
 
 # --- the private stack ------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def private_settings(home: Path, public: bool = False, argilla_workers: int | None = None) -> Settings:
     """Own state folder, free ports, its own studies folder; nothing external (a developer's
     CROWDPREF_* / ARGILLA_* environment cannot point the benchmark at a real server, store or

@@ -41,7 +41,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmarks.percentiles
 from benchmarks.percentiles import fmt, pct  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 POTATO = "potato-annotation==2.12.1"
 GIVE_UP_S = 300.0  # a person without their item page after this long gives up
@@ -140,12 +140,6 @@ def potato_command(venv: Path) -> Path:
     if not command.exists():
         raise PotatoUnavailable(f"{venv} has no bin/potato: install {POTATO} there, or leave --potato-venv out")
     return command
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -14,7 +14,8 @@ Sources, in priority order (of two duplicates the one from the earlier source is
 
 Every question is normalised (:func:`normalise_question`), validated (:func:`question_problem`)
 and compared with those already kept: identical text (case-insensitive) or a similarity at or
-above ``questions.near_duplicate_threshold`` (:func:`similarity`) makes it a duplicate.
+above ``questions.near_duplicate_threshold`` (0-100: the higher of rapidfuzz's ``ratio`` and
+``token_sort_ratio`` on lower-cased text without punctuation) makes it a duplicate.
 With ``questions.per_category`` set, categories are topped up by the LLM (when enabled) and
 sampled down to the target (seeded by the study's ``seed``).
 
@@ -69,7 +70,6 @@ __all__ = [
     "question_id",
     "question_problem",
     "read_question_file",
-    "similarity",
 ]
 
 #: Columns of ``questions.parquet`` (all strings; ``metadata`` is a JSON object as text).
@@ -139,15 +139,6 @@ def question_problem(text: str, min_chars: int, max_chars: int) -> tuple[str, st
 def _comparable(text: str) -> str:
     """Text as compared for near-duplicates: lower case, punctuation removed."""
     return default_process(text)
-
-
-def similarity(a: str, b: str) -> float:
-    """Similarity of two questions, 0-100: the higher of rapidfuzz's ``ratio`` (catches typos
-    and small edits) and ``token_sort_ratio`` (catches reordered clauses), on lower-cased
-    text without punctuation. 100 means the same words. ``token_set_ratio`` is not used: it
-    scores any question whose words are a subset of a longer one as 100."""
-    a, b = _comparable(a), _comparable(b)
-    return max(fuzz.ratio(a, b), fuzz.token_sort_ratio(a, b))
 
 
 # --- candidates, the pool and the result ------------------------------------------------------
@@ -234,6 +225,10 @@ class QuestionPool:
         return self._near_duplicate(text)
 
     def _near_duplicate(self, text: str) -> tuple[str, str] | None:
+        """The first kept question at or above the threshold by rapidfuzz's ``ratio`` (catches
+        typos and small edits) or ``token_sort_ratio`` (catches reordered clauses), on
+        lower-cased text without punctuation; 100 means the same words. ``token_set_ratio`` is
+        not used: it scores any question whose words are a subset of a longer one as 100."""
         query = _comparable(text)
         for scorer in (fuzz.ratio, fuzz.token_sort_ratio):
             match = process.extractOne(query, self._comparable_texts, scorer=scorer,

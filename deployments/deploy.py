@@ -30,7 +30,7 @@ import httpx
 from crowdpref.errors import CrowdprefError, ServiceError
 from crowdpref.settings import Settings
 from deployments.definitions import PREFECT_YAML, REPO, WORK_POOL, WORK_POOL_TYPE, DeploymentDef, load_definitions
-from services.process import ProcessManager, RunningService, ServiceSpec, last_line
+from services.process import ProcessManager, RunningService, ServiceSpec
 
 SERVE_NAME = "prefect-serve"
 WORKER_NAME = "prefect-worker"
@@ -312,8 +312,3 @@ def start_worker(settings: Settings) -> RunningService:
 def stop_worker(settings: Settings, timeout_s: float = 30.0) -> bool:
     """Stop the worker (its pid record says it needs two SIGTERMs; the manager sends them)."""
     return ProcessManager(settings.state_dir).stop(WORKER_NAME, timeout_s=timeout_s)
-
-
-def background_log(settings: Settings, name: str) -> str:
-    """The last line of a background service's log (for error messages)."""
-    return last_line(ProcessManager(settings.state_dir).log_path(name))

@@ -1,4 +1,4 @@
-"""The throwaway PostgreSQL server of the tests (``services/postgres.py``, fixtures
+"""The throwaway PostgreSQL server of the tests (``tests/postgres_server.py``, fixtures
 ``postgres_server`` / ``postgres_url`` in tests/conftest.py), through SQLAlchemy + psycopg 3.
 Skipped, with the reason, where no server can run (no binaries, no way to become postgres)."""
 

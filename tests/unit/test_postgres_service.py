@@ -19,6 +19,7 @@ from crowdpref.store import StoreError
 from crowdpref.store.engine import settings_url
 from services import postgres
 from services.argilla import service as argilla
+from tests.postgres_server import orphaned_system_folders
 
 
 def _settings(home: Path, **overrides: object):
@@ -170,4 +171,4 @@ def test_only_folders_of_vanished_state_folders_under_the_given_roots_are_orphan
     (root / "no-backref").mkdir()
     for settings in (gone, elsewhere, running):
         shutil.rmtree(settings.state_dir)
-    assert postgres.orphaned_system_folders([tests_root]) == [folders["gone"]]
+    assert orphaned_system_folders([tests_root]) == [folders["gone"]]

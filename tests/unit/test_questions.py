@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,8 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rapidfuzz import fuzz
+from rapidfuzz.utils import default_process
 
 import crowdpref.questions as questions_module
 from crowdpref.config import DEFAULT_CATEGORIES, StudyConfig, parse_study
@@ -32,10 +33,10 @@ from crowdpref.questions import (
     question_id,
     question_problem,
     read_question_file,
-    similarity,
 )
 from crowdpref.settings import Settings, load_settings
 from tests.fakes.openai_server import QUESTION_POOL, REFUSAL, FakeOpenAIServer
+from tests.ports import free_port
 
 DEFAULT_SLUGS = [slug for slug, _, _ in DEFAULT_CATEGORIES]
 WH_WORDS = {"how", "what", "why", "which", "when", "where", "who", "whose", "whom"}
@@ -66,12 +67,6 @@ def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
     else:
         path.write_text(content, encoding="utf-8")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def assert_one_line(message: str, *parts: str) -> None:
@@ -316,7 +311,9 @@ def test_a_short_question_inside_a_longer_one_is_not_a_duplicate() -> None:
     pool = pool_for()
     pool.offer(Candidate("How would you comfort a grieving friend?", "empathy", "bank"))
     longer = "How would you comfort a grieving friend who refuses to talk about the loss at all?"
-    assert similarity("How would you comfort a grieving friend?", longer) < 90
+    shorter = default_process("How would you comfort a grieving friend?")
+    assert max(fuzz.ratio(shorter, default_process(longer)),
+               fuzz.token_sort_ratio(shorter, default_process(longer))) < 90
     assert pool.offer(Candidate(longer, "empathy", "bank")) is not None
 
 
