@@ -389,15 +389,16 @@ class Collection:
                 self.make_visible(participant)
             self._read_progress(participant)
             now = self.store.participant(self.info.id, participant.username)
-            if now.status == COMPLETE:  # done: the sign-in link in their browser history stops working
+            if now.status == COMPLETE:  # done: their Argilla password changes, so it signs nobody in
                 self._expire_quietly(now)
         return self.store.participant(self.info.id, participant.username)
 
     # credentials that expire ------------------------------------------------------------------------
     def expire_credentials(self, participant: ParticipantState) -> None:
         """Give the participant's Argilla account a new random password (Argilla first, then the
-        store, with a ``credentials_expired`` event): the old one - in a ``/sign-in?auth=`` link
-        left in their browser history - logs nobody in any more. For a participant who
+        store, with a ``credentials_expired`` event): the old one - which the work frame's one-hop
+        password sign-in (``/sign-in?auth=``, used where Argilla serves no session hand-over page)
+        carried - logs nobody in any more. For a participant who
         completed, was released or withdrew; called again it changes the password again.
         Raises :class:`~crowdpref.argilla_client.ArgillaError` when Argilla refuses (the store
         is unchanged, and :meth:`expire_finished_credentials` tries again)."""

@@ -6,7 +6,8 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``GET  /s/<study>/<key>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..`` (or ``?invite=..``): check
   the ids (with Prolific: the submission must name this person and this study), refuse the
   excluded, claim the work (the same work when they come back), set a signed cookie and send
-  them to the welcome page - a clean URL, so their ids leave the address bar after one hop.
+  them to the welcome page (or the onboarding) - a clean URL, so their ids leave the address bar
+  after one hop; someone who already completed gets the "you are done" page (with their code).
 - ``GET  /s/<study>/<key>/onboarding`` (when the study has an ``onboarding:`` section and the
   person has claimed nothing yet; the cookie then holds their key hash, never the raw id): the
   step they are at - the introduction with worked examples, a practice question, the quiz, the
@@ -18,9 +19,17 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``GET  /s/<study>/<key>/welcome``: the guidelines and what to expect; *Start* posts to
 - ``POST /s/<study>/<key>/start``: where the portal and Argilla share an origin (the public
   profile), a page that stores an Argilla session minted for them (no password, no bcrypt; the
-  token is in this POST's answer, never in a URL) and opens their dataset in Argilla
-  (:mod:`crowdpref.portal.argilla_session`); else 303 to Argilla's sign-in page with their
-  credentials (the one hop that carries them; no-store, no referrer), which logs them in.
+  token is in this POST's answer, never in a URL) and goes on to the work frame
+  (:mod:`crowdpref.portal.argilla_session`); else 303 to the work frame; once they completed,
+  303 to the finish page.
+- ``GET  /s/<study>/<key>/work``: the work frame: the portal's bar (their progress, the way to
+  the finish page) over Argilla in a frame, which opens their first item (one origin), Argilla's
+  session hand-over page with a session minted for them (two origins, where Argilla serves
+  that page), or else the one-hop password sign-in (no-store); once they completed, 303 to the
+  finish page.
+- ``GET  /s/<study>/<key>/progress``: what the bar shows, as JSON (``submitted``, ``total``,
+  ``done``, ``given_back``): from the store, which Argilla's webhooks keep current; without
+  them, read from Argilla at most once per 10 s per person.
 - ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then, on
   Prolific, the completion code and the way back; with an invitation, thanks and what happens
   next (no code: it would be of no use); else how many are left.
@@ -33,7 +42,7 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   bad): the participant's activity - and their submitted answer - reach the store at once, and
   monitoring reads from Argilla only whom activity names (the portal registers the webhook when
   it starts and disables it when it stops, :mod:`crowdpref.portal.argilla_hooks`).
-- ``GET  /healthz``.
+- ``GET  /healthz``; ``GET  /``: a page saying to open the study from the link given.
 
 Nothing logs query strings: uvicorn's access log is off and :class:`PathOnlyLog` writes the
 method, path and status only.
