@@ -162,10 +162,44 @@ def _card_cases(tmp_path: Path) -> dict[str, Callable[[], str]]:
         planted = write_study_run(tmp_path / "d" / "pub-pilot", config, source="prolific")
         return _card(build(planted))
 
-    return {"simulated": simulated, "hostile_mixed": hostile_mixed, "bare": bare, "unverified": unverified}
+    def branches() -> str:
+        """The card's other branches: a sample of pairs, incomplete pairs dropped, raters who
+        wrote too, a withdrawal, the simulation's truth, screening warnings, the drop policy and
+        the fallback classifier without thresholds."""
+        from crowdpref.withdrawals import Withdrawn
+
+        config = small_config("pub-branches")
+        config = config.model_copy(update={
+            "study2": config.study2.model_copy(update={"pairs": 2, "exclude_study1_participants": False}),
+            "aggregation": config.aggregation.model_copy(update={"incomplete_pairs": "drop"})})
+        planted = write_study_run(tmp_path / "e" / "pub-branches", config)
+        run = planted.run
+        aggregation = json.loads(run.file("aggregation.json").read_text())
+        aggregation.update(truth={"share": 0.8333, "compared": 6}, withdrawn_participants=1)
+        screening = json.loads(run.file("screening.json").read_text())
+        screening.update(warnings=["model <x> & \"y\" failed"], policy="drop", limitations=None,
+                         fallback_used=True, thresholds=None, model=None)
+        from crowdpref.release import build_release
+
+        return _card(build_release(run, config, aggregation=aggregation, screening=screening,
+                                   collection=planted.collection, forbidden=planted.forbidden,
+                                   withdrawn=Withdrawn(keys=frozenset({"nobody-here"}))))
+
+    def screening_off() -> str:
+        config = small_config("pub-off")
+        config = config.model_copy(update={"screening": config.screening.model_copy(update={"enabled": False})})
+        planted = write_study_run(tmp_path / "f" / "pub-off", config, screening=False)
+        from crowdpref.release import build_release
+
+        run = planted.run
+        return _card(build_release(run, config, aggregation=json.loads(run.file("aggregation.json").read_text()),
+                                   collection=planted.collection, forbidden=planted.forbidden))
+
+    return {"simulated": simulated, "hostile_mixed": hostile_mixed, "bare": bare, "unverified": unverified,
+            "branches": branches, "screening_off": screening_off}
 
 
-CARDS = ("simulated", "hostile_mixed", "bare", "unverified")
+CARDS = ("simulated", "hostile_mixed", "bare", "unverified", "branches", "screening_off")
 
 
 @pytest.mark.parametrize("name", CARDS)
