@@ -8,9 +8,9 @@ full traceback. Anything else is a bug and keeps its traceback.
 
 The commands live by group in the modules of this package (each registers its commands on the one
 typer :data:`app` of :mod:`crowdpref.cli.common`; they are imported here in the order ``crowdpref
---help`` lists them):
+--help`` lists them, the ``service`` group last):
 
-- :mod:`~crowdpref.cli.services`: ``up``, ``deploy``, ``down``, ``supervise``, ``service install``, ``status``;
+- :mod:`~crowdpref.cli.services`: ``up``, ``deploy``, ``down``, ``supervise``, ``status``, ``service install``;
 - :mod:`~crowdpref.cli.studies`: ``validate``, ``new-study``;
 - :mod:`~crowdpref.cli.runs`: ``smoke``, ``run``, ``demo``, ``simulate``;
 - :mod:`~crowdpref.cli.work`: ``drop``, ``reopen``, ``progress``;
@@ -22,7 +22,7 @@ typer :data:`app` of :mod:`crowdpref.cli.common`; they are imported here in the 
 
 from __future__ import annotations
 
-# each module registers its commands on `app` when imported: this order is the order of `crowdpref --help`
+# each module registers its commands on `app` when imported: this is the order of `crowdpref --help`
 from crowdpref.cli import services, studies, runs, work, recruitment, participants, release, backup  # noqa: F401
 from crowdpref.cli.common import app, console, err_console, explain, friendly_errors
 
