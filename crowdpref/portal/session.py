@@ -49,7 +49,8 @@ class Sessions:
     def token_sign_in(self) -> bool:
         """Whether *Start* hands the browser a minted Argilla session (:meth:`sign_in`): the
         portal and Argilla share an origin (the public profile), so a portal page can write
-        Argilla's session storage. Else (the laptop stack's two ports) the password sign-in."""
+        Argilla's session storage. Else (the laptop stack's two ports) the work frame signs in
+        itself (:meth:`work`)."""
         return argilla_session.same_origin(self.settings.portal_public_url, self.settings.argilla_participant_url)
 
     def _signing_in(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
@@ -65,7 +66,9 @@ class Sessions:
         """Where *Start* sends the participant: with :attr:`token_sign_in`, a :class:`TokenSignIn`
         (an Argilla session token minted with Argilla's signing key - no bcrypt, no password in
         any URL) that opens the work frame; else the work frame's address, whose frame signs in
-        with the password (:meth:`work`). :class:`AlreadyFinished` once they completed."""
+        itself (:meth:`work`: Argilla's hand-over page with a session minted there, or the
+        password sign-in where Argilla serves no hand-over page). :class:`AlreadyFinished` once
+        they completed."""
         if not self.token_sign_in:
             self._signing_in(study, key, cookie)
             return work_path(study, key)
