@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from crowdpref.config import StudyConfig
 from crowdpref.contracts import SOURCES
@@ -215,6 +216,15 @@ def _yaml_header(config: StudyConfig, built: list[Built], facts: Facts) -> str:
     return data.to_yaml()
 
 
+_TEMPLATES = Environment(
+    loader=PackageLoader("crowdpref.release", "templates"),
+    # the card is Markdown: no HTML entities in it (an .html template would be escaped)
+    autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default=False),
+    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_TEMPLATES.filters.update(fmt=fmt, cell=cell, span=_span_text, g=lambda x: format(x, "g"))
+_TEMPLATES.globals.update(get=_get)
+
+
 def dataset_card(
     config: StudyConfig,
     built: list[Built],
@@ -228,24 +238,13 @@ def dataset_card(
     privacy: PrivacyReport | None = None,
     withdrawn: int = 0,
 ) -> str:
-    """The README.md: YAML header + the card text (written for this project, in its own words).
-    ``filters``: ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the
-    preregistered filters did not run. ``withdrawn``: participants who withdrew (counted, their
-    rows already left out)."""
+    """The README.md: YAML header + the card text (written for this project, in its own words;
+    the template ``crowdpref/release/templates/dataset_card.md.j2``). ``filters``:
+    ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the preregistered
+    filters did not run. ``withdrawn``: participants who withdrew (counted, their rows already
+    left out)."""
     pb = config.publish
-    s1, s2 = config.study1, config.study2
-    title = pb.pretty_name or config.title
-    where = repo_id or pb.repo_id or "path/to/release"
-    names = [item.subset.name for item in built]
-    out: list[str] = ["---", _yaml_header(config, built, facts).rstrip(), "---", "", f"# {title}", ""]
-
-    if pb.content_warning:
-        out += ["> **Content warning.** Participants wrote these answers freely and some may be "
-                "rude, offensive or upsetting. Answers flagged by the hate-speech screening were "
-                "kept on purpose (see the `*_flagged` columns and the `screening` configuration) "
-                "so that models can learn what not to say.", ""]
-
-    out += ["## Summary", ""]
+    s2 = config.study2
     sources = facts.sources
     if sources == ["simulated"]:
         opening = ("SIMULATED preference data on social reasoning: no person wrote or rated "
@@ -256,122 +255,52 @@ def dataset_card(
                    "people and partly with a simulated crowd (see \"Where the data comes from\").")
     else:
         opening = "Human preference data on social reasoning, collected with people in two studies."
-    summary = (
-        f"{opening} In the first, participants wrote their own answers to {facts.questions} "
-        f"questions on social reasoning ({facts.categories} categories). In the second, other "
-        f"participants compared two answers to the same question and said which one they "
-        f"preferred and how strongly. Averaging those judgements gives {facts.preference_rows} `prompt` / `chosen` / "
-        f"`rejected` rows, ready for reward modelling and preference optimisation (DPO and "
-        f"similar). The raw answers, every single rating and the questions are released too."
-    )
-    out += [summary, ""]
-    if unverified_participants(config):
-        out += [UNVERIFIED_NOTE, ""]
-    if config.description:
-        out += [config.description.strip(), ""]
-    out += ["## Where the data comes from", "", provenance_text(facts.answer_sources,
-                                                                facts.rating_sources), ""]
-
-    # method
-    out += ["## How the data was made", "",
-            "The figures below are those of this release, measured on the published data unless "
-            "said otherwise" + (" - the answers and ratings the preregistered filters kept (see "
-                                "\"Filters (preregistered)\")." if filters else "."), ""]
-    c1 = (collection or {}).get("study1") or {}
-    c2 = (collection or {}).get("study2") or {}
-    out += [
-        "| | Value |", "|---|---|",
-        f"| Questions | {facts.questions} |",
-        f"| Categories | {facts.categories} |",
-        f"| Study 1 participants (wrote at least one answer) | {facts.writers} |",
-        f"| Written answers | {facts.answers} |",
-        f"| Study 1: answers per question, R (planned / observed) | {s1.responses_per_question} / "
-        f"{_span_text(facts.answers_per_question)} |",
-        f"| Study 1: questions per participant, Q (planned / observed) | "
-        f"{s1.questions_per_participant} / {_span_text(facts.answers_per_writer)} |",
-        f"| Study 1 drop-outs (their unanswered work returned to the pool) | {fmt(_get(c1, 'dropped_out'))} |",
-        f"| Study 1 released slots / claimed again by later participants | "
-        f"{fmt(_get(c1, 'released_items'))} / {fmt(_get(c1, 'reclaimed_items'))} |",
-        f"| Study 2 participants (gave at least one rating) | {facts.raters} |",
-        f"| Rated pairs | {facts.rated_pairs} |",
-        f"| Ratings | {facts.ratings} |",
-        f"| Study 2: ratings per pair, R (planned / observed) | {s2.ratings_per_pair} / "
-        f"{_span_text(facts.ratings_per_pair)} |",
-        f"| Study 2: pairs per participant, Q (planned / observed) | {s2.pairs_per_participant} / "
-        f"{_span_text(facts.ratings_per_rater)} |",
-        f"| Study 2 drop-outs (their unanswered work returned to the pool) | {fmt(_get(c2, 'dropped_out'))} |",
-        f"| Study 2 released slots / claimed again by later participants | "
-        f"{fmt(_get(c2, 'released_items'))} / {fmt(_get(c2, 'reclaimed_items'))} |",
-        f"| Preference rows (default configuration) | {facts.preference_rows} |",
-        "",
-    ]
-    if not collection:
-        out += ["Drop-out and release figures are not available for this release.", ""]
-    if withdrawn:
-        out += [f"{withdrawn} participant{'s' if withdrawn != 1 else ''} withdrew; their answers and ratings "
-                "are not in this release (nor the pairs built from their answers, nor those pairs' ratings).", ""]
-    q = s1.quality_scale
     balance = _get(aggregation, "order_balance")
     balance_note = ""
     if not isinstance(balance, Mapping) or _get(balance, "unbalanced_pairs") is None:
         balance, balance_note = facts.order_balance, " (measured on the `ratings` configuration)"
-    order_text = display_order_text(balance, facts.swapped_share)
-    people = "participants" if "simulated" in sources else "people"
-    pairs_rule = ("every pair of a question's answers" if s2.pairs == "all"
-                  else f"at most {s2.pairs} pairs of answers per question (a seeded sample)")
-    labels = s2.scale_labels
-    out += [
-        "### Questions", "",
-        "Questions were taken from a hand-written bank, question files and, where enabled, a "
-        "language model asked for more; near-duplicates and questions that were too short or too "
-        "long were removed. The `source` column of the `questions` configuration says where each "
-        "came from.", "",
-        "### Study 1: written answers", "",
-        f"Each participant received a batch of up to {s1.questions_per_participant} different "
-        f"questions and, for each, wrote an answer in their own words and rated the question's "
-        f"quality from {q.min} to {q.max}. Every question was given to "
-        f"{s1.responses_per_question} different {people}. Questions were handed out so that those "
-        "with the most copies still unassigned went first, which keeps coverage even. "
-        "Participants were asked to be respectful, honest and authentic, to show empathy and "
-        "stay inclusive, to keep a neutral tone, and to explain their reasoning. When someone "
-        "stopped working, the questions they had not answered went back to a pool and were given "
-        "to a new participant.", "",
-        "### Study 2: pairwise ratings", "",
-        f"Pairs were formed from {pairs_rule}. Each rater saw a question with two answers, shown "
-        f"as A and B, and picked one of {s2.scale_points} points: "
-        + ", ".join(f"{i} {lower_first(label)}" for i, label in enumerate(labels, start=1))
-        + ". There is no neutral point. "
-        + f"Each pair was rated by {s2.ratings_per_pair} different {people}"
-        + (" (none of whom had written answers in study 1)" if s2.exclude_study1_participants else "")
-        + f" and each rater received up to {s2.pairs_per_participant} pairs. "
-        "Raters judged which answer was more respectful, honest, empathetic, inclusive, "
-        "neutral in its language and better reasoned, weighing one weakness against other "
-        "strengths.", "",
-        order_text, "",
-        "### From ratings to preferences", "",
-        f"The ratings of a pair are turned to the same orientation and averaged. A mean below the "
-        f"midpoint ({s2.midpoint:g}) prefers one answer, above it the other; that answer becomes "
-        "`chosen` and the other `rejected`. Pairs whose mean sits exactly on the midpoint (ties) "
-        "are left out of the default configuration; their ratings remain in `ratings`. "
-        + ("Pairs with fewer ratings than planned are kept and counted below." if
-           config.aggregation.incomplete_pairs == "report_and_keep"
-           else "Pairs with fewer ratings than planned were dropped."), "",
-    ]
+    participants = next((b.table.to_pandas() for b in built if b.subset.name == "participants"), None)
+    return _TEMPLATES.get_template("dataset_card.md.j2").render(
+        yaml_header=_yaml_header(config, built, facts).rstrip(),
+        title=pb.pretty_name or config.title,
+        pb=pb, s1=config.study1, s2=s2, facts=facts, filters=filters, collection=collection,
+        c1=(collection or {}).get("study1") or {}, c2=(collection or {}).get("study2") or {},
+        opening=opening,
+        unverified=unverified_participants(config), unverified_note=UNVERIFIED_NOTE,
+        description=config.description.strip() if config.description else None,
+        provenance=provenance_text(facts.answer_sources, facts.rating_sources),
+        withdrawn=withdrawn,
+        people="participants" if "simulated" in sources else "people",
+        scale=", ".join(f"{i} {lower_first(label)}" for i, label in enumerate(s2.scale_labels, start=1)),
+        order_text=display_order_text(balance, facts.swapped_share),
+        keep_incomplete=config.aggregation.incomplete_pairs == "report_and_keep",
+        quality="\n".join(quality_section(config, participants, aggregation)),
+        filters_text="\n".join(filters_section(filters)),
+        agreement=_agreement_rows(aggregation, facts, balance, balance_note),
+        aggregation=aggregation,
+        per_category=_per_category(aggregation),
+        truth=_truth(aggregation),
+        screening=_screening_facts(config, screening, facts),
+        na=NA, fallback_limitation=FALLBACK_LIMITATION,
+        split=SPLIT, built=built, names=[item.subset.name for item in built],
+        id_length=ID_LENGTH,
+        privacy="\n".join(privacy_markdown(privacy or PrivacyReport(
+            timestamp_precision=config.publish.timestamp_precision))),
+        where=repo_id or pb.repo_id or "path/to/release",
+        citation=pb.citation.strip() if pb.citation else None,
+    )
 
-    out += quality_section(config, next((b.table.to_pandas() for b in built
-                                         if b.subset.name == "participants"), None), aggregation)
-    out += filters_section(filters)
 
-    # agreement
-    out += ["## Agreement", ""]
-    alpha = _get(aggregation, "alpha", "krippendorff_alpha")
+def _agreement_rows(aggregation: Mapping[str, Any] | None, facts: Facts, balance: Any,
+                    balance_note: str) -> list[tuple[str, Any]]:
+    """The card's Agreement table: (measure, value) rows, a value None when not available."""
     mean_agreement = _get(aggregation, "mean_agreement")
     agreement_note = ""
     if mean_agreement is None and facts.mean_agreement is not None:
         mean_agreement, agreement_note = facts.mean_agreement, " (computed from the `agreement` column)"
     bias = _get(aggregation, "position_bias")
-    rows = [
-        ("Krippendorff's alpha (ordinal, over all ratings)", alpha),
+    return [
+        ("Krippendorff's alpha (ordinal, over all ratings)", _get(aggregation, "alpha", "krippendorff_alpha")),
         (f"Mean agreement (share of raters on the majority side){agreement_note}", mean_agreement),
         ("Mean margin", facts.mean_margin),
         ("Mean rating spread", _get(aggregation, "mean_spread")),
@@ -391,149 +320,61 @@ def dataset_card(
          + balance_note, _balance_cell(balance)),
         *_length_rows(_get(aggregation, "length_bias")),
     ]
-    out += ["| Measure | Value |", "|---|---|"]
-    out += [f"| {label} | {fmt(value)} |" for label, value in rows]
-    out.append("")
-    if aggregation is None:
-        out += ["The aggregation statistics are not available for this release; the figures that "
-                "come from them say so.", ""]
-    per_category = _get(aggregation, "per_category")
-    if isinstance(per_category, list) and per_category and all(isinstance(r, Mapping)
-                                                                 for r in per_category):
-        cols = [c for c in per_category[0] if all(
-            isinstance(r.get(c), (int, float, str, type(None))) for r in per_category)]
-        out += ["Per category:", "", "| " + " | ".join(c.replace("_", " ") for c in cols) + " |",
-                "|" + "---|" * len(cols)]
-        out += ["| " + " | ".join(cell(fmt(r.get(c))) for c in cols) + " |" for r in per_category]
-        out.append("")
-    truth = _get(aggregation, "truth")
-    if isinstance(truth, Mapping) and truth.get("share") is not None:
-        share = truth.get("share")
-        share_text = f"{share:.1%}" if isinstance(share, (int, float)) else fmt(share)
-        out += [f"The participants of this run were simulated: the aggregated preference matched "
-                f"the simulation's hidden preference in {share_text} of the "
-                f"{fmt(truth.get('compared'))} pairs compared.", ""]
-    out += ["Alpha near 1 means raters agree almost perfectly; near 0, no better than chance. "
-            "Preferences about social behaviour are partly a matter of taste, so moderate values "
-            "are expected; `margin` and `agreement` let users keep only the clearer pairs.", ""]
 
-    # screening
-    out += ["## Screening", ""]
+
+def _per_category(aggregation: Mapping[str, Any] | None) -> dict[str, list[Any]] | None:
+    """The aggregation's per-category table (its scalar columns; cells ready), or None."""
+    rows = _get(aggregation, "per_category")
+    if not (isinstance(rows, list) and rows and all(isinstance(r, Mapping) for r in rows)):
+        return None
+    cols = [c for c in rows[0] if all(isinstance(r.get(c), (int, float, str, type(None))) for r in rows)]
+    return {"header": [c.replace("_", " ") for c in cols],
+            "rows": [[cell(fmt(r.get(c))) for c in cols] for r in rows]}
+
+
+def _truth(aggregation: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """How often the aggregated preference matched a simulation's hidden one, or None."""
+    truth = _get(aggregation, "truth")
+    if not (isinstance(truth, Mapping) and truth.get("share") is not None):
+        return None
+    share = truth.get("share")
+    return {"share": f"{share:.1%}" if isinstance(share, (int, float)) else fmt(share),
+            "compared": fmt(truth.get("compared"))}
+
+
+def _screening_facts(config: StudyConfig, screening: Mapping[str, Any] | None, facts: Facts) -> dict[str, Any]:
+    """What the card's Screening section says: ``off`` (why there are no results) or the
+    classifier, counts, policy, warnings, flags per label, thresholds and limitation."""
     enabled = _get(screening, "enabled")
     if (facts.screened is None and screening is None) or enabled is False:
-        out += [f"Screening results are {NA}: "
-                + ("screening was switched off for this study."
-                   if not config.screening.enabled or enabled is False
-                   else "no screening output was found."), ""]
-    else:
-        models = _get(screening, "model") or ", ".join(facts.screening_models) or None
-        fallback = bool(_get(screening, "fallback_used")) or any(
-            "profanity" in m for m in facts.screening_models) or "profanity" in str(models or "")
-        screened = _get(screening, "n_responses", "screened", "n_screened")
-        screened = screened if screened is not None else facts.screened
-        flagged = _count(_get(screening, "n_flagged", "flagged"))
-        flagged = flagged if flagged is not None else facts.flagged
-        policy = _get(screening, "policy") or config.screening.policy
-        description = _get(screening, "description")
-        out += [
-            "Every written answer was passed through a hate-speech classifier. "
-            + ("Flagged answers were kept and marked, not removed." if policy == "flag"
-               else "Flagged answers were removed before pairing."), "",
-        ]
-        for warning in _get(screening, "warnings") or []:
-            out += [f"> **Warning:** {warning}", ""]
-        out += [
-            "| | Value |", "|---|---|",
-            f"| Classifier | {fmt(models)}{' (fallback)' if fallback else ''} |",
-            f"| Answers screened | {fmt(screened)} |",
-            f"| Answers flagged | {fmt(flagged)} |",
-            f"| Preference rows whose chosen / rejected answer is flagged | "
-            f"{fmt(facts.flagged_chosen)} / {fmt(facts.flagged_rejected)} |",
-            f"| Policy | {policy} |",
-            "",
-        ]
-        if isinstance(description, str) and description.strip():
-            out += [cell(description.strip()), ""]
-        per_label = _get(screening, "flagged_per_label") or facts.flagged_per_label
-        if isinstance(per_label, Mapping) and per_label:
-            out += ["Flags per label: " + ", ".join(f"{k} {fmt(v)}" for k, v in per_label.items())
-                    + ".", ""]
-        thresholds = _get(screening, "thresholds")
-        if not isinstance(thresholds, Mapping):
-            thresholds = None if fallback else config.screening.thresholds
-        if thresholds:
-            out += ["A label flags an answer at or above its threshold: "
-                    + ", ".join(f"{k} {fmt(float(v))}" for k, v in thresholds.items()) + ".", ""]
-        limitation = _get(screening, "limitations")
-        if isinstance(limitation, str) and limitation.strip():
-            out += [f"**Limitations.** {cell(limitation.strip())}", ""]
-        elif fallback:
-            out += ["**Limitations.** The main classifier (detoxify) could not be loaded, so the "
-                    "answers were screened with the fallback. " + FALLBACK_LIMITATION, ""]
-        else:
-            out += ["**Limitations.** Not available (the screening stage left no statistics).", ""]
-        out += ["An automatic classifier makes mistakes both ways: treat the flags as a hint, "
-                "not a verdict.", ""]
-
-    # configurations and columns
-    out += ["## Configurations and columns", "",
-            f"Each configuration has one `{SPLIT}` split stored as one Parquet file.", "",
-            "| Configuration | File | Rows |", "|---|---|---|"]
-    out += [f"| `{item.subset.name}` | `{item.subset.data_path}` | {item.table.num_rows} |"
-            for item in built]
-    out.append("")
-    for item in built:
-        subset = item.subset
-        out += [f"### `{subset.name}`: {subset.title}", "", subset.description, "",
-                "| Column | Type | Allowed values | Meaning |", "|---|---|---|---|"]
-        out += [f"| `{c.name}` | {c.dtype} | {cell(c.allowed)} | {cell(c.meaning)} |"
-                for c in subset.columns]
-        out.append("")
-
-    # privacy
-    out += [
-        "## Privacy", "",
-        f"Participants are identified only by random {ID_LENGTH}-character ids "
-        "(`participant_id`, `rater_id`), drawn at random for this dataset and unrelated to any "
-        "Prolific id, Argilla username or internal key; the table linking them stays with the "
-        "study team. The release contains no usernames, passwords or API keys: every file is "
-        "scanned for them before it is published.", "",
-        *privacy_markdown(privacy or PrivacyReport(
-            timestamp_precision=config.publish.timestamp_precision)), "",
-    ]
-
-    # loading
-    out += [
-        "## How to load it", "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        f'prefs = load_dataset("{where}", split="{SPLIT}")  # default configuration',
-        *[f'{n} = load_dataset("{where}", "{n}", split="{SPLIT}")' for n in names if n != "default"],
-        "```", "",
-        "With TRL (reward modelling or DPO), keep the standard preference columns; the "
-        "reward trainer also uses `margin`:", "",
-        "```python",
-        "from datasets import load_dataset",
-        "from trl import RewardConfig, RewardTrainer",
-        "",
-        f'train = load_dataset("{where}", split="{SPLIT}")',
-        'train = train.select_columns(["prompt", "chosen", "rejected", "margin"])',
-        "trainer = RewardTrainer(model=model, args=RewardConfig(output_dir=\"rm\"),",
-        "                        train_dataset=train, processing_class=tokenizer)",
-        "```", "",
-        "To keep only clear preferences, filter first, e.g. "
-        "`train.filter(lambda row: row[\"agreement\"] == 1.0)`.", "",
-    ]
-
-    # licence and citation
-    out += ["## Licence", "", f"Released under the `{pb.license}` licence.", ""]
-    out += ["## Citation", ""]
-    if pb.citation:
-        out += ["```", pb.citation.strip(), "```", ""]
-    else:
-        out += ["No citation has been given for this dataset yet.", ""]
-    return "\n".join(out)
+        return {"off": ("screening was switched off for this study."
+                        if not config.screening.enabled or enabled is False
+                        else "no screening output was found.")}
+    models = _get(screening, "model") or ", ".join(facts.screening_models) or None
+    fallback = bool(_get(screening, "fallback_used")) or any(
+        "profanity" in m for m in facts.screening_models) or "profanity" in str(models or "")
+    screened = _get(screening, "n_responses", "screened", "n_screened")
+    flagged = _count(_get(screening, "n_flagged", "flagged"))
+    description = _get(screening, "description")
+    per_label = _get(screening, "flagged_per_label") or facts.flagged_per_label
+    thresholds = _get(screening, "thresholds")
+    if not isinstance(thresholds, Mapping):
+        thresholds = None if fallback else config.screening.thresholds
+    limitation = _get(screening, "limitations")
+    return {
+        "off": None,
+        "models": models,
+        "fallback": fallback,
+        "screened": screened if screened is not None else facts.screened,
+        "flagged": flagged if flagged is not None else facts.flagged,
+        "policy": _get(screening, "policy") or config.screening.policy,
+        "warnings": _get(screening, "warnings") or [],
+        "description": description.strip() if isinstance(description, str) else "",
+        "per_label": (", ".join(f"{k} {fmt(v)}" for k, v in per_label.items())
+                      if isinstance(per_label, Mapping) and per_label else ""),
+        "thresholds": ", ".join(f"{k} {fmt(float(v))}" for k, v in thresholds.items()) if thresholds else "",
+        "limitation": limitation.strip() if isinstance(limitation, str) else "",
+    }
 
 
 def _length_rows(length: Any) -> list[tuple[str, Any]]:
