@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import uuid
@@ -23,7 +24,6 @@ for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
 
 from crowdpref.settings import Settings, load_settings  # noqa: E402
-from tests.ports import free_port  # noqa: E402,F401 - the tests import it from here too
 
 # Every Argilla the tests start (session fixtures, test stacks, `crowdpref up` in a subprocess)
 # hashes passwords at bcrypt cost 4 instead of argilla-server's 12 (~0.28 s a hash): a test-only
@@ -31,12 +31,22 @@ from tests.ports import free_port  # noqa: E402,F401 - the tests import it from 
 # hashes at its own cost (tests/integration/test_argilla_bcrypt.py checks both).
 TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"
 os.environ[TEST_BCRYPT_ROUNDS] = "4"
+# The test Prefect servers (the embedded one inherits this environment; so does the harness's)
+# look for deployment schedules to fill every 5 s instead of Prefect's 60 (test_deployments waits
+# for the scheduler to create runs).
+os.environ["PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"] = "5"
 
 if TYPE_CHECKING:
-    from tests.postgres_server import PostgresServer
+    from services.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_OUTPUT = REPO / "test-output"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def isolated_settings(home: Path, **overrides: object) -> Settings:
@@ -107,20 +117,20 @@ def _stale_state_folders() -> list[Path]:
 def _stop_stale_postgres() -> None:
     """Stop the throwaway PostgreSQL servers (``state-*/postgres/data/postmaster.pid``) that
     interrupted sessions left running; their folders stay (logs) until the stacks' clean-up."""
-    from tests import postgres_server
+    from services import postgres
 
     for folder in _stale_state_folders():
         if (folder / "postgres" / "data" / "postmaster.pid").exists():
-            postgres_server.stop_folder(folder / "postgres")
+            postgres.stop_folder(folder / "postgres")
 
 
 def _remove_orphaned_postgres_folders() -> None:
     """The public profile's PostgreSQL folders in /var/lib/crowdpref (a state folder the server's
     account cannot reach, as root) that tests left: their state folder, in the temp dir or
     test-output, is gone and their server stopped."""
-    from tests.postgres_server import orphaned_system_folders
+    from services import postgres
 
-    for folder in orphaned_system_folders([Path(tempfile.gettempdir()), TEST_OUTPUT]):
+    for folder in postgres.orphaned_system_folders([Path(tempfile.gettempdir()), TEST_OUTPUT]):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -178,11 +188,10 @@ def prefect_server(embedded_settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """One throwaway PostgreSQL server per test session (``tests/postgres_server.py``) in
+    """One throwaway PostgreSQL server per test session (``services/postgres.py``) in
     ``<session state folder>/postgres`` on a free port, stopped at the end, also when tests
     fail. Skips with the reason where none can run (no binaries; root without a postgres user)."""
     from services import postgres
-    from tests import postgres_server as throwaway
 
     reason = postgres.unavailable_reason()
     if reason:
@@ -197,7 +206,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         elsewhere = Path(tempfile.mkdtemp(prefix="crowdpref-postgres-"))
         folder.unlink(missing_ok=True)
         folder.symlink_to(elsewhere, target_is_directory=True)
-    server = throwaway.start(folder, free_port())
+    server = postgres.start(folder, free_port())
     try:
         yield server
     finally:
