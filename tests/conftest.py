@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import uuid
@@ -24,6 +23,7 @@ for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
 
 from crowdpref.settings import Settings, load_settings  # noqa: E402
+from tests.ports import free_port  # noqa: E402,F401 - the tests import it from here too
 
 # Every Argilla the tests start (session fixtures, test stacks, `crowdpref up` in a subprocess)
 # hashes passwords at bcrypt cost 4 instead of argilla-server's 12 (~0.28 s a hash): a test-only
@@ -37,16 +37,10 @@ os.environ[TEST_BCRYPT_ROUNDS] = "4"
 os.environ["PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"] = "5"
 
 if TYPE_CHECKING:
-    from services.postgres import PostgresServer
+    from tests.postgres_server import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_OUTPUT = REPO / "test-output"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def isolated_settings(home: Path, **overrides: object) -> Settings:
@@ -117,20 +111,20 @@ def _stale_state_folders() -> list[Path]:
 def _stop_stale_postgres() -> None:
     """Stop the throwaway PostgreSQL servers (``state-*/postgres/data/postmaster.pid``) that
     interrupted sessions left running; their folders stay (logs) until the stacks' clean-up."""
-    from services import postgres
+    from tests import postgres_server
 
     for folder in _stale_state_folders():
         if (folder / "postgres" / "data" / "postmaster.pid").exists():
-            postgres.stop_folder(folder / "postgres")
+            postgres_server.stop_folder(folder / "postgres")
 
 
 def _remove_orphaned_postgres_folders() -> None:
     """The public profile's PostgreSQL folders in /var/lib/crowdpref (a state folder the server's
     account cannot reach, as root) that tests left: their state folder, in the temp dir or
     test-output, is gone and their server stopped."""
-    from services import postgres
+    from tests.postgres_server import orphaned_system_folders
 
-    for folder in postgres.orphaned_system_folders([Path(tempfile.gettempdir()), TEST_OUTPUT]):
+    for folder in orphaned_system_folders([Path(tempfile.gettempdir()), TEST_OUTPUT]):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -188,10 +182,11 @@ def prefect_server(embedded_settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """One throwaway PostgreSQL server per test session (``services/postgres.py``) in
+    """One throwaway PostgreSQL server per test session (``tests/postgres_server.py``) in
     ``<session state folder>/postgres`` on a free port, stopped at the end, also when tests
     fail. Skips with the reason where none can run (no binaries; root without a postgres user)."""
     from services import postgres
+    from tests import postgres_server as throwaway
 
     reason = postgres.unavailable_reason()
     if reason:
@@ -206,7 +201,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         elsewhere = Path(tempfile.mkdtemp(prefix="crowdpref-postgres-"))
         folder.unlink(missing_ok=True)
         folder.symlink_to(elsewhere, target_is_directory=True)
-    server = postgres.start(folder, free_port())
+    server = throwaway.start(folder, free_port())
     try:
         yield server
     finally:
