@@ -50,3 +50,18 @@ def test_no_machine_specific_pin_in_the_package_metadata() -> None:
     constraints = [Requirement(line) for line in (REPO / "constraints.txt").read_text().splitlines()
                    if line.strip() and not line.startswith("#")]
     assert any(c.name == "torch" and c.specifier for c in constraints)
+
+
+def test_every_template_ships_as_package_data() -> None:
+    """The portal's pages and the dataset card render from Jinja2 templates inside the package:
+    each one must match a package-data pattern, or an installed crowdpref has no pages."""
+    from fnmatch import fnmatch
+
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = sorted((REPO / "crowdpref").glob("**/templates/*"))
+    assert len(templates) > 10
+    for path in templates:
+        package = ".".join(path.parent.parent.relative_to(REPO).parts)
+        inside = path.relative_to(path.parent.parent).as_posix()
+        assert any(fnmatch(inside, pattern) for pattern in package_data.get(package, [])), \
+            f"{path.relative_to(REPO)} is not package data: add it to [tool.setuptools.package-data] {package!r}"
