@@ -113,8 +113,7 @@ def reset_owner(settings: Settings) -> dict[str, str]:
     creds = _new_owner_credentials()
     write_json(creds, fresh, private=True)
     settings.argilla_home.mkdir(parents=True, exist_ok=True)
-    _run_launcher(settings, "database", "migrate", what="database migration")
-    _run_launcher(settings, "reset-owner", str(fresh), what="owner reset")
+    _run_launcher(settings, "reset-owner", "--migrate", str(fresh), what="database migration or owner reset")
     if path.is_dir():  # damaged: a folder in the file's place
         path.rmdir()
     os.replace(fresh, path)
@@ -148,11 +147,12 @@ def _run_launcher(settings: Settings, *args: str, what: str) -> None:
 
 
 def prepare(settings: Settings) -> None:
-    """Migrate the database and make sure the owner exists (both idempotent)."""
+    """Migrate the database and make sure the owner exists (both idempotent), in one launcher
+    process (``ensure-owner --migrate``: argilla-server's import, seconds of CPU, paid once)."""
     settings.argilla_home.mkdir(parents=True, exist_ok=True)
     ensure_owner_credentials(settings)
-    _run_launcher(settings, "database", "migrate", what="database migration")
-    _run_launcher(settings, "ensure-owner", str(settings.owner_credentials_file), what="owner creation")
+    _run_launcher(settings, "ensure-owner", "--migrate", str(settings.owner_credentials_file),
+                  what="database migration or owner creation")
 
 
 def server_healthy(settings: Settings) -> bool:
