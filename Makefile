@@ -35,7 +35,7 @@ TEST_WORKERS ?= 2
 test: setup docs-check
 	@mkdir -p test-output
 	@trap 'for home in test-output/state-*; do [ -d "$$home" ] && CROWDPREF_HOME=$$home $(CROWDPREF) down >/dev/null 2>&1; done; true' EXIT; \
-	  $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	  $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
