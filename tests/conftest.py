@@ -5,6 +5,7 @@ stopped at the end - also when tests fail."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -328,3 +329,62 @@ def pytest_runtest_call(item: pytest.Item) -> object:
     result = yield
     check_fake_prolifics()
     return result
+
+
+# --- pytest-xdist: the files of one costly session stack run on one worker ------------------------------
+SHARED_STACK_FIXTURES = ("public_argilla", "prefect_server")
+"""Session fixtures that start a whole stack (the public profile's PostgreSQL + Argilla; the embedded
+Prefect server with its UI) in each worker that asks for one: the files that use one of them are one
+work unit of ``--dist loadfile`` (:func:`pytest_xdist_make_scheduler`), so the stack starts once per run."""
+_stack_of_file: dict[str, str | None] = {}
+
+
+def _stack_group(root: Path, path: str) -> str | None:
+    """The first of :data:`SHARED_STACK_FIXTURES` that the test file ``path`` names, if any."""
+    if path not in _stack_of_file:
+        try:
+            text = (root / path).read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        _stack_of_file[path] = next((name for name in SHARED_STACK_FIXTURES
+                                     if re.search(rf"\b{name}\b", text)), None)
+    return _stack_of_file[path]
+
+
+def _run_order(root: Path, item: pytest.Item) -> int:
+    """Files that start a shared stack first, then the other integration and browser files (minutes
+    each), then the unit tests (seconds): with the slow work units handed out first, the two workers
+    finish close together instead of one running a long integration file alone at the end."""
+    path = item.nodeid.split("::", 1)[0]
+    if _stack_group(root, path):
+        return 0
+    return 1 if path.startswith(("tests/integration/", "tests/browser/")) else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run order: :func:`_run_order` (a stable sort: a file's tests stay together and in order).
+    Every pytest-xdist worker sorts alike, so their collections still match."""
+    items.sort(key=lambda item: _run_order(config.rootpath, item))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` (make test's), except that every file using the same costly stack fixture
+    (:data:`SHARED_STACK_FIXTURES`) is in one work unit, so one worker starts that stack, not each;
+    the units are handed out in collection order (:func:`pytest_collection_modifyitems`: slow files
+    first), not pytest-xdist's largest-test-count first. Other ``--dist`` modes: pytest-xdist's own
+    scheduler."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = config.rootpath
+
+    class SharedStackScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            group = _stack_group(root, path)
+            return f"stack:{group}" if group else path
+
+    config.option.loadscopereorder = False  # hand out work units in run order (_run_order), not by size
+    return SharedStackScheduling(config, log)
