@@ -180,7 +180,8 @@ def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argil
     store.set_meta(WEBHOOK_SECRET, secret)
     body = json.dumps({"event_type": "submission.status.change", "resource_id": session,
                        "participant_id": PID_A, "status": "RETURNED"}).encode()
-    reply = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-1"))
+    now = int(time.time())
+    reply = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, now, "evt-1"))
     assert reply.status_code == 200 and reply.json()["outcome"] == "RETURNED: queued"
     assert portal.after_reply.wait(60)  # the withdrawal runs after the reply
     assert {d["event_id"]: d["outcome"] for d in store.deliveries("prolific")} == {"evt-1": "RETURNED: withdrawn"}
@@ -192,8 +193,9 @@ def test_a_returned_webhook_for_a_participant_who_completed_withdraws_them(argil
     [event] = store.events(cid, kinds=["withdrawn"])
     assert json.loads(event["detail"])["reason"] == "RETURNED on Prolific after completion (webhook)"
     assert PID_A not in json.dumps(store.events(cid), default=str)
-    # a second delivery of the same status (a new event id) changes nothing
-    again = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, int(time.time()), "evt-2"))
+    # a second delivery of the same status (a new event id, signed a second later: not a replay of
+    # the first's signed content, which is a duplicate before any work) changes nothing
+    again = client.post("/hooks/prolific", content=body, headers=_signed(secret, body, now + 1, "evt-2"))
     assert again.json()["outcome"] == "RETURNED: queued" and portal.after_reply.wait(60)
     assert {d["event_id"]: d["outcome"] for d in store.deliveries("prolific")}["evt-2"] == "RETURNED: already withdrawn"
     assert len(store.events(cid, kinds=["withdrawn"])) == 1
