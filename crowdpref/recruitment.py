@@ -517,8 +517,9 @@ SCREEN_OUT_SENT, SCREEN_OUT_PAID = "screen_out_sent", "screen_out_paid"
 RETURN_REQUESTED = "return_requested"
 
 
-def _people(store: Any, cid: int, kind: str) -> set[str]:
-    """The key hashes (``person`` in the detail) of the collection's events of ``kind``."""
+def people_with(store: Any, cid: int, kind: str) -> set[str]:
+    """The key hashes (``person`` in the detail) of the collection's events of ``kind``
+    (e.g. :data:`SCREEN_OUT_PAID`: whose screen-out was paid)."""
     import json
 
     return {str(json.loads(e["detail"] or "{}").get("person")) for e in store.events(cid, kinds=[kind])}
@@ -602,7 +603,7 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
     private: list[dict[str, str]] = []
     # who crowdpref's quiz screened out (by key hash), whose screen-out was paid, who was listed
     screened = {o.key_hash for o in store.onboarding_records(cid) if o.status == SCREENED_OUT}
-    paid, unrecorded = _people(store, cid, SCREEN_OUT_PAID), _people(store, cid, "screen_out_unrecorded")
+    paid, unrecorded = people_with(store, cid, SCREEN_OUT_PAID), people_with(store, cid, "screen_out_unrecorded")
     minutes = (config.study1 if key == "study1" else config.study2).inactive_after_minutes
     asked_to_return = {e["participant_id"] for e in store.events(cid, kinds=[RETURN_REQUESTED])}
 

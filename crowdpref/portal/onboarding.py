@@ -4,7 +4,6 @@ passed, and the screen-out of who did not (its payment queued after the page's r
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 
 from crowdpref.collection import Collection
@@ -177,7 +176,7 @@ class Onboarding:
         """Run one screen-out payment :meth:`screened_out` queued (once per person: not again when
         the store records it paid). Never raises: a failure is logged (no ids) and left to the
         sync. True when it was paid now."""
-        from crowdpref.recruitment import SCREEN_OUT_PAID, pay_screen_out
+        from crowdpref.recruitment import SCREEN_OUT_PAID, pay_screen_out, people_with
 
         with self._lock:
             queued = self._screen_out_jobs.pop(job, None)
@@ -185,8 +184,7 @@ class Onboarding:
             return False
         config, cid, person, session = queued
         try:
-            if any(json.loads(e["detail"] or "{}").get("person") == person
-                   for e in self.store.events(cid, kinds=[SCREEN_OUT_PAID])):
+            if person in people_with(self.store, cid, SCREEN_OUT_PAID):
                 return False
             client = self.prolific(config)
             if client is None:
