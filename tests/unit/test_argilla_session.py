@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,23 +19,34 @@ from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_session
 from crowdpref.portal.app import create_app
 from crowdpref.portal.service import Portal
+from tests.argilla_venv import ARGILLA_PYTHON, Snippet, run_forked
 from tests.unit.test_portal_entry import _write, rig  # noqa: F401 - the fixture
 
-REPO = Path(__file__).resolve().parents[2]
-ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
 FRONT = "http://study.test"
 TOKEN_IN_PAGE = re.compile(r'"Bearer ([A-Za-z0-9_.-]+)"')
 
 
-def _argilla_decode(token: str, secret: str) -> dict:
-    """What argilla-server's ``JWT.decode`` makes of ``token`` with ``secret`` as its key."""
-    code = ("import json, sys; from argilla_server.security.authentication.jwt import JWT\n"
-            "try:\n    print(json.dumps(JWT.decode(sys.argv[1])))\nexcept Exception as e:\n"
-            "    print(json.dumps({'refused': type(e).__name__}))")
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code, token], capture_output=True, text=True, timeout=120,
-                         env={"PATH": "/usr/bin:/bin", "ARGILLA_AUTH_SECRET_KEY": secret, "HF_HUB_OFFLINE": "1"},
-                         check=True)
-    return json.loads(run.stdout.strip().splitlines()[-1])
+JWT_DECODE = ("import importlib, json, sys\n"
+              # argilla-server reads ARGILLA_AUTH_SECRET_KEY into its settings, and JWT takes its key from
+              # them, when imported: this process's import (tests/argilla_venv.py) had another key
+              "from argilla_server.security import settings\n"
+              "from argilla_server.security.authentication import jwt\n"
+              "importlib.reload(settings); importlib.reload(jwt)\n"
+              "try:\n    print(json.dumps(jwt.JWT.decode(sys.argv[1])))\nexcept Exception as e:\n"
+              "    print(json.dumps({'refused': type(e).__name__}))")
+
+
+def _argilla_decode(*cases: tuple[str, str]) -> list[dict]:
+    """What argilla-server's ``JWT.decode`` makes of each ``(token, secret)``: the token with
+    ``secret`` as its key (``ARGILLA_AUTH_SECRET_KEY``), each in a process of its own, all for
+    one import of argilla-server (tests/argilla_venv.py)."""
+    runs = run_forked([Snippet(JWT_DECODE, args=(token,), env={"ARGILLA_AUTH_SECRET_KEY": secret})
+                       for token, secret in cases], preload="argilla_server.security.authentication.jwt",
+                      env={"PATH": "/usr/bin:/bin", "ARGILLA_AUTH_SECRET_KEY": "t" * 64, "HF_HUB_OFFLINE": "1"},
+                      timeout=120)
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    return [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
 
 
 @pytest.mark.skipif(not ARGILLA_PYTHON.exists(), reason="no Argilla venv (.venv-argilla): run make setup")
@@ -46,11 +55,11 @@ def test_argilla_accepts_the_minted_token_with_its_key_only():
     now = time.time()
     token, expires = argilla_session.mint_token(secret, "p-0042", now=now)
     assert expires == int(now + argilla_session.TOKEN_LIFETIME_S)
-    claims = _argilla_decode(token, secret)
-    assert claims["username"] == "p-0042" and claims["role"] == "annotator" and claims["exp"] == expires
-    assert _argilla_decode(token, "other" * 10) == {"refused": "UnauthorizedError"}
     old, _ = argilla_session.mint_token(secret, "p-0042", now=time.time() - argilla_session.TOKEN_LIFETIME_S - 60)
-    assert _argilla_decode(old, secret) == {"refused": "UnauthorizedError"}
+    claims, other_key, expired = _argilla_decode((token, secret), (token, "other" * 10), (old, secret))
+    assert claims["username"] == "p-0042" and claims["role"] == "annotator" and claims["exp"] == expires
+    assert other_key == {"refused": "UnauthorizedError"}
+    assert expired == {"refused": "UnauthorizedError"}
 
 
 KNOWN_TOKEN = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ1c2VybmFtZSI6InAtMDA0MiIsIm5hbWUiOiJwLTAwNDIiLCJyb2xlIjoiYW5ub3"
