@@ -6,11 +6,12 @@ back on the event loop."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.argilla_venv import ARGILLA_PYTHON, Snippet, run_forked
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("portal_bench", REPO / "benchmarks" / "portal.py")
@@ -62,7 +63,6 @@ def test_bcrypt_on_loop_runs_the_benchmark_app_with_the_stack_workers_host_and_p
     assert "--no-access-log" in argv
 
 
-ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
 PROBE = """
 import sys
 sys.path.insert(0, {folder!r})
@@ -75,16 +75,20 @@ print(accounts.authenticate_user.__module__, app is not None)
 
 @pytest.mark.skipif(not ARGILLA_PYTHON.exists(), reason="no Argilla venv (make setup)")
 def test_the_bcrypt_on_loop_app_keeps_argilla_servers_stock_login_and_the_launcher_replaces_it():
-    def served(folder: Path, module: str) -> str:
-        code = PROBE.format(folder=str(folder), module=module)
-        done = subprocess.run([str(ARGILLA_PYTHON), "-c", code], capture_output=True, text=True, timeout=120,
-                              cwd=REPO)
+    # each probe in a process of its own, both for one import of argilla-server (tests/argilla_venv.py:
+    # the probes import argilla_server.contexts.accounts first, through the module they load)
+    on_loop_run, launcher_run = run_forked(
+        [Snippet(PROBE.format(folder=str(folder), module=module)) for folder, module in
+         [(REPO / "benchmarks", "argilla_bcrypt_on_loop"), (REPO / "services" / "argilla", "launch")]],
+        preload="argilla_server.contexts.accounts", cwd=REPO, timeout=120)
+
+    def served(done) -> list[str]:
         assert done.returncode == 0, done.stderr[-800:]
         return done.stdout.split()[-2:]
 
-    on_loop = served(REPO / "benchmarks", "argilla_bcrypt_on_loop")
+    on_loop = served(on_loop_run)
     assert on_loop == ["argilla_server.contexts.accounts", "True"]
-    launcher = served(REPO / "services" / "argilla", "launch")
+    launcher = served(launcher_run)
     if launcher[0] == "argilla_server.contexts.accounts":
         pytest.skip("this checkout's launcher does not move bcrypt off the loop")
     assert launcher[0] != "argilla_server.contexts.accounts"
