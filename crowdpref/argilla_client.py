@@ -25,6 +25,7 @@ import httpx
 from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ArgillaError as SDKError
 
 from crowdpref.errors import CrowdprefError
+from crowdpref.tls import shared_context
 
 DEFAULT_TIMEOUT_S = 60.0
 RECORDS_BULK_MAX = 500  # server limit for PUT /api/v1/datasets/{id}/records/bulk
@@ -58,7 +59,8 @@ class SubmittedAnswer:
 def check_server(api_url: str, api_key: str, timeout_s: float = 10.0) -> None:
     """Fail fast, in one line, when the server is unreachable or the key is wrong."""
     try:
-        response = httpx.get(f"{api_url}/api/v1/me", headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s)
+        response = httpx.get(f"{api_url}/api/v1/me", headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s,
+                             verify=shared_context())
     except httpx.HTTPError as exc:
         raise ArgillaError(
             f"Argilla is unreachable at {api_url} ({exc.__class__.__name__}): run `crowdpref up`, "
@@ -107,10 +109,10 @@ class ArgillaOwner:
         hooks = {"response": [self._after_response]}
         self.after_change = after_change
         self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries,
-                                 event_hooks=hooks)
+                                 event_hooks=hooks, verify=shared_context())
         self._http = httpx.Client(
             base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s, event_hooks=hooks,
-            transport=StaleConnectionRetry(),
+            transport=StaleConnectionRetry(verify=shared_context()),
         )
         self._user_ids: dict[str, str] = {}
 
@@ -337,14 +339,15 @@ class AnnotatorSession:
             raise ArgillaError(f"Argilla at {self.api_url} refused the login of '{username}': check the password in the study store")
         self._http = httpx.Client(
             base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
-            transport=StaleConnectionRetry(),
+            transport=StaleConnectionRetry(verify=shared_context()),
         )
 
     @staticmethod
     def _token(api_url: str, username: str, password: str, timeout_s: float) -> str | None:
         try:
             response = httpx.post(
-                f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=timeout_s
+                f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=timeout_s,
+                verify=shared_context(),
             )
         except httpx.HTTPError as exc:
             raise ArgillaError(f"Argilla is unreachable at {api_url} ({exc.__class__.__name__})", transient=True) from None

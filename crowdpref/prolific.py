@@ -42,6 +42,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from crowdpref.errors import CrowdprefError
+from crowdpref.tls import shared_context
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class ProlificClient:
         self.sleep = sleep
         self._secret = token  # only for redacting server text; never shown
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport,
-                                  headers={"Authorization": f"Token {token}", "Accept": "application/json"})
+                                  verify=shared_context(), headers={"Authorization": f"Token {token}", "Accept": "application/json"})
 
     def __repr__(self) -> str:
         return f"ProlificClient({self.base_url!r})"

@@ -12,6 +12,7 @@ import argilla as rg
 import httpx
 
 from crowdpref.argilla_client import ArgillaOwner
+from crowdpref.tls import shared_context
 
 SMOKE_WORKSPACE = "crowdpref-smoke"
 
@@ -43,7 +44,7 @@ def check_argilla(api_url: str, api_key: str, timeout_s: float = 30.0) -> SmokeR
         dataset.delete()
         owner.close()
     return SmokeResult(
-        argilla_version=httpx.get(f"{api_url}/api/v1/version", timeout=timeout_s).json().get("version", "?"),
+        argilla_version=httpx.get(f"{api_url}/api/v1/version", timeout=timeout_s, verify=shared_context()).json().get("version", "?"),
         records_after_two_logs=count,
         seconds=time.perf_counter() - started,
     )

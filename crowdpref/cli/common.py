@@ -140,8 +140,10 @@ def _reachable(url: str, embedded: bool) -> str | None:
     """None when ``url`` answers (the embedded services: with 200), else why not."""
     import httpx
 
+    from crowdpref.tls import shared_context
+
     try:
-        response = httpx.get(url, timeout=5.0)
+        response = httpx.get(url, timeout=5.0, verify=shared_context())
     except httpx.HTTPError as exc:
         return exc.__class__.__name__
     if embedded and response.status_code != 200:

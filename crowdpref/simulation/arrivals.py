@@ -31,6 +31,7 @@ from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_session, pages
 from crowdpref.store import Claimed, ParticipantState
+from crowdpref.tls import shared_context
 
 ENTRY_TRIES, ENTRY_PAUSE_S = 3, 2.0
 """A simulated person opens the study link again after a 503 (the portal asks them to), this
@@ -122,11 +123,12 @@ class ProlificDoor:
     def __init__(self, collection: Collection, seed: int, portal_url: str, prolific: Any, fake_app_url: str,
                  timeout_s: float = 60.0, onboard: Onboard | None = None, verify: Any = True):
         self.collection = collection
-        self.verify = verify  # what the participants' browsers trust (httpx's verify: the public profile's CA)
+        # what the participants' browsers trust (httpx's verify: the public profile's CA)
+        self.verify = shared_context() if verify is True else verify
         self.seed = seed
         self.portal_url = portal_url.rstrip("/")
         self.prolific = prolific  # a ProlificClient for the fake's API (reading submissions)
-        self.fake = httpx.Client(base_url=fake_app_url.rstrip("/"), timeout=timeout_s)
+        self.fake = httpx.Client(base_url=fake_app_url.rstrip("/"), timeout=timeout_s, verify=shared_context())
         self.timeout_s = timeout_s
         self._browsers: dict[str, httpx.Client] = {}  # one cookie jar per participant, this visit
         self.sleep = time.sleep
