@@ -245,7 +245,9 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> HTMLResponse:
-        return HTMLResponse(pages.message(exc.title, str(exc)), status_code=exc.status, headers=NO_STORE)
+        headers = NO_STORE if exc.retry_after is None else {
+            **NO_STORE, "Retry-After": str(exc.retry_after), "Refresh": str(exc.retry_after)}  # reloads itself
+        return HTMLResponse(pages.message(exc.title, str(exc)), status_code=exc.status, headers=headers)
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -259,7 +261,8 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
     @app.get("/s/{study}/{key}")
     def enter(study: str, key: str, request: Request) -> Response:
         entered = portal.enter(study, _key(key), dict(request.query_params),
-                               client=client_address(request, proxies))
+                               client=client_address(request, proxies),
+                               cookie=request.cookies.get(cookie_name(study, key)))
         if entered.finished is not None:  # they completed: "you are done" (and their code), no sign-in
             done = entered.finished
             return HTMLResponse(pages.already_done(done.code if done.completion_url else None, done.completion_url),

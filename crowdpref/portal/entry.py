@@ -5,6 +5,7 @@ that recognises them afterwards (:meth:`Entry.participant`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,27 +62,18 @@ class Entered:
 
 class Entry:
     """The :class:`~crowdpref.portal.service.Portal`'s arrivals and returning visitors (its
-    ``store``, ``cookies``, ``invites``, ``_person_locks``; the studies, limits, work and
+    ``store``, ``cookies``, ``invites``, ``_person_locks``, ``_prolific_studies``; the studies, limits, work and
     finish of the other parts)."""
 
     def visitor(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None) -> Visitor:
         """Check the entry parameters (and, with Prolific, the submission they name). Nothing is
         allocated here. ``client``: the visitor's address (entries Prolific does not confirm
-        count against it, see :meth:`throttle`)."""
+        count against it, see :meth:`throttle`; Prolific is asked within the portal's budget of
+        calls, :meth:`submission`). A refusal made before any Prolific call counts against no
+        limit."""
         config, _ = self.config(study, key)
         if config.participants == "invite":
-            token = params.get("invite", "")
-            try:
-                invite = self.invites.loads(token, max_age=config.invites.lifetime_days * 86400)
-            except SignatureExpired:
-                raise Refusal(410, "Link expired", "This invitation link has expired. Please ask the researchers "
-                              "for a new one.") from None
-            except BadSignature:
-                raise Refusal(403, "Link not valid",
-                              "This invitation link is not valid. Please use the exact link you were sent.") from None
-            if not isinstance(invite, dict) or invite.get("study") != study or invite.get("key") != key:
-                raise Refusal(403, "Link not valid", "This invitation link belongs to another study.")
-            return Visitor(f"invite:{invite['id']}", "invite")
+            return Visitor(self._invitation(study, key, params, config), "invite")
         pid, study_id, session_id = prolific_ids(params)
         source = "simulated" if config.participants == "simulated" else "prolific"
         client_api = self.prolific(config)
@@ -94,39 +86,84 @@ class Entry:
                 log.warning("study '%s' is an UNVERIFIED pilot (prolific.verify: false): arrivals are not checked "
                             "with Prolific, anyone who forms a link gets work", study)
             return Visitor(pid, source, session_id, study_id)
-        collection = self.collection(study, key)
-        platform = self.store.platform_study(collection.info.id)
-        if platform is None:
+        external_id = self._prolific_study_id(self.collection(study, key).info.id)
+        if external_id is None:
             raise Refusal(409, "Not open yet", "This study is not open yet. " + RETURN_WORDING)
-        if platform.external_id != study_id:
-            self._failed(client)
+        if external_id != study_id:  # no Prolific call: counted against nothing
             raise Refusal(403, "Wrong study", "This link belongs to another Prolific study. " + RETURN_WORDING)
         from crowdpref.prolific import ProlificError, ProlificNotFound
 
         try:
-            submission = client_api.get_submission(session_id)
+            submission = self.submission(client_api, study_id, session_id, pid, client)
         except ProlificNotFound:
-            self._failed(client)
             raise Refusal(403, "Submission not found",
                           "Prolific does not know this session. Please open the study from Prolific again.") from None
         except ProlificError as exc:
             raise unavailable(f"Prolific unreachable: {one_line(exc)}", "We cannot reach Prolific right now. "
                                "Please wait a minute and open the link again.") from None
-        if submission.participant_id.lower() != pid or submission.study_id.lower() != study_id:
-            self._failed(client)
-            raise Refusal(403, "Not your session",
-                          "This session belongs to someone else. Please open the study from your own Prolific account.")
         if submission.status not in WORKING + FINISHED:
             raise Refusal(409, "Submission closed",
                           f"Prolific says your submission is {submission.status.lower()}, so it cannot continue.")
         return Visitor(pid, source, session_id, study_id)
 
-    def enter(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None) -> Entered:
+    def _prolific_study_id(self, cid: int) -> str | None:
+        """The Prolific study of collection ``cid`` (None: not published yet), read from the
+        store until it has one, then kept (the store never changes it: one per collection)."""
+        known = self._prolific_studies.get(cid)
+        if known is None:
+            platform = self.store.platform_study(cid)
+            if platform is None:
+                return None
+            known = self._prolific_studies[cid] = platform.external_id
+        return known
+
+    def _invitation(self, study: str, key: Key, params: Mapping[str, str], config: StudyConfig) -> str:
+        """The claim key of a valid invitation link (``invite:<id>``), or a Refusal (410 expired,
+        403 not ours): its signature is all that is checked, nothing is counted."""
+        token = params.get("invite", "")
+        try:
+            invite = self.invites.loads(token, max_age=config.invites.lifetime_days * 86400)
+        except SignatureExpired:
+            raise Refusal(410, "Link expired", "This invitation link has expired. Please ask the researchers "
+                          "for a new one.") from None
+        except BadSignature:
+            raise Refusal(403, "Link not valid",
+                          "This invitation link is not valid. Please use the exact link you were sent.") from None
+        if not isinstance(invite, dict) or invite.get("study") != study or invite.get("key") != key:
+            raise Refusal(403, "Link not valid", "This invitation link belongs to another study.")
+        return f"invite:{invite['id']}"
+
+    def recognised(self, study: str, key: Key, params: Mapping[str, str], cookie: str | None = None) -> bool:
+        """Whether this entry's person is known already: their browser holds the portal's valid
+        cookie for this study, or the store holds them (a claim, or an onboarding begun) under
+        the id the entry names (its form checked, an invitation's signature too). No limit
+        shared with strangers applies to them. Asked only where a limit would refuse them
+        (one store read); an entry that names nobody valid is not known."""
+        try:
+            config, _ = self.config(study, key)
+            claim_key = (self._invitation(study, key, params, config) if config.participants == "invite"
+                         else prolific_ids(params)[0])
+            collection = self.collection(study, key)
+        except Refusal:
+            return False
+        if cookie:
+            try:
+                data = self.cookies.loads(cookie, max_age=COOKIE_MAX_AGE_S)
+            except BadSignature:
+                data = None
+            if isinstance(data, dict) and data.get("c") == collection.info.id:
+                return True
+        return self.store.knows(collection.info.id, claim_key)
+
+    def enter(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None,
+              cookie: str | None = None) -> Entered:
         """Throttle, verify the visitor, claim their work (the same work when they come back)
         and make it visible in their Argilla dataset. ``client``: the visitor's address (the
-        app passes it; None: not limited per address). A participant who already completed
-        gets ``finished`` (the "you are done" page), never a sign-in."""
-        self.throttle(study, key, params, client)
+        app passes it; None: not limited per address); ``cookie``: the portal's cookie their
+        browser sent (:meth:`recognised`). A participant who already completed gets
+        ``finished`` (the "you are done" page), never a sign-in."""
+        is_known = functools.cache(lambda: self.recognised(study, key, params, cookie))  # asked at most once
+        self.throttle(study, key, params, client, known=is_known)
         visitor = self.visitor(study, key, params, client)
         collection = self.collection(study, key)
         person = self.store.key_hash(visitor.key)

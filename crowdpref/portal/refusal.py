@@ -18,12 +18,14 @@ _HEX_ID = re.compile(r"[0-9a-fA-F]{24}")
 
 class Refusal(CrowdprefError):
     """A request the portal turns down: ``status`` is the HTTP status, ``title`` and ``str()``
-    the page a person sees (no ids in it)."""
+    the page a person sees (no ids in it); ``retry_after``: seconds after which the page opens
+    again by itself (the ``Retry-After`` and ``Refresh`` headers)."""
 
-    def __init__(self, status: int, title: str, message: str):
+    def __init__(self, status: int, title: str, message: str, retry_after: int | None = None):
         super().__init__(message)
         self.status = status
         self.title = title
+        self.retry_after = retry_after
 
 
 def one_line(exc: BaseException) -> str:

@@ -34,17 +34,13 @@ from crowdpref.config import StudyConfig
 from crowdpref.portal.after_reply import AFTER_REPLY_WORKERS, AfterReply
 from crowdpref.portal.entry import COOKIE_MAX_AGE_S, Entered, Entry, Visitor
 from crowdpref.portal.limits import (
-    ADDRESS_ENTRIES,
     ADDRESS_FAILURES,
-    ADDRESS_WINDOW_S,
     ENTRIES_PER_WINDOW,
-    ENTRY_WINDOW_S,
-    FAILURE_WINDOW_S,
-    GLOBAL_ENTRIES,
     GLOBAL_FAILURES,
-    GLOBAL_WINDOW_S,
     EntryLimits,
     RateLimiter,
+    SubmissionLists,
+    entry_limiters,
 )
 from crowdpref.portal.onboarding import InOnboarding, Onboarded, Onboarder, Onboarding, PracticeAnswer, QuizResult
 from crowdpref.portal.refusal import Refusal
@@ -86,13 +82,9 @@ class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWe
         # two tabs of one person claim one after the other: a fixed set of locks (by hash), so
         # the memory does not grow with the people (or forgers) who arrive
         self._person_locks = [threading.Lock() for _ in range(64)]
-        self.limits = {
-            "person": RateLimiter(ENTRIES_PER_WINDOW, ENTRY_WINDOW_S),
-            "address": RateLimiter(ADDRESS_ENTRIES, ADDRESS_WINDOW_S),
-            "address_failures": RateLimiter(ADDRESS_FAILURES, FAILURE_WINDOW_S),
-            "global": RateLimiter(GLOBAL_ENTRIES, GLOBAL_WINDOW_S, max_keys=1),
-            "global_failures": RateLimiter(GLOBAL_FAILURES, GLOBAL_WINDOW_S, max_keys=1),
-        }
+        self.limits = entry_limiters()
+        self.submission_lists = SubmissionLists()  # past the budget of look-ups: arrivals checked here
+        self._prolific_studies: dict[int, str] = {}  # collection id -> its Prolific study (never changes)
         self._unverified_logged: set[str] = set()
         self.after_reply = AfterReply(self.run_delivery, after_reply_workers)
         # screen-out payments after the screened-out page's reply (one thread; none with 0 workers:

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from crowdpref.store import counts
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import ParticipantState, RetiredRecords
 from crowdpref.store.statuses import FINISHED, AssignmentStatus, ParticipantStatus
+
+# whether a key hash claimed work in, or began the onboarding of, a collection (LifecycleStore.knows)
+_KNOWS = select(
+    select(t.participants.c.id).where(t.participants.c.collection_id == bindparam("cid"),
+                                      t.participants.c.key_hash == bindparam("digest")).exists()
+    | select(t.onboarding.c.key_hash).where(t.onboarding.c.collection_id == bindparam("cid"),
+                                            t.onboarding.c.key_hash == bindparam("digest")).exists())
 
 RECORD_DELETED_EVENT = "retired_record_deleted"
 """A retired assignment's record left the participant's Argilla dataset
@@ -46,6 +53,13 @@ class LifecycleStore(StoreBase):
             pid = conn.execute(select(t.participants.c.id).where(
                 t.participants.c.collection_id == cid, t.participants.c.key_hash == self.key_hash(key))).scalar()
             return None if pid is None else self._participant(conn, pid)
+
+    def knows(self, cid: int, key: str) -> bool:
+        """Whether the person with this external id claimed work in the collection or began its
+        onboarding (one read of two indexed look-ups, a prebuilt statement; the portal asks it
+        where a limit would otherwise refuse them)."""
+        with self._read() as conn:
+            return bool(conn.execute(_KNOWS, {"cid": cid, "digest": self.key_hash(key)}).scalar())
 
     def key_hashes(self, cid: int) -> set[str]:
         with self._read() as conn:

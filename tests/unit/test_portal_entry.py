@@ -25,7 +25,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from crowdpref.config import load_study
-from crowdpref.portal import service
+from crowdpref.portal import limits, service
 from crowdpref.portal.app import MAX_BODY_BYTES, create_app
 from crowdpref.portal.links import finish_url
 from crowdpref.portal.service import Portal
@@ -78,6 +78,7 @@ class CountingProlific:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.list_reads = 0
         self.known: dict[str, str] = {}
         self.completed: list[tuple[str, str]] = []
         self.fail_with: Exception | None = None
@@ -91,6 +92,15 @@ class CountingProlific:
         if session_id not in self.known:
             raise ProlificNotFound(f"submission {session_id} not found")
         return SimpleNamespace(participant_id=self.known[session_id], study_id=STUDY_ID, status="ACTIVE")
+
+    def list_submissions(self, study_id: str) -> list[Any]:
+        """The study's submission list (one call, whatever its length): those in ``known``."""
+        self.calls += 1
+        self.list_reads += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [SimpleNamespace(id=session, participant_id=pid, study_id=STUDY_ID, status="ACTIVE")
+                for session, pid in self.known.items()]
 
     def complete_submission(self, session_id: str, code: str) -> Any:
         """The researcher's COMPLETE with a code (a screen-out): recorded in ``completed``."""
@@ -193,16 +203,20 @@ def test_a_thousand_forged_entries_make_a_handful_of_prolific_calls_and_allocate
         except service.Refusal as refusal:
             statuses[refusal.status] = statuses.get(refusal.status, 0) + 1
 
+    started = time.monotonic()
     for _ in range(1000):  # one address, the study's real STUDY_ID, made-up person and session
         enter(_ids(), "203.0.113.7")
     assert rig.prolific.calls <= service.ADDRESS_FAILURES, rig.prolific.calls
     assert statuses[429] >= 990 and 303 not in statuses, statuses
-    for n in range(1000):  # many addresses (a botnet): the portal-wide budget of unconfirmed entries
+    for n in range(1000):  # many addresses (a botnet): the portal-wide budget of look-ups, then the list
         enter(_ids(), f"198.51.{n // 250}.{n % 250}")
-    assert rig.prolific.calls <= service.ADDRESS_FAILURES + service.GLOBAL_FAILURES, rig.prolific.calls
+    reads = 1 + (time.monotonic() - started) / limits.LIST_REFRESH_S  # the list, read at most this often
+    assert rig.prolific.list_reads <= reads, rig.prolific.list_reads
+    assert rig.prolific.calls <= service.GLOBAL_FAILURES + rig.prolific.list_reads, rig.prolific.calls
+    calls = rig.prolific.calls
     for _ in range(1000):  # made-up STUDY_IDs too: refused without any Prolific call
         enter({**_ids(), "STUDY_ID": secrets.token_hex(12)}, "192.0.2.55")
-    assert rig.prolific.calls <= service.ADDRESS_FAILURES + service.GLOBAL_FAILURES
+    assert rig.prolific.calls == calls
     assert _allocated(rig.store, collection.info.id) == (0, 0)
     assert rig.store.events(collection.info.id, kinds=["claimed"]) == []
     assert rig.owner.logged == 0 and rig.owner.passwords == {}
@@ -462,7 +476,7 @@ def test_every_503_names_its_cause_in_the_log_without_a_secret(rig, caplog, monk
 def test_x_forwarded_for_counts_only_behind_a_trusted_proxy(rig, monkeypatch):
     seen: list[str | None] = []
 
-    def enter(study: str, key: str, params: Any, client: str | None = None) -> Any:
+    def enter(study: str, key: str, params: Any, client: str | None = None, cookie: str | None = None) -> Any:
         seen.append(client)
         raise service.Refusal(429, "Too many requests", "wait")
 
