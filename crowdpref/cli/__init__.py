@@ -14,7 +14,7 @@ typer :data:`app` of :mod:`crowdpref.cli.common`; they are imported here in the 
 - :mod:`~crowdpref.cli.studies`: ``validate``, ``new-study``;
 - :mod:`~crowdpref.cli.runs`: ``smoke``, ``run``, ``demo``, ``simulate``;
 - :mod:`~crowdpref.cli.work`: ``drop``, ``reopen``, ``progress``;
-- :mod:`~crowdpref.cli.recruitment`: ``prolific-webhooks``, ``invite``;
+- :mod:`~crowdpref.cli.recruitment`: ``prolific-webhooks``, ``invite``, ``revoke-invite``;
 - :mod:`~crowdpref.cli.participants`: ``password``, ``withdraw``;
 - :mod:`~crowdpref.cli.release`: ``privacy-review``;
 - :mod:`~crowdpref.cli.backup`: ``backup``, ``restore``.

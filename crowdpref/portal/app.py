@@ -3,7 +3,11 @@ link) gets an Argilla account and work from the pool, and their completion code 
 
 Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2``):
 
-- ``GET  /s/<study>/<key>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..`` (or ``?invite=..``): check
+- ``GET  /s/<study>/<key>?invite=..``: an invitation link (``participants: invite``): the link is
+  checked (signature, age, not revoked) and a page with one button is shown; NOTHING is claimed,
+  so a mail or chat previewer that fetches the link takes no place. The button posts to
+- ``POST /s/<study>/<key>?invite=..``: the entry below, on the person's press.
+- ``GET  /s/<study>/<key>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..`` (an invitation: its POST): check
   the ids (with Prolific: the submission must name this person and this study), refuse the
   excluded, claim the work (the same work when they come back), set a signed cookie and send
   them to the welcome page (or the onboarding) - a clean URL, so their ids leave the address bar
@@ -260,6 +264,17 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     @app.get("/s/{study}/{key}")
     def enter(study: str, key: str, request: Request) -> Response:
+        title = portal.invitation(study, _key(key), dict(request.query_params))
+        if title is not None:  # an invitation: a page; only its button (the POST below) claims
+            return HTMLResponse(pages.invitation(title, f"/s/{study}/{key}?{request.url.query}"), headers=NO_STORE)
+        return entry(study, key, request)
+
+    @app.post("/s/{study}/{key}")
+    def accept(study: str, key: str, request: Request) -> Response:
+        """The invitation page's button (any study's entry may be posted: it is the same entry)."""
+        return entry(study, key, request)
+
+    def entry(study: str, key: str, request: Request) -> Response:
         entered = portal.enter(study, _key(key), dict(request.query_params),
                                client=client_address(request, proxies),
                                cookie=request.cookies.get(cookie_name(study, key)))

@@ -131,7 +131,21 @@ class Entry:
                           "This invitation link is not valid. Please use the exact link you were sent.") from None
         if not isinstance(invite, dict) or invite.get("study") != study or invite.get("key") != key:
             raise Refusal(403, "Link not valid", "This invitation link belongs to another study.")
+        if self.store.invite_revoked(str(invite["id"])):  # `crowdpref revoke-invite`
+            raise Refusal(403, "Link withdrawn", "This invitation link was withdrawn by the researchers. Please "
+                          "ask them for a new one.")
         return f"invite:{invite['id']}"
+
+    def invitation(self, study: str, key: Key, params: Mapping[str, str]) -> str | None:
+        """For a ``participants: invite`` study, the title of the page an invitation link opens
+        (a GET): the link is checked - signature, age, revocation - and NOTHING is claimed, so a
+        mail or chat previewer that fetches it takes no place; the person's press of the page's
+        button (a POST, :meth:`enter`) claims. None for any other study (its GET is the entry)."""
+        config, _ = self.config(study, key)
+        if config.participants != "invite":
+            return None
+        self._invitation(study, key, params, config)
+        return config.title or config.name
 
     def recognised(self, study: str, key: Key, params: Mapping[str, str], cookie: str | None = None) -> bool:
         """Whether this entry's person is known already: their browser holds the portal's valid
@@ -254,7 +268,9 @@ class Entry:
         return config, participant
 
     def invite_link(self, study: str, key: Key, invite_id: str) -> str:
-        """A signed invitation link for one participant (``participants: invite`` studies)."""
+        """A signed invitation link for one participant (``participants: invite`` studies): it
+        opens a page whose button claims (:meth:`invitation`); ``crowdpref invite`` records
+        ``invite_id`` so that the link can be revoked alone."""
         token = self.invites.dumps({"study": study, "key": key, "id": invite_id})
         return f"{links.entry_url(self.settings, study, key)}?invite={token}"
 

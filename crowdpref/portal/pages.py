@@ -116,6 +116,12 @@ def finished(code: str | None, completion_url: str | None) -> str:
     return _render("finished.html.j2", title="Finished", code=code, completion_url=completion_url)
 
 
+def invitation(title: str, action: str) -> str:
+    """What an invitation link opens: the study's name and a button that posts to ``action``
+    (the link itself); only that press claims a place, never the link's GET."""
+    return _render("invitation.html.j2", title=title, action=action)
+
+
 def already_done(code: str | None, completion_url: str | None) -> str:
     """An old study or invitation link opened after the participant completed: they are done
     (with their completion code and the way back to Prolific when the study has them)."""

@@ -16,7 +16,8 @@ it is made of one part per domain:
                                       deliveries, store-wide secrets;
 - :mod:`~crowdpref.store.monitoring`  the event log, reported activity, whom a pass reads;
 - :mod:`~crowdpref.store.onboarding`  onboarding before the claim: steps, practice, quiz
-                                      attempts and scores, passed or screened out.
+                                      attempts and scores, passed or screened out;
+- :mod:`~crowdpref.store.invites`     the invitation links issued, and their revocation.
 
 :mod:`~crowdpref.store.schema` holds the tables (the Alembic migrations in
 ``crowdpref/store/migrations`` create exactly these), :mod:`~crowdpref.store.statuses` the
@@ -33,6 +34,7 @@ from crowdpref.store.claims import CheckPlanner, ClaimsStore, Source
 from crowdpref.store.engine import STORE_FILE, StoreError, default_url, settings_url, upgrade
 from crowdpref.store.lifecycle import LifecycleStore
 from crowdpref.store.monitoring import MonitoringStore
+from crowdpref.store.invites import InvitesStore
 from crowdpref.store.onboarding import OnboardingStore
 from crowdpref.store.platform import PlatformStore
 from crowdpref.store.pool import PoolStore
@@ -84,7 +86,7 @@ __all__ = [
 ]
 
 
-class Store(ClaimsStore, PoolStore, LifecycleStore, PlatformStore, MonitoringStore, OnboardingStore):
+class Store(ClaimsStore, PoolStore, LifecycleStore, PlatformStore, MonitoringStore, OnboardingStore, InvitesStore):
     """Open (and create or upgrade) the store at ``url`` (``Store(url, clock=time.time)``)."""
 
 

@@ -256,3 +256,16 @@ onboarding = Table(
     Column("session_hash", String(64)),  # salted hash of the platform session (Prolific SESSION_ID)
     Index("ix_onboarding_status", "collection_id", "status"),
 )
+
+invites = Table(
+    "invites",
+    metadata,
+    # the id the signed link carries (random, 12 hex digits): a link is revoked by it, or its label
+    Column("id", String(32), primary_key=True),
+    Column("study", String(200), nullable=False),  # the study config's name
+    Column("key", String(20), nullable=False),  # study1 | study2
+    Column("label", String(200)),  # the operator's note of whom the link went to (optional)
+    Column("issued_at", Float, nullable=False),
+    Column("revoked_at", Float),  # set: the link opens nothing any more
+    Index("ix_invites_label", "study", "label"),
+)

@@ -89,7 +89,7 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     link = portal.invite_link(f"p{unique}", "study1", "inv-0001")
     path = link.split(portal.settings.portal_public_url, 1)[1]
 
-    entry = client.get(path, follow_redirects=False)
+    entry = client.post(path, follow_redirects=False)
     assert entry.status_code == 303 and entry.headers["location"] == f"/s/p{unique}/study1/welcome"
     assert entry.headers["cache-control"] == "no-store"
     cookie = entry.headers["set-cookie"]
@@ -116,7 +116,7 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     assert done.status_code == 200 and code not in done.text and "What happens next" in done.text
     assert collection.store.participant(collection.info.id, username).status == COMPLETE
     # coming back after finishing: the link only says they are done, and signs nobody in
-    again = client.get(path, follow_redirects=False)
+    again = client.post(path, follow_redirects=False)
     assert again.status_code == 200 and "You are done" in again.text and "set-cookie" not in again.headers
     start = client.post(f"/s/p{unique}/study1/start", follow_redirects=False)
     assert start.status_code == 303 and start.headers["location"] == f"/s/p{unique}/study1/done"
@@ -291,7 +291,7 @@ def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_
     portal, collection, client = _portal(tmp_path, argilla_server, name, "invite")
     finisher, leaver = (portal.invite_link(name, "study1", who).split(portal.settings.portal_public_url, 1)[1]
                         for who in ("inv-done", "inv-gone"))
-    assert client.get(finisher, follow_redirects=False).status_code == 303
+    assert client.post(finisher, follow_redirects=False).status_code == 303
     username, password = _sign_in(client, client.post(f"/s/{name}/study1/start", follow_redirects=False))
     assert _token_status(argilla_server.api_url, username, password) == 200
     assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
@@ -304,7 +304,7 @@ def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_
     assert new != password and _token_status(argilla_server.api_url, username, new) == 200
 
     other = TestClient(create_app(portal), base_url="http://portal.test")
-    assert other.get(leaver, follow_redirects=False).status_code == 303
+    assert other.post(leaver, follow_redirects=False).status_code == 303
     gone, gone_password = _sign_in(other, other.post(f"/s/{name}/study1/start", follow_redirects=False))
     assert _token_status(argilla_server.api_url, gone, gone_password) == 200
     assert collection.release(collection.store.participant(collection.info.id, gone), "returned")

@@ -47,7 +47,7 @@ def test_a_pass_leads_to_a_claim_with_records_in_argilla(argilla_server, tmp_pat
     portal, collection, client = _with_onboarding(tmp_path, argilla_server, name)
     path = portal.invite_link(name, "study1", "inv-pass").split(portal.settings.portal_public_url, 1)[1]
     base = f"/s/{name}/study1"
-    assert client.get(path, follow_redirects=False).headers["location"] == f"{base}/onboarding"
+    assert client.post(path, follow_redirects=False).headers["location"] == f"{base}/onboarding"
     assert _pool(collection)[0] == 0
     _through_practice(client, base)
     passed = client.post(f"{base}/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
@@ -74,7 +74,7 @@ def test_a_fail_screens_out_and_leaves_the_pool_untouched(argilla_server, tmp_pa
     before = _pool(collection)
     path = portal.invite_link(name, "study1", "inv-fail").split(portal.settings.portal_public_url, 1)[1]
     base = f"/s/{name}/study1"
-    client.get(path)
+    client.post(path)
     _through_practice(client, base)
     assert "1 more attempt" in client.post(f"{base}/onboarding/quiz", data={"q0": "2", "q1": "1"}).text
     out = client.post(f"{base}/onboarding/quiz", data={"q0": "2", "q1": "2"})
@@ -82,7 +82,7 @@ def test_a_fail_screens_out_and_leaves_the_pool_untouched(argilla_server, tmp_pa
     assert _pool(collection) == before and before[0] == 0  # no participant, no account taken
     assert collection.store.events(collection.info.id, kinds=["claimed"]) == []
     # coming back: the same page, never the quiz again, never a claim
-    again = TestClient(create_app(portal), base_url="http://portal.test").get(path)
+    again = TestClient(create_app(portal), base_url="http://portal.test").post(path)
     assert "cannot be taken again" in again.text and "Question 1 of 2" not in again.text
     assert _pool(collection) == before
 
@@ -92,11 +92,11 @@ def test_a_returning_participant_resumes_where_they_were(argilla_server, tmp_pat
     portal, collection, client = _with_onboarding(tmp_path, argilla_server, name)
     path = portal.invite_link(name, "study1", "inv-back").split(portal.settings.portal_public_url, 1)[1]
     base = f"/s/{name}/study1"
-    client.get(path)
+    client.post(path)
     _through_practice(client, base)
     assert "1 more attempt" in client.post(f"{base}/onboarding/quiz", data={"q0": "2", "q1": "1"}).text
     elsewhere = TestClient(create_app(portal), base_url="http://portal.test")  # another browser, the same link
-    resumed = elsewhere.get(path)
+    resumed = elsewhere.post(path)
     assert "Question 1 of 2" in resumed.text and "attempt <strong>2 of 2</strong>" in resumed.text
     passed = elsewhere.post(f"{base}/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
     assert passed.headers["location"] == f"{base}/welcome"

@@ -104,7 +104,7 @@ def _started(rig, settings, name: str):  # noqa: F811
     _write(rig.studies, name, participants="invite")
     client = TestClient(create_app(portal), base_url=settings.portal_public_url)
     link = portal.invite_link(name, "study1", "inv-1").split(settings.portal_public_url, 1)[1]
-    assert client.get(link, follow_redirects=False).status_code == 303
+    assert client.post(link, follow_redirects=False).status_code == 303
     return portal, client.post(f"/s/{name}/study1/start", follow_redirects=False)
 
 

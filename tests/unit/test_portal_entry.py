@@ -294,7 +294,7 @@ def test_the_cookie_expires_after_its_max_age(rig, monkeypatch):
     _write(rig.studies, name, participants="invite")
     client = TestClient(create_app(rig.portal), base_url="http://portal.test")
     link = rig.portal.invite_link(name, "study1", "inv-1").split(rig.settings.portal_public_url, 1)[1]
-    entry = client.get(link, follow_redirects=False)
+    entry = client.post(link, follow_redirects=False)
     assert entry.status_code == 303 and f"Max-Age={service.COOKIE_MAX_AGE_S}" in entry.headers["set-cookie"]
     assert client.get(f"/s/{name}/study1/welcome").status_code == 200
     _later(monkeypatch, service.COOKIE_MAX_AGE_S + 60)
@@ -308,14 +308,14 @@ def test_invitation_links_expire_and_a_finished_participant_is_only_told_they_ar
     _write(rig.studies, name, participants="invite", invites={"lifetime_days": 2})
     client = TestClient(create_app(rig.portal), base_url="http://portal.test")
     link = rig.portal.invite_link(name, "study1", "inv-2").split(rig.settings.portal_public_url, 1)[1]
-    assert client.get(link, follow_redirects=False).status_code == 303
+    assert client.post(link, follow_redirects=False).status_code == 303
     collection = rig.portal.collection(name, "study1")
     participant = rig.store.participants(collection.info.id)[0]
     # finished: the link says so, sets no cookie and signs nobody in
     rig.store.record_progress(collection.info.id, participant.id, {i: time.time() for i in participant.held}, None)
     assert rig.store.participant(collection.info.id, participant.username).status == COMPLETE
     fresh = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    done = fresh.get(link, follow_redirects=False)
+    done = fresh.post(link, follow_redirects=False)
     assert done.status_code == 200 and "You are done" in done.text and "set-cookie" not in done.headers
     assert "sign-in" not in done.text and rig.store.completion_code(collection.info.id) not in done.text
     # the browser that still has the cookie: Start leads to the finish page, not to Argilla
@@ -481,10 +481,12 @@ def test_x_forwarded_for_counts_only_behind_a_trusted_proxy(rig, monkeypatch):
         raise service.Refusal(429, "Too many requests", "wait")
 
     monkeypatch.setattr(rig.portal, "enter", enter)
+    monkeypatch.setattr(rig.portal, "invitation", lambda *args: None)  # not an invitation study
     headers = {"X-Forwarded-For": "192.0.2.1, 198.51.100.4"}
     TestClient(create_app(rig.portal)).get("/s/x/study1", headers=headers)
     trusting = Portal(rig.settings.model_copy(update={"portal_trusted_proxies": "10.0.0.1, testclient"}), rig.store)
     monkeypatch.setattr(trusting, "enter", enter)
+    monkeypatch.setattr(trusting, "invitation", lambda *args: None)
     TestClient(create_app(trusting)).get("/s/x/study1", headers=headers)
     TestClient(create_app(trusting)).get("/s/x/study1")
     assert seen == ["testclient", "198.51.100.4", "testclient"]
@@ -529,7 +531,7 @@ def test_the_finish_page_503_names_its_cause(rig, caplog, monkeypatch):
     _write(rig.studies, name, participants="invite")
     client = TestClient(create_app(rig.portal), base_url="http://portal.test")
     link = rig.portal.invite_link(name, "study1", "inv-f").split(rig.settings.portal_public_url, 1)[1]
-    assert client.get(link, follow_redirects=False).status_code == 303
+    assert client.post(link, follow_redirects=False).status_code == 303
     collection = rig.portal.collection(name, "study1")
 
     def unreachable(participant: Any) -> Any:

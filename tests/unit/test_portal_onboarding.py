@@ -66,7 +66,7 @@ def test_practice_feedback_quiz_grading_and_a_pass_that_claims(rig):
     _study(rig, name)
     client, link = _invited(rig, name)
     cid = rig.portal.collection(name, "study1").info.id
-    entry = client.get(link, follow_redirects=False)
+    entry = client.post(link, follow_redirects=False)
     assert entry.status_code == 303 and entry.headers["location"] == f"/s/{name}/study1/onboarding"
     assert _allocated(rig.store, cid) == (0, 0)  # onboarding first: nothing is claimed
     intro = client.get(f"/s/{name}/study1/onboarding")
@@ -105,7 +105,7 @@ def test_practice_feedback_quiz_grading_and_a_pass_that_claims(rig):
     assert welcome.status_code == 200 and "Start" in welcome.text
     assert "more than 60 minutes" in welcome.text and "Prolific ID" not in welcome.text
     # the entry link again: straight on as today, no second claim
-    back = client.get(link, follow_redirects=False)
+    back = client.post(link, follow_redirects=False)
     assert back.headers["location"] == f"/s/{name}/study1/welcome" and _allocated(rig.store, cid)[0] == 1
 
 
@@ -113,11 +113,11 @@ def test_a_returning_person_resumes_at_their_step_in_another_browser(rig):
     name = "onb-resume"
     _study(rig, name)
     client, link = _invited(rig, name, "inv-r")
-    client.get(link)
+    client.post(link)
     client.post(f"/s/{name}/study1/onboarding/next")
     client.post(f"/s/{name}/study1/onboarding/practice", data={"index": "0", "choice": "2"})
     other = TestClient(create_app(rig.portal), base_url="http://portal.test")  # the link again, elsewhere
-    resumed = other.get(link)
+    resumed = other.post(link)
     assert resumed.status_code == 200 and "Practice question 2 of 2" in resumed.text
     state = _state(rig, name, "invite:inv-r")
     assert (state.step, state.practice_answered, state.practice_correct) == ("practice", 1, 1)
@@ -202,7 +202,7 @@ def test_an_invited_person_screened_out_is_thanked_without_a_code(rig):
     _study(rig, name, quiz={**QUIZ, "attempts": 1})
     client, link = _invited(rig, name, "inv-o")
     cid = rig.portal.collection(name, "study1").info.id
-    client.get(link)
+    client.post(link)
     client.post(f"/s/{name}/study1/onboarding/next")
     for i in range(2):
         client.post(f"/s/{name}/study1/onboarding/practice", data={"index": str(i), "choice": "1"})
@@ -217,7 +217,7 @@ def test_an_invited_participant_finishes_without_a_completion_code(rig):
     name = "inv-finish"
     _write(rig.studies, name, participants="invite")
     client, link = _invited(rig, name, "inv-f")
-    assert client.get(link, follow_redirects=False).headers["location"] == f"/s/{name}/study1/welcome"
+    assert client.post(link, follow_redirects=False).headers["location"] == f"/s/{name}/study1/welcome"
     collection = rig.portal.collection(name, "study1")
     participant = rig.store.participants(collection.info.id)[0]
     rig.store.record_progress(collection.info.id, participant.id, {i: time.time() for i in participant.held}, None)
@@ -228,7 +228,7 @@ def test_an_invited_participant_finishes_without_a_completion_code(rig):
     assert done.status_code == 200 and "Every item is submitted" in done.text
     assert code not in done.text and "completion code" not in done.text.replace("do not need a completion code", "")
     assert "What happens next" in done.text
-    again = TestClient(create_app(rig.portal), base_url="http://portal.test").get(link)
+    again = TestClient(create_app(rig.portal), base_url="http://portal.test").post(link)
     assert "You are done" in again.text and code not in again.text and "What happens next" in again.text
 
 

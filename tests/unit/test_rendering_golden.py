@@ -51,6 +51,7 @@ def _page_cases() -> dict[str, Callable[[], str]]:
         "finished_invite": lambda: pages.finished(None, None),
         "finished_code": lambda: pages.finished(H, None),
         "finished_code_url": lambda: pages.finished("C0DE&1", URL),
+        "invitation": lambda: pages.invitation(H, URL),
         "already_done_invite": lambda: pages.already_done(None, URL),
         "already_done_code": lambda: pages.already_done(H, None),
         "already_done_code_url": lambda: pages.already_done("CODE", URL),

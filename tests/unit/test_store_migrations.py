@@ -42,7 +42,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
 
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0012"
         columns = {row[1] for row in conn.execute(text("PRAGMA table_info(accounts)"))}
         participant_columns = {row[1] for row in conn.execute(text("PRAGMA table_info(participants)"))}
         tables = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
@@ -56,6 +56,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
     assert "session_hash" in participant_columns and {"platform_studies", "webhook_deliveries"} <= tables
     assert "item_counts" in tables  # 0009: the per-item counts claims read
     assert "onboarding" in tables  # 0010: onboarding before the claim
+    assert "invites" in tables  # 0012: the invitation links issued, each revocable alone
     info = store.find_collection("old", "study1")
     assert info is not None and store.items(info.id) == ["q1", "q2"]
     assert [(a.username, a.password) for a in store.accounts(info.id)] == [("old-s1-0001", "pw-of-old-account")]

@@ -31,7 +31,7 @@ def _client(rig, settings, name: str, clock=None):  # noqa: F811
     _write(rig.studies, name, participants="invite")
     client = TestClient(create_app(portal), base_url=settings.portal_public_url)
     link = portal.invite_link(name, "study1", "inv-1").split(settings.portal_public_url, 1)[1]
-    assert client.get(link, follow_redirects=False).status_code == 303
+    assert client.post(link, follow_redirects=False).status_code == 303
     return portal, client
 
 
