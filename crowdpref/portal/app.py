@@ -4,8 +4,9 @@ link) gets an Argilla account and work from the pool, and their completion code 
 Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2``):
 
 - ``GET  /s/<study>/<key>?invite=..``: an invitation link (``participants: invite``): the link is
-  checked (signature, age, not revoked) and a page with one button is shown; NOTHING is claimed,
-  so a mail or chat previewer that fetches the link takes no place. The button posts to
+  checked (signature, age, not revoked) and a page with one button is shown (or, once its person
+  completed, "you are done"); NOTHING is claimed, so a mail or chat previewer that fetches the
+  link takes no place. The button posts to
 - ``POST /s/<study>/<key>?invite=..``: the entry below, on the person's press.
 - ``GET  /s/<study>/<key>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..`` (an invitation: its POST): check
   the ids (with Prolific: the submission must name this person and this study), refuse the
@@ -264,10 +265,13 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
     @app.get("/s/{study}/{key}")
     def enter(study: str, key: str, request: Request) -> Response:
-        title = portal.invitation(study, _key(key), dict(request.query_params))
-        if title is not None:  # an invitation: a page; only its button (the POST below) claims
-            return HTMLResponse(pages.invitation(title, f"/s/{study}/{key}?{request.url.query}"), headers=NO_STORE)
-        return entry(study, key, request)
+        invited = portal.invitation(study, _key(key), dict(request.query_params))
+        if invited is None:
+            return entry(study, key, request)
+        title, finished = invited  # an invitation: a page; only its button (the POST below) claims
+        if finished:
+            return HTMLResponse(pages.already_done(None, None), headers=NO_STORE)
+        return HTMLResponse(pages.invitation(title, f"/s/{study}/{key}?{request.url.query}"), headers=NO_STORE)
 
     @app.post("/s/{study}/{key}")
     def accept(study: str, key: str, request: Request) -> Response:

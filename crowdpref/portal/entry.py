@@ -136,16 +136,19 @@ class Entry:
                           "ask them for a new one.")
         return f"invite:{invite['id']}"
 
-    def invitation(self, study: str, key: Key, params: Mapping[str, str]) -> str | None:
-        """For a ``participants: invite`` study, the title of the page an invitation link opens
-        (a GET): the link is checked - signature, age, revocation - and NOTHING is claimed, so a
-        mail or chat previewer that fetches it takes no place; the person's press of the page's
-        button (a POST, :meth:`enter`) claims. None for any other study (its GET is the entry)."""
+    def invitation(self, study: str, key: Key, params: Mapping[str, str]) -> tuple[str, bool] | None:
+        """For a ``participants: invite`` study, what an invitation link's GET shows: (the
+        study's title, whether its person completed already - then "you are done"). The link is
+        checked - signature, age, revocation - and NOTHING is claimed, so a mail or chat
+        previewer that fetches it takes no place; the person's press of the page's button (a
+        POST, :meth:`enter`) claims. None for any other study (its GET is the entry)."""
         config, _ = self.config(study, key)
         if config.participants != "invite":
             return None
-        self._invitation(study, key, params, config)
-        return config.title or config.name
+        claim_key = self._invitation(study, key, params, config)
+        info = self.store.find_collection(study, key)  # read only: nothing is opened for a previewer
+        known = None if info is None else self.store.participant_by_key(info.id, claim_key)
+        return config.title or config.name, known is not None and known.status == COMPLETE
 
     def recognised(self, study: str, key: Key, params: Mapping[str, str], cookie: str | None = None) -> bool:
         """Whether this entry's person is known already: their browser holds the portal's valid

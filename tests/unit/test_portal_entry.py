@@ -315,7 +315,8 @@ def test_invitation_links_expire_and_a_finished_participant_is_only_told_they_ar
     rig.store.record_progress(collection.info.id, participant.id, {i: time.time() for i in participant.held}, None)
     assert rig.store.participant(collection.info.id, participant.username).status == COMPLETE
     fresh = TestClient(create_app(rig.portal), base_url="http://portal.test")
-    done = fresh.post(link, follow_redirects=False)
+    done = fresh.get(link, follow_redirects=False)  # the link's page (and its button alike)
+    assert fresh.post(link, follow_redirects=False).text == done.text
     assert done.status_code == 200 and "You are done" in done.text and "set-cookie" not in done.headers
     assert "sign-in" not in done.text and rig.store.completion_code(collection.info.id) not in done.text
     # the browser that still has the cookie: Start leads to the finish page, not to Argilla
