@@ -15,9 +15,9 @@ meets before the portal asks Prolific about it (:class:`EntryLimits`):
   costs one list read per ``LIST_REFRESH_S``, however large; a genuine arrival is in the next
   read (meanwhile a page that reloads itself after ``LIST_REFRESH_S``).
 
-A refusal that cost nothing - malformed ids, another study's STUDY_ID, an invitation whose
-signature fails - counts against no budget shared with anyone (the checks that make it come
-before the limits, or, for the study id, count only against its own address's entries)."""
+A refusal that cost nothing - malformed or missing ids, another study's STUDY_ID, an unknown
+study, an invitation whose signature fails - counts against no budget shared with anyone: only
+against its own address's entries (and its own id's, where it names one)."""
 
 from __future__ import annotations
 
@@ -171,11 +171,12 @@ class EntryLimits:
         """The limits checked before any Prolific call or allocation: the client address
         (``ADDRESS_ENTRIES`` per ``ADDRESS_WINDOW_S``; ``ADDRESS_FAILURES`` unconfirmed per
         ``FAILURE_WINDOW_S``; not for a loopback address, nor for a person ``known()`` says the
-        store knows or whose cookie is valid - asked only when the address is over a limit)
-        and the person (``ENTRIES_PER_WINDOW`` per
-        ``ENTRY_WINDOW_S`` for one Prolific id or invitation). 429 when one is used up. No
-        limit here is shared by everyone: the portal-wide budget is on Prolific calls
-        (:meth:`submission`). Memory: each limiter keeps at most ``LIMITER_MAX_KEYS`` keys."""
+        store knows or whose cookie is valid - asked only when the address is over a limit) and
+        the person (``ENTRIES_PER_WINDOW`` per ``ENTRY_WINDOW_S`` for one Prolific id or
+        invitation; an entry without one is refused for free, counted against no person). 429
+        when one is used up. No limit here is shared by everyone: the portal-wide budget is on
+        Prolific calls (:meth:`submission`). Memory: each limiter keeps at most
+        ``LIMITER_MAX_KEYS`` keys."""
         now = self.clock()
         ident = params.get("PROLIFIC_PID") or params.get("invite") or ""
         person = hashlib.sha256(f"{study}\x1f{key}\x1f{ident.lower()}".encode()).hexdigest()[:32]
