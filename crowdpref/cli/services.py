@@ -44,10 +44,10 @@ def up(
     if reset_owner:
         _reset_owner(settings)
     if "argilla" in components and settings.embedded_argilla:
-        from services.argilla.service import env as argilla_env
+        from services.argilla.service import check_secrets
 
         ensure_owner_credentials(settings)  # damaged secrets: one line before anything starts
-        argilla_env(settings)
+        check_secrets(settings)
     notes: list[str] = []
     with console.status("starting services...") as spinner:
         rows = stack.up(settings, components, on_step=lambda step: spinner.update(f"starting {step}..."),
@@ -57,8 +57,11 @@ def up(
         console.print(note, highlight=False)
     if "argilla" in components and settings.embedded_argilla:
         creds = ensure_owner_credentials(settings)
+        where = settings.argilla_api_url  # the public profile: the public address, and where it runs
+        if settings.argilla_participant_url != settings.argilla_api_url:
+            where = f"{settings.argilla_participant_url}  (on this host: {settings.argilla_api_url})"
         console.print(
-            f"Argilla UI:  {settings.argilla_api_url}  (owner [bold]{creds['username']}[/], "
+            f"Argilla UI:  {where}  (owner [bold]{creds['username']}[/], "
             f"API key {masked(creds['api_key'])}; full credentials in {settings.owner_credentials_file})",
             highlight=False,
         )

@@ -94,6 +94,16 @@ def _new_owner_credentials() -> dict[str, str]:
     }
 
 
+def check_secrets(settings: Settings) -> None:
+    """Read what Argilla's start reads from the state folder (its token key and, in the public
+    profile, the password of its PostgreSQL role), so that a damaged file stops ``crowdpref up``
+    in one line before anything starts. The role's password is not there yet on a fresh state
+    folder: ``up`` makes it when it provisions PostgreSQL, so a missing one is left to ``up``."""
+    auth_secret(settings)
+    if settings.public and postgres.password_file(settings, postgres.ARGILLA_ROLE).exists():
+        database_url(settings)
+
+
 def ensure_owner_credentials(settings: Settings) -> dict[str, str]:
     """The owner's credentials, generated once (random, not a fixed default)."""
     path = settings.owner_credentials_file
