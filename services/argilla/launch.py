@@ -276,13 +276,40 @@ def _worker(num_workers: int) -> None:
     saves - and with a fork per job each cost about 84 ms of CPU (benchmarks/full_scale.py at
     102 questions: the worker used 190 CPU-s with webhooks on, 14 with them off); with jobs in
     the worker process the full study's ~22,000 saved responses cost it 606 CPU-s, ~27 ms each.
-    Its jobs are short, async and run one at a time, so nothing needs a fresh process."""
+    Its jobs are short, async and run one at a time, so nothing needs a fresh process.
+
+    They run on one event loop, kept for the worker's life (:func:`_one_loop_job_class`): rq runs
+    each async job on a loop of its own, and argilla-server's database engine is one pool per
+    process, whose asyncpg connections (PostgreSQL, the public profile) belong to the loop that
+    opened them - every job after the first failed with "attached to a different loop" or
+    "another operation is in progress", and no webhook was delivered. A process per job had hidden
+    it (each began with an empty pool); SQLite's connections are not tied to a loop."""
     from argilla_server.jobs.queues import DEFAULT_QUEUE, HIGH_QUEUE, REDIS_CONNECTION
     from rq import SimpleWorker
     from rq.worker_pool import WorkerPool
 
     WorkerPool(connection=REDIS_CONNECTION, queues=[DEFAULT_QUEUE.name, HIGH_QUEUE.name],
-               num_workers=num_workers, worker_class=SimpleWorker).start()
+               num_workers=num_workers, worker_class=SimpleWorker, job_class=_one_loop_job_class()).start()
+
+
+def _one_loop_job_class() -> type:
+    """rq's ``Job`` (a custom job class: rq's ``job_class``), except that an async job runs on the
+    worker process's one event loop instead of on a new loop that rq makes for each job (and
+    never closes). See :func:`_worker`."""
+    from rq.job import Job
+
+    class OneLoopJob(Job):
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def _execute(self) -> object:
+            result = self.func(*self.args, **self.kwargs)
+            if not asyncio.iscoroutine(result):
+                return result
+            if OneLoopJob.loop is None or OneLoopJob.loop.is_closed():
+                OneLoopJob.loop = asyncio.new_event_loop()
+            return OneLoopJob.loop.run_until_complete(result)
+
+    return OneLoopJob
 
 
 def main() -> None:

@@ -187,3 +187,53 @@ def test_down_leaves_no_process_and_up_finds_the_data_again(public_argilla):
     listed = httpx.get(f"{public_argilla.api_url}/api/v1/me/workspaces", timeout=60,
                        headers={"X-Argilla-Api-Key": public_argilla.owner_api_key})
     assert listed.status_code == 200 and name in [item["name"] for item in listed.json()["items"]]
+
+
+def test_argillas_worker_delivers_every_response_webhook_on_postgresql(public_argilla, tmp_path):
+    """A participant submits through the public profile's Argilla; its worker delivers each
+    response event to the portal (the store sees the answers and the participant complete without
+    a read of Argilla), and the worker's log holds no failed job. rq ran each async job on an event
+    loop of its own while Argilla's database pool kept the asyncpg connections of the first loop:
+    13 of 14 jobs failed ("attached to a different loop", "another operation is in progress")."""
+    from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.config import parse_study
+    from crowdpref.portal.app import create_app
+    from crowdpref.portal.service import Portal
+    from crowdpref.store import COMPLETE, Store
+    from crowdpref.study1 import study1_collection
+    from tests.conftest import isolated_settings
+    from tests.integration.test_argilla_webhooks import _claim, _submit, _wait_for
+    from tests.integration.test_study1_collection import _questions
+    from tests.portal_server import PortalThread
+
+    api = public_argilla.api_url
+    config = parse_study({"name": f"pg{uuid.uuid4().hex[:8]}", "seed": 5, "participants": "invite",
+                          "study1": {"responses_per_question": 2, "questions_per_participant": 3, "pool_size": 0},
+                          "study2": {"pairs_per_participant": 6}}, source="test")
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    owner = ArgillaOwner(api, public_argilla.owner_api_key)
+    collection = study1_collection(config, _questions(), owner, tmp_path / "run", store)
+    settings = isolated_settings(tmp_path / "home", argilla_url=api, argilla_api_key=public_argilla.owner_api_key,
+                                 portal_studies=tmp_path)
+    portal = Portal(settings, store, open_collection=lambda path, key: collection)
+    log = ProcessManager(public_argilla.settings.state_dir).log_path(argilla.WORKER)
+    with PortalThread(create_app(portal), port=settings.portal_port):
+        webhook_id = portal.register_argilla_webhook(owner)
+        try:
+            claimed = _claim(collection, "inv-pg")
+            username = claimed.participant.username
+            first = _submit(api, claimed, collection.dataset_name, 1)
+            _wait_for(lambda: list(store.participant(collection.info.id, username).submitted) == first,
+                      "the first answer in the store, through the webhook")
+            rest = _submit(api, claimed, collection.dataset_name, 3)
+            _wait_for(lambda: store.participant(collection.info.id, username).status == COMPLETE,
+                      "the participant complete in the store, through the webhooks")
+            assert sorted(store.participant(collection.info.id, username).submitted) == sorted(first + rest)
+        finally:
+            owner.delete_webhook(webhook_id)
+            owner.close()
+    worker_log = log.read_text(errors="replace")
+    assert "Job OK" in worker_log or "Successfully completed" in worker_log, worker_log[-2000:]
+    failed = [line for line in worker_log.splitlines() if "Traceback" in line or " failed" in line.lower()
+              or "Error" in line]
+    assert not failed, "\n".join(failed[:10])
