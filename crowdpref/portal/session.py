@@ -72,19 +72,24 @@ class Sessions:
         if not self.token_sign_in:
             self._signing_in(study, key, cookie)
             return work_path(study, key)
-        _, participant = self._signing_in(study, key, cookie)
-        token, expires = self._mint(participant)
+        collection, participant = self._signing_in(study, key, cookie)
+        token, expires = self._mint(collection, participant)
         return TokenSignIn(token, expires, work_path(study, key))
 
-    def _mint(self, participant: ParticipantState) -> tuple[str, int]:
-        """An Argilla session for the participant, signed with Argilla's key (read once)."""
+    def _mint(self, collection: Collection, participant: ParticipantState) -> tuple[str, int]:
+        """An Argilla session for the participant, signed with Argilla's key (read once). It
+        lasts no longer than the study's maximum time (its inactivity window, which is the
+        Prolific study's ``maximum_allowed_time``), at most a day: Argilla checks only a session's
+        signature and expiry, so a session that outlived the place would still open the work."""
         if self._argilla_secret is None:
             try:
                 self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
             except CrowdprefError as exc:
                 raise unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
                                    "again.") from None
-        return argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock())
+        lifetime_s = min(argilla_session.TOKEN_LIFETIME_S, max(60, int(collection.spec.inactive_after_s)))
+        return argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock(),
+                                          lifetime_s=lifetime_s)
 
     def _first_item_url(self, participant: ParticipantState) -> str:
         """Argilla's page of the participant's first pending item (their dataset's annotation

@@ -77,7 +77,7 @@ class Work:
         if self.token_sign_in:
             target = self._first_item_url(participant)
         elif self.settings.argilla_serves_handover and participant.dataset_id:
-            token, expires = self._mint(participant)
+            token, expires = self._mint(collection, participant)
             target = argilla_session.handover_url(self.settings.argilla_participant_url, token, expires,
                                                   first_item_path(participant.dataset_id))
         else:
