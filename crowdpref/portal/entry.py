@@ -141,8 +141,12 @@ class Entry:
         study's title, whether its person completed already - then "you are done"). The link is
         checked - signature, age, revocation - and NOTHING is claimed, so a mail or chat
         previewer that fetches it takes no place; the person's press of the page's button (a
-        POST, :meth:`enter`) claims. None for any other study (its GET is the entry)."""
-        config, _ = self.config(study, key)
+        POST, :meth:`enter`) claims. None for any other study (its GET is the entry), and for
+        one the portal cannot serve (the entry, after its limits, says why)."""
+        try:
+            config, _ = self.config(study, key)
+        except Refusal:
+            return None
         if config.participants != "invite":
             return None
         claim_key = self._invitation(study, key, params, config)

@@ -163,3 +163,18 @@ def test_one_ipv6_64_is_one_address(rig, fake):
     elsewhere = browser.get(_url({**_ids(), "STUDY_ID": study_id}), headers={"X-Forwarded-For": "2001:db8:7:8::1"},
                             follow_redirects=False)
     assert elsewhere.status_code == 403  # another /64: asked, and not confirmed
+
+
+def test_entries_for_an_unknown_study_count_against_their_own_address_only(rig, fake):
+    now = [1_000_000.0]
+    portal, browser, study_id = _portal(rig, fake, now)
+    here, elsewhere = {"X-Forwarded-For": "203.0.113.9"}, {"X-Forwarded-For": "203.0.113.10"}
+    def url() -> str:
+        return "/s/nosuchstudy/study1?PROLIFIC_PID=" + secrets.token_hex(12)
+
+    assert {browser.get(url(), headers=here).status_code for _ in range(limits.ADDRESS_ENTRIES)} == {404}
+    assert browser.get(url(), headers=here).status_code == 429  # its address used its entries
+    assert browser.get(url(), headers=elsewhere).status_code == 404  # nobody else's
+    arrival = fake.arrive(study_id)
+    ids = {"PROLIFIC_PID": arrival["participant_id"], "STUDY_ID": study_id, "SESSION_ID": arrival["session_id"]}
+    assert browser.get(_url(ids), headers=elsewhere, follow_redirects=False).status_code == 303
