@@ -22,13 +22,13 @@ ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
 
 @dataclass(frozen=True)
 class Snippet:
-    """``python -c code *args``, with ``env`` changes (a value ``None`` unsets the variable) and,
-    first, the files of ``copies`` (source -> destination) copied by the parent process."""
+    """``python -c code *args`` with ``env`` changes (a value ``None`` unsets the variable),
+    killed (SIGALRM: return code -14) after ``timeout_s``."""
 
     code: str
     args: tuple[str, ...] = ()
     env: dict[str, str | None] = field(default_factory=dict)
-    copies: tuple[tuple[str, str], ...] = ()
+    timeout_s: int = 120
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,17 @@ class Ran:
 
 
 FORK_SERVER = r"""
-import importlib, json, os, shutil, sys, tempfile, traceback
+import importlib, json, os, signal, sys, tempfile, traceback
 
 preload, snippets = sys.argv[1], json.loads(sys.stdin.read())
 importlib.import_module(preload)
 results = []
 for snippet in snippets:
-    for source, destination in snippet["copies"]:
-        shutil.copy2(source, destination)
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.alarm(snippet["timeout_s"])
         os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
         for name, value in snippet["env"].items():
             if value is None:
@@ -71,8 +70,8 @@ for snippet in snippets:
                 status = exc.code
             else:
                 print(exc.code, file=sys.stderr); status = 1
-        except BaseException:
-            traceback.print_exc(); status = 1
+        except BaseException as exc:  # the snippet's own frames, as python -c prints them
+            traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next); status = 1
         try:
             sys.stdout.flush(); sys.stderr.flush()
         finally:
@@ -90,7 +89,7 @@ def run_forked(snippets: list[Snippet], *, preload: str, env: dict[str, str] | N
                cwd: Path | None = None, timeout: float = 600) -> list[Ran]:
     """Each of ``snippets`` run by the Argilla venv's Python in a child of one process that
     imported ``preload`` (with ``env``, as ``subprocess.run``'s, and ``cwd``), in order."""
-    payload = json.dumps([{"code": s.code, "args": list(s.args), "env": s.env, "copies": [list(c) for c in s.copies]}
+    payload = json.dumps([{"code": s.code, "args": list(s.args), "env": s.env, "timeout_s": s.timeout_s}
                           for s in snippets])
     run = subprocess.run([str(ARGILLA_PYTHON), "-c", FORK_SERVER, preload], input=payload, env=env, cwd=cwd,
                          capture_output=True, text=True, timeout=timeout)

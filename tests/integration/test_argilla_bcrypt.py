@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-ARGILLA_PYTHON = REPO / ".venv-argilla" / "bin" / "python"
+from tests.argilla_venv import ARGILLA_PYTHON, REPO, Ran, Snippet, run_forked
+
 LAUNCH_DIR = REPO / "services" / "argilla"
 
 pytestmark = [pytest.mark.integration,
@@ -86,25 +83,64 @@ def _argilla_env(home: Path) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
 
 
-def _stall(tmp_path: Path, variant: str) -> dict:
-    migrated = tmp_path / "migrated"
-    if not migrated.exists():  # one migrated database, copied for each variant
-        migrated.mkdir()
-        migrate = subprocess.run([str(ARGILLA_PYTHON), str(LAUNCH_DIR / "launch.py"), "database", "migrate"],
-                                 env=_argilla_env(migrated), capture_output=True, text=True, timeout=300)
-        assert migrate.returncode == 0, migrate.stderr[-2000:]
-    home = tmp_path / variant
-    home.mkdir()
-    shutil.copy2(migrated / "argilla.db", home / "argilla.db")
-    env = _argilla_env(home)
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", STALL, variant, str(LAUNCH_DIR), str(N)], env=env,
-                         capture_output=True, text=True, timeout=300)
+MIGRATE = f"""
+import runpy, sys
+sys.argv[0] = {str(LAUNCH_DIR / "launch.py")!r}
+runpy.run_path(sys.argv[0], run_name="__main__")  # `launch.py database migrate`
+"""
+COPY = "import shutil; shutil.copy2({source!r}, {destination!r})\n"
+
+CHANGES = [
+    ("del accounts.authenticate_user", "authenticate_user missing"),
+    ("accounts.verify_password = lambda plain, hashed: True", "verify_password(plain, hashed)"),
+]
+LAUNCH_APP = f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); from argilla_server.contexts import accounts; "
+COSTS = [("", "$2b$12$"), ("4", "$2b$04$"), ("3", None), ("x", None)]
+COST = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); import launch; launch._patched_or_exit(); "
+        "from argilla_server.contexts import accounts; h = accounts.hash_password('pw'); "
+        "print(h[:7], accounts.verify_password('pw', h))")
+
+
+@pytest.fixture(scope="module")
+def argilla_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """What the Argilla venv's Python made of every snippet of this module, each run as
+    ``python -c`` in a process of its own: all children of one process that imported
+    argilla_server.contexts.accounts (tests/argilla_venv.py), which every snippet imports first
+    anyway, instead of ten processes each paying that import (~5 s of CPU). Their database
+    (``ARGILLA_DATABASE_URL``, read at that import): ``argilla.db`` in one folder, migrated by
+    ``launch.py database migrate``, kept as ``migrated.db`` and copied back before each stall run."""
+    home = tmp_path_factory.mktemp("argilla-venv")
+    db, migrated = str(home / "argilla.db"), str(home / "migrated.db")
+    stall = [str(LAUNCH_DIR), str(N)]
+    snippets = {
+        "migrate": Snippet(MIGRATE, args=("database", "migrate"), timeout_s=300),
+        "stall-stock": Snippet(COPY.format(source=db, destination=migrated) + STALL, args=("stock", *stall),
+                               timeout_s=300),
+        "stall-patched": Snippet(COPY.format(source=migrated, destination=db) + STALL, args=("patched", *stall),
+                                 timeout_s=300),
+        **{f"refuse-{change}": Snippet(LAUNCH_APP + f"{change}; import launch; sys.argv = ['launch.py', 'start']; "
+                                       "launch.main()") for change, _ in CHANGES},
+        "app-ok": Snippet(LAUNCH_APP + "import launch, lighter_requests as lr; launch.app; "
+                          "from argilla_server.models import database; "
+                          "print(getattr(accounts, launch.BCRYPT_PATCHED, False), getattr(database, lr.PATCHED, False))"),
+        "app-broken": Snippet(LAUNCH_APP + "del accounts.update_user; import launch; launch.app"),
+        **{f"cost-{rounds}": Snippet(COST, env={"CROWDPREF_TEST_BCRYPT_ROUNDS": rounds or None}) for rounds, _ in COSTS},
+    }
+    runs = run_forked(list(snippets.values()), preload="argilla_server.contexts.accounts", env=_argilla_env(home),
+                      timeout=1500)
+    return dict(zip(snippets, runs))
+
+
+def _stall(runs: dict[str, Ran], variant: str) -> dict:
+    migrate = runs["migrate"]
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    run = runs[f"stall-{variant}"]
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_user_creation_and_login_leave_the_event_loop_free(tmp_path):
-    stock, patched = _stall(tmp_path, "stock"), _stall(tmp_path, "patched")
+def test_user_creation_and_login_leave_the_event_loop_free(argilla_runs):
+    stock, patched = _stall(argilla_runs, "stock"), _stall(argilla_runs, "patched")
     for result in (stock, patched):  # accounts work the same either way
         assert [r[0] for r in result["right"]] == [f"u{i}" for i in range(N)]
         assert all(r[1].startswith("$2b$12$") for r in result["right"])
@@ -153,49 +189,32 @@ def test_the_running_server_hashes_outside_its_event_loop(argilla_server):
     assert others > 1.0 and loop < 0.25 * (loop + others), used
 
 
-@pytest.mark.parametrize("change, named", [
-    ("del accounts.authenticate_user", "authenticate_user missing"),
-    ("accounts.verify_password = lambda plain, hashed: True", "verify_password(plain, hashed)"),
-])
-def test_start_refuses_an_argilla_whose_accounts_changed(tmp_path, change, named):
-    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); from argilla_server.contexts import accounts; "
-            f"{change}; import launch; sys.argv = ['launch.py', 'start']; launch.main()")
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=_argilla_env(tmp_path), capture_output=True,
-                         text=True, timeout=120)
+@pytest.mark.parametrize("change, named", CHANGES)
+def test_start_refuses_an_argilla_whose_accounts_changed(argilla_runs, change, named):
+    run = argilla_runs[f"refuse-{change}"]  # `launch.py start` after ``change``
     assert run.returncode == 1
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("crowdpref: "), run.stderr
     assert named in lines[0] and "services/argilla/launch.py" in lines[0]
 
 
-def test_launch_app_the_multi_worker_entry_is_patched_too(tmp_path):
+def test_launch_app_the_multi_worker_entry_is_patched_too(argilla_runs):
     """``uvicorn launch:app --workers N`` (several Argilla workers): each worker imports
     ``launch:app``, which applies the patches (bcrypt, and services/argilla/lighter_requests.py's) -
     or exits with the same one line."""
-    env = _argilla_env(tmp_path)
-    base = f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); from argilla_server.contexts import accounts; "
-    ok = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "import launch, lighter_requests as lr; launch.app; "
-                         "from argilla_server.models import database; "
-                         "print(getattr(accounts, launch.BCRYPT_PATCHED, False), getattr(database, lr.PATCHED, False))"],
-                        env=env, capture_output=True, text=True, timeout=120)
+    ok, broken = argilla_runs["app-ok"], argilla_runs["app-broken"]
     assert ok.returncode == 0 and ok.stdout.strip() == "True True", ok.stderr[-2000:]  # + lighter_requests.py
-    broken = subprocess.run([str(ARGILLA_PYTHON), "-c", base + "del accounts.update_user; import launch; launch.app"],
-                            env=env, capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1
     lines = broken.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("crowdpref: ") and "update_user missing" in lines[0], broken.stderr
 
 
-@pytest.mark.parametrize("rounds, expected", [("", "$2b$12$"), ("4", "$2b$04$"), ("3", None), ("x", None)])
-def test_the_test_only_bcrypt_cost(tmp_path, rounds, expected):
+@pytest.mark.parametrize("rounds, expected", COSTS)
+def test_the_test_only_bcrypt_cost(argilla_runs, rounds, expected):
     """``CROWDPREF_TEST_BCRYPT_ROUNDS`` (set by tests/conftest.py for every test stack): hashes of
     that cost, through the off-the-loop patch too; unset, argilla-server's own cost 12; a value
     that is no bcrypt cost stops the launcher with one ``crowdpref:`` line."""
-    env = _argilla_env(tmp_path) | ({"CROWDPREF_TEST_BCRYPT_ROUNDS": rounds} if rounds else {})
-    code = (f"import sys; sys.path.insert(0, {str(LAUNCH_DIR)!r}); import launch; launch._patched_or_exit(); "
-            "from argilla_server.contexts import accounts; h = accounts.hash_password('pw'); "
-            "print(h[:7], accounts.verify_password('pw', h))")
-    run = subprocess.run([str(ARGILLA_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    run = argilla_runs[f"cost-{rounds}"]  # unset when ``rounds`` is empty
     if expected is None:
         assert run.returncode == 1
         assert run.stderr.strip().startswith("crowdpref: CROWDPREF_TEST_BCRYPT_ROUNDS="), run.stderr
