@@ -142,11 +142,13 @@ class Entry:
         checked - signature, age, revocation - and NOTHING is claimed, so a mail or chat
         previewer that fetches it takes no place; the person's press of the page's button (a
         POST, :meth:`enter`) claims. None for any other study (its GET is the entry), and for
-        one the portal cannot serve (the entry, after its limits, says why)."""
+        a study the portal does not know (the entry, after its limits, says so)."""
         try:
             config, _ = self.config(study, key)
-        except Refusal:
-            return None
+        except Refusal as refusal:
+            if refusal.status == 404:  # no such study: the entry refuses it after its limits
+                return None
+            raise
         if config.participants != "invite":
             return None
         claim_key = self._invitation(study, key, params, config)
