@@ -13,7 +13,12 @@ Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HT
   to ``PORTAL_MAX_BODY`` (64 KiB, the portal's own limit), ``/hooks/argilla`` up to
   ``ARGILLA_HOOK_MAX_BODY`` (1 MiB, its events carry the record);
 - everything else -> Argilla (``settings.argilla_api_url``); bodies up to ``ARGILLA_MAX_BODY``
-  (16 MiB: a bulk call of Argilla's holds at most 500 records or 100 responses).
+  (16 MiB: a bulk call of Argilla's holds at most 500 records or 100 responses);
+- from a client not on this host (``THIS_HOST``), 403 before anything is forwarded for Argilla's
+  password sign-in (``OWNER_ONLY_PATHS``), its administration (``ADMIN_PATHS``, other than GET)
+  and any request with an ``X-Argilla-Api-Key``; with the embedded Argilla, ``/hooks/argilla``
+  answers 404 (Argilla delivers to the portal on this host). Argilla's pages may be framed by
+  the host's own pages only (``FRAME_ANCESTORS``).
 
 The answers of the portal and Argilla, and Caddy's 413s, carry ``Strict-Transport-Security``
 (one year) and no ``Server`` header (Caddy's own 502, when an upstream is down, may lack them). The
@@ -50,6 +55,15 @@ ARGILLA_HOOK_MAX_BODY = "1MiB"
 ARGILLA_MAX_BODY = "16MiB"
 HSTS = "max-age=31536000"
 PORTAL_PATHS = ("/s/*", "/hooks/*", "/healthz")
+THIS_HOST = ("127.0.0.0/8", "::1")  # Caddy's peer on the same machine: the operator, an SSH tunnel
+# Argilla's routes no participant needs and an outsider must not reach: the password login (bcrypt,
+# ~0.28 s of CPU a try; participants get minted sessions) and the administration of users,
+# workspaces and webhooks (their GETs stay: Argilla's own policies answer them)
+OWNER_ONLY_PATHS = ("/api/v1/token", "/api/v1/token/*")
+ADMIN_PATHS = ("/api/v1/users", "/api/v1/users/*", "/api/v1/workspaces", "/api/v1/workspaces/*",
+               "/api/v1/webhooks", "/api/v1/webhooks/*")
+# Argilla's pages may be framed by the host's own pages only (the portal's work frame)
+FRAME_ANCESTORS = "frame-ancestors 'self'"
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 # what a log line may not keep (both Caddy's logs: the access log and its own, which records
 # the request of every proxy error): queries, credentials, the Referer, every response header
@@ -128,6 +142,15 @@ def caddyfile(settings: Settings) -> str:
     filters = "\n".join("\t" * 4 + line for line in LOG_FILTERS)
     # both logs (Caddy's own, the access log): JSON without query strings, cookies, credentials
     log_format = f"\t\tformat filter {{\n\t\t\twrap json\n\t\t\tfields {{\n{filters}\n\t\t\t}}\n\t\t}}\n"
+    outside = f"\t\tnot remote_ip {' '.join(THIS_HOST)}\n"
+    refusals = (f"\t@owner_only {{\n\t\tpath {' '.join(OWNER_ONLY_PATHS)}\n{outside}\t}}\n"
+                f"\t@administration {{\n\t\tpath {' '.join(ADMIN_PATHS)}\n\t\tnot method GET HEAD\n{outside}\t}}\n"
+                f"\t@api_key {{\n\t\theader X-Argilla-Api-Key *\n{outside}\t}}\n")
+    refuse = ("\t\trespond @owner_only \"Argilla's sign-in is for the operator, on this host\" 403\n"
+              "\t\trespond @administration \"Argilla's administration is for the operator, on this host\" 403\n"
+              "\t\trespond @api_key \"Argilla's API keys are for the operator, on this host\" 403\n")
+    if settings.embedded_argilla:  # Argilla delivers its events to the portal on this host, never through Caddy
+        refuse += "\t\trespond /hooks/argilla 404\n"
     too_big = "\n".join(_too_big(name, limit) for name, limit in (
         ("argilla_hook", ARGILLA_HOOK_MAX_BODY), ("portal_forms", PORTAL_MAX_BODY), ("", ARGILLA_MAX_BODY)))
     return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.
@@ -149,6 +172,7 @@ def caddyfile(settings: Settings) -> str:
 \t\tStrict-Transport-Security "{HSTS}"
 \t\t-Server
 \t}}
+\theader @argilla_pages Content-Security-Policy "{FRAME_ANCESTORS}"
 \tlog {{
 \t\toutput file {_quoted(access_log_path(settings))} {{
 \t\t\troll_size 50MiB
@@ -157,12 +181,13 @@ def caddyfile(settings: Settings) -> str:
 {log_format}\t}}
 \t@portal path {portal_paths}
 \t@argilla_hook path /hooks/argilla
-\t@portal_forms {{
+\t@argilla_pages not path {portal_paths}
+{refusals}\t@portal_forms {{
 \t\tpath {portal_paths}
 \t\tnot path /hooks/argilla
 \t}}
 \troute {{
-{too_big}
+{refuse}{too_big}
 \t\trequest_body @argilla_hook {{
 \t\t\tmax_size {ARGILLA_HOOK_MAX_BODY}
 \t\t}}

@@ -120,10 +120,17 @@ def _public_settings(tmp_path: Path, argilla_port: int, **overrides: object) -> 
     return isolated_settings(tmp_path / "home", **values)
 
 
-@pytest.fixture()
-def front(tmp_path: Path) -> Iterator[Front]:
+@pytest.fixture(params=["external"])
+def front(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Front]:
+    """Caddy in front of the portal and a stand-in Argilla: ``external`` (``argilla_url`` set, as
+    a separate Argilla server) or ``embedded`` (the stack's own Argilla, on this host)."""
     argilla, argilla_port = _argilla_upstream()
-    settings = _public_settings(tmp_path, argilla_port)
+    if request.param == "embedded":
+        settings = _public_settings(tmp_path, argilla_port, argilla_url=None, argilla_api_key=None)
+        settings = settings.model_copy(update={"argilla_port": argilla_port})
+        assert settings.embedded_argilla
+    else:
+        settings = _public_settings(tmp_path, argilla_port)
     portal = Portal(settings, Store(f"sqlite:///{tmp_path / 'store.sqlite'}"))
     manager = ProcessManager(settings.state_dir)
     try:
@@ -307,3 +314,40 @@ def test_the_public_profile_up_status_down_with_a_portal_that_holds_no_hub_or_ll
         assert group_members(pid) == []
     assert not port_in_use("0.0.0.0", settings.https_port) and not port_in_use("0.0.0.0", settings.http_port)
     assert not [row for row in stack.status(settings) if row.pid]
+
+
+@pytest.mark.parametrize("front", ["embedded"], indirect=True)
+def test_outsiders_reach_only_what_participants_use(front):
+    """From another address, Caddy refuses Argilla's password sign-in (bcrypt: ~0.28 s of CPU a
+    try), its administration of users, workspaces and webhooks, any API key, and - Argilla being on
+    this host - the portal's /hooks/argilla, without reaching Argilla; what a participant's browser
+    uses still passes, the operator on this host still signs in, and Argilla's pages may be framed
+    by the host's own pages only."""
+    addresses = _own_addresses()
+    if not addresses:
+        pytest.skip("this machine has no non-loopback address to connect from")
+    url = front.url
+    remote = httpx.HTTPTransport(local_address=addresses[0], verify=str(front.root))
+    with httpx.Client(transport=remote, timeout=30) as outside, front.client() as local:
+        for method, path in (("POST", "/api/v1/token"), ("GET", "/api/v1/token"), ("POST", "/api/v1/users"),
+                             ("PATCH", "/api/v1/users/u1"), ("DELETE", "/api/v1/users/u1"),
+                             ("POST", "/api/v1/workspaces"), ("DELETE", "/api/v1/workspaces/w1/users/u1"),
+                             ("POST", "/api/v1/webhooks"), ("PATCH", "/api/v1/webhooks/h1")):
+            refused = outside.request(method, f"{url}{path}", data={"username": "owner", "password": "x"})
+            assert refused.status_code == 403 and "argilla" not in refused.text.split("for the operator")[-1], \
+                (method, path, refused.status_code, refused.text)
+        keyed = outside.get(f"{url}/api/v1/me", headers={"X-Argilla-Api-Key": "a-participants-key"})
+        assert keyed.status_code == 403
+        assert outside.post(f"{url}/hooks/argilla", content=b"{}").status_code == 404
+        assert local.post(f"{url}/hooks/argilla", content=b"{}").status_code == 404  # Argilla delivers on this host
+
+        me = outside.get(f"{url}/api/v1/me", headers={"Authorization": "Bearer minted"})
+        assert me.json()["who"] == "argilla"  # a participant's session
+        assert outside.get(f"{url}/api/v1/users/u1").json()["who"] == "argilla"  # reads: Argilla's own policies
+        assert outside.post(f"{url}/api/v1/me/responses/bulk", content=b"{}").json()["who"] == "argilla"
+        assert local.post(f"{url}/api/v1/token", data={"username": "owner", "password": "x"}).json()["who"] == "argilla"
+        assert local.get(f"{url}/api/v1/me", headers={"X-Argilla-Api-Key": "owner-key"}).json()["who"] == "argilla"
+
+        page = outside.get(f"{url}/dataset/x/annotation-mode")
+        assert page.headers["content-security-policy"] == "frame-ancestors 'self'"
+        assert "content-security-policy" not in outside.get(f"{url}/healthz").headers  # the portal sets its own
