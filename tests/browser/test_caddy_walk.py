@@ -17,7 +17,6 @@ caddy-walk-failure.png/.html)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -37,7 +36,7 @@ from crowdpref.study1 import study1_collection
 from services import caddy
 from services.argilla.service import auth_secret
 from services.process import ProcessManager
-from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.browser.test_portal_ui import ITEMS, _answer_study1, _arrive, _wait_for_url
 from tests.conftest import free_port, isolated_settings
@@ -52,19 +51,12 @@ pytestmark = [
 
 
 @pytest.fixture()
-def https_page() -> Iterator[object]:
-    """A Chromium page that accepts Caddy's internal CA (and nothing else changed)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000}, ignore_https_errors=True)
-            page = context.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
+def https_page(browser) -> object:
+    """A Chromium page, in a context of its own, that accepts Caddy's internal CA (and nothing else changed)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, ignore_https_errors=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
 
 
 def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(argilla_server, https_page, output_dir,

@@ -38,7 +38,7 @@ from crowdpref.portal.links import finish_url
 from crowdpref.portal.service import Portal
 from crowdpref.store import Store
 from crowdpref.study1 import study1_collection
-from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.conftest import free_port, isolated_settings
 from tests.integration.test_study1_collection import _questions
 from tests.portal_server import PortalThread
@@ -183,71 +183,65 @@ def _screened_out(page: Any, url: str, onboarding: Any, axe: Path, found: dict[s
     _scan(page, axe, f"{study_key} screened out", found)
 
 
-def test_the_whole_onboarding_of_both_studies_at_phone_and_desktop_size_with_axe(tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_the_whole_onboarding_of_both_studies_at_phone_and_desktop_size_with_axe(browser, tmp_path):
     OUT.mkdir(exist_ok=True)
     axe = _axe()
     portal, store, base = _portal(tmp_path)
     config = load_study(portal.config("walk", "study1")[1])
     found: dict[str, list[str]] = {}
     shots: list[Path] = []
-    with PortalThread(create_app(portal), port=int(base.rsplit(":", 1)[1])), sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            for size, viewport in VIEWPORTS.items():
-                for key in ("study1", "study2"):
-                    context = browser.new_context(viewport=viewport, is_mobile=size == "phone",
-                                                  has_touch=size == "phone")
-                    page = context.new_page()
-                    page.set_default_timeout(TIMEOUT_MS)
-                    link = portal.invite_link("walk", key, f"walker-{key}-{size}")
-                    try:
-                        _walk(page, link, key, size, onboarding_of(config, key), axe, found, shots)
-                        if size == "phone":
-                            width = page.evaluate("document.documentElement.scrollWidth")
-                            assert width <= viewport["width"], f"{key}: the page scrolls sideways ({width} px)"
-                    except Exception:
-                        page.screenshot(path=str(OUT / f"onboarding-{key}-{size}-failure.png"), full_page=True)
-                        (OUT / f"onboarding-{key}-{size}-failure.html").write_text(page.content())
-                        raise
-                    finally:
-                        context.close()
-            context = browser.new_context(viewport=VIEWPORTS["phone"], is_mobile=True, has_touch=True)
-            page = context.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            _screened_out(page, portal.invite_link("walk", "study1", "screened"), onboarding_of(config, "study1"),
-                          axe, found, shots, "study1")
-            cid = portal.collection("walk", "study1").info.id
-            assert store.participant_by_key(cid, "invite:screened") is None  # nothing allocated
-            # a participant who finished: "you are done" without a code (an invitation)
-            done_link = portal.invite_link("walk", "study1", "walker-study1-phone")
-            participant = store.participant_by_key(cid, "invite:walker-study1-phone")
-            assert participant is not None
-            store.record_progress(cid, participant.id, {i: time.time() for i in participant.held}, None)
-            page.goto(done_link)
-            expect_text = page.get_by_text("You have already finished this study")
-            expect_text.wait_for()
-            assert store.completion_code(cid) not in page.content()
-            _scan(page, axe, "you are done", found)
-            page.goto(f"{base}/")
-            _scan(page, axe, "index", found)
-            # the pages behind Argilla, rendered as the portal renders them
-            # the Prolific finish page forwards to Prolific by itself after 5 s (a meta refresh, which
-            # test_portal_ui relies on): axe's meta-refresh rule flags that as critical; it is scanned
-            # with every other rule, and the refresh is left as a decision for the team (see the docs)
-            page.set_content(pages.finished("C1234567", "https://app.prolific.test/x"))
-            _scan(page, axe, "finished (Prolific)", found, skip=("meta-refresh",))
-            for what, html in {"finished (invite)": pages.finished(None, None),
-                               "not finished": pages.not_finished(1, 3, "http://argilla.test/x", "/s/walk/study1/start"),
-                               "screened out (Prolific)": pages.screened_out("https://app.prolific.test/"),
-                               "practice done": pages.practice_done("Walk", 3, 2, "/next", "Go to the quiz", True),
-                               "refusal": pages.message("Study full", "Sorry: all the work is taken.")}.items():
-                page.set_content(html)
-                _scan(page, axe, what, found)
-            context.close()
-        finally:
-            browser.close()
+    with PortalThread(create_app(portal), port=int(base.rsplit(":", 1)[1])):
+        for size, viewport in VIEWPORTS.items():
+            for key in ("study1", "study2"):
+                context = browser.new_context(viewport=viewport, is_mobile=size == "phone",
+                                              has_touch=size == "phone")
+                page = context.new_page()
+                page.set_default_timeout(TIMEOUT_MS)
+                link = portal.invite_link("walk", key, f"walker-{key}-{size}")
+                try:
+                    _walk(page, link, key, size, onboarding_of(config, key), axe, found, shots)
+                    if size == "phone":
+                        width = page.evaluate("document.documentElement.scrollWidth")
+                        assert width <= viewport["width"], f"{key}: the page scrolls sideways ({width} px)"
+                except Exception:
+                    page.screenshot(path=str(OUT / f"onboarding-{key}-{size}-failure.png"), full_page=True)
+                    (OUT / f"onboarding-{key}-{size}-failure.html").write_text(page.content())
+                    raise
+                finally:
+                    context.close()
+        context = browser.new_context(viewport=VIEWPORTS["phone"], is_mobile=True, has_touch=True)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        _screened_out(page, portal.invite_link("walk", "study1", "screened"), onboarding_of(config, "study1"),
+                      axe, found, shots, "study1")
+        cid = portal.collection("walk", "study1").info.id
+        assert store.participant_by_key(cid, "invite:screened") is None  # nothing allocated
+        # a participant who finished: "you are done" without a code (an invitation)
+        done_link = portal.invite_link("walk", "study1", "walker-study1-phone")
+        participant = store.participant_by_key(cid, "invite:walker-study1-phone")
+        assert participant is not None
+        store.record_progress(cid, participant.id, {i: time.time() for i in participant.held}, None)
+        page.goto(done_link)
+        expect_text = page.get_by_text("You have already finished this study")
+        expect_text.wait_for()
+        assert store.completion_code(cid) not in page.content()
+        _scan(page, axe, "you are done", found)
+        page.goto(f"{base}/")
+        _scan(page, axe, "index", found)
+        # the pages behind Argilla, rendered as the portal renders them
+        # the Prolific finish page forwards to Prolific by itself after 5 s (a meta refresh, which
+        # test_portal_ui relies on): axe's meta-refresh rule flags that as critical; it is scanned
+        # with every other rule, and the refresh is left as a decision for the team (see the docs)
+        page.set_content(pages.finished("C1234567", "https://app.prolific.test/x"))
+        _scan(page, axe, "finished (Prolific)", found, skip=("meta-refresh",))
+        for what, html in {"finished (invite)": pages.finished(None, None),
+                           "not finished": pages.not_finished(1, 3, "http://argilla.test/x", "/s/walk/study1/start"),
+                           "screened out (Prolific)": pages.screened_out("https://app.prolific.test/"),
+                           "practice done": pages.practice_done("Walk", 3, 2, "/next", "Go to the quiz", True),
+                           "refusal": pages.message("Study full", "Sorry: all the work is taken.")}.items():
+            page.set_content(html)
+            _scan(page, axe, what, found)
+        context.close()
     report = {what: bad for what, bad in found.items() if bad}
     (OUT / "onboarding-axe.json").write_text(json.dumps(found, indent=1))
     assert len(found) >= 18, sorted(found)

@@ -28,7 +28,7 @@ from crowdpref.portal.links import finish_url
 from crowdpref.portal.service import Portal
 from crowdpref.store import COMPLETE, open_store
 from crowdpref.study1 import study1_collection
-from tests.browser.conftest import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.browser.test_onboarding_walk import _axe
 from tests.browser.test_portal_ui import _answer_study1, _wait_for_url
@@ -49,8 +49,9 @@ def _crowdpref(env: dict[str, str], *args: str) -> str:
     return run.stdout
 
 
-def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server, output_dir, tmp_path, unique):
-    from playwright.sync_api import expect, sync_playwright
+def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server, browser, output_dir, tmp_path,
+                                                                  unique):
+    from playwright.sync_api import expect
 
     name = f"pilot{unique}"
     home, studies = tmp_path / "home", tmp_path / "studies"
@@ -83,11 +84,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     collection = study1_collection(config, _questions().head(6), owner, tmp_path / "run", store,
                                    finish_url(settings, name, "study1"))
     portal = Portal(settings, store, open_collection=lambda p, k: collection)
-    with PortalThread(create_app(portal), port=port) as server, sync_playwright() as playwright:
+    with PortalThread(create_app(portal), port=port) as server:
         # 3. the link, from the real command
         [link] = _crowdpref(env, "invite", str(path), "--key", "study1", "-n", "1").split()
         assert link.startswith(f"{server.url}/s/{name}/study1?invite=")
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
         page.set_default_timeout(TIMEOUT_MS)
 
@@ -147,7 +147,7 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
             _dump(page, output_dir, "pilot-phone-failure")
             raise
         finally:
-            browser.close()
+            page.context.close()
     participant = store.participant(collection.info.id, participant.username)
     assert participant.status == COMPLETE and sorted(participant.submitted) == sorted(participant.items)
     store.close()
