@@ -119,7 +119,9 @@ def _walk(page: Any, url: str, study_key: str, size: str, onboarding: Any, axe: 
         page.screenshot(path=str(OUT / f"onboarding-{study_key}-{size}-{what}-screen.png"))  # what one screen shows
         shots.append(path)
 
-    page.goto(url)
+    page.goto(url)  # the invitation's page claims nothing; its button does
+    _scan(page, axe, f"{study_key} invitation", found)
+    page.get_by_role("button", name="Accept the invitation").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("introduction")
     expect(page.get_by_role("heading", name="Worked examples")).to_be_visible()
     shot("introduction")
@@ -165,6 +167,7 @@ def _screened_out(page: Any, url: str, onboarding: Any, axe: Path, found: dict[s
     from playwright.sync_api import expect
 
     page.goto(url)
+    page.get_by_role("button", name="Accept the invitation").click()
     page.get_by_role("button", name="Continue").click()
     for i, item in enumerate(onboarding.practice):
         page.get_by_label(item.options[item.answer - 1], exact=True).check()
