@@ -165,6 +165,29 @@ def prepare(settings: Settings) -> None:
                   what="database migration or owner creation")
 
 
+def check_running_owner(settings: Settings) -> None:
+    """What :func:`prepare` makes sure of, for an Argilla that already runs (migrated when it
+    started; ``up`` never restarts it): that it accepts the owner's API key from the credentials
+    file - asked over HTTP instead of a launcher process (argilla-server's import, ~6 s of CPU).
+    A key it refuses: the one line ``ensure-owner`` would say."""
+    import httpx
+
+    creds = ensure_owner_credentials(settings)
+    try:
+        response = httpx.get(f"{settings.argilla_api_url}/api/v1/me", headers={"X-Argilla-Api-Key": creds["api_key"]},
+                             timeout=30)
+    except httpx.HTTPError as exc:
+        raise ServiceError(f"argilla at {settings.argilla_api_url} runs but does not answer ({exc.__class__.__name__}): "
+                           "see its log, or run `crowdpref down` then `crowdpref up`") from None
+    if response.status_code == 401:
+        raise ServiceError(f"owner '{creds['username']}' exists with a different API key than "
+                           f"{settings.owner_credentials_file}: restore that file from your backup, or run `crowdpref "
+                           "down` then `crowdpref up --reset-owner` to give the owner a new password and API key")
+    if response.status_code != 200 or response.json().get("role") != "owner":
+        raise ServiceError(f"argilla at {settings.argilla_api_url} answered {response.status_code} to the owner's key "
+                           f"from {settings.owner_credentials_file}: see its log")
+
+
 def server_healthy(settings: Settings) -> bool:
     return http_ok(f"{settings.argilla_api_url}/api/v1/status")
 
