@@ -100,7 +100,11 @@ def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny
     page = browser_page
     config, run_dir = tiny_study
     api = prefect_server.prefect_url
-    deployment = _get(api, "deployments/name/study/study")
+    # Prefect marks a deployment READY when a worker of its pool polls: the worker's first poll can
+    # come a moment after it registered itself healthy (a run of the whole suite saw NOT_READY)
+    deadline = time.monotonic() + 60
+    while (deployment := _get(api, "deployments/name/study/study"))["status"] != "READY" and time.monotonic() < deadline:
+        time.sleep(1)
     assert deployment["work_pool_name"] == "crowdpref" and deployment["status"] == "READY", \
         (deployment["work_pool_name"], deployment["status"])
 
