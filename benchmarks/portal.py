@@ -226,7 +226,7 @@ def bcrypt_on_the_loop() -> None:
     stack itself is unchanged)."""
     from services.argilla import service as argilla_service
 
-    def argv(settings: Settings) -> list[str]:
+    def argv(settings: Settings, *, prepare: bool = False) -> list[str]:  # (public: prepared first, never here)
         return [str(argilla_service.server_python(settings)), "-m", "uvicorn", "argilla_bcrypt_on_loop:app",
                 "--app-dir", str(Path(__file__).resolve().parent), "--workers", str(settings.argilla_worker_count),
                 "--host", settings.host, "--port", str(settings.argilla_port), "--no-access-log"]

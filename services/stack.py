@@ -169,14 +169,12 @@ def up(
     if "argilla" in wanted and settings.embedded_argilla:
         on_step("redis")
         manager.start(redis.spec(settings), settings.host)
-        on_step("argilla database + owner")
-        if not restart:  # (the supervisor's restarts: migrated and owned at the first start)
-            if manager.running(argilla.SERVER) is not None and argilla.server_healthy(settings):
-                argilla.check_running_owner(settings)  # it runs, and up never restarts it: no launcher
-            else:
-                argilla.prepare(settings)
-        on_step("argilla server")
-        manager.start(argilla.server_spec(settings), settings.host)
+        on_step("argilla database + owner, server")
+        running = manager.running(argilla.SERVER) is not None and argilla.server_healthy(settings)
+        if running and not restart:
+            argilla.check_running_owner(settings)  # it runs, and up never restarts it: no launcher
+        # (the supervisor's restarts: migrated and owned at the first start)
+        argilla.start_server(settings, manager, prepare_first=not running and not restart)
         on_step("argilla worker")
         manager.start(argilla.worker_spec(settings), settings.host)
     if "prefect" in wanted and settings.embedded_prefect:

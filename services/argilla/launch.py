@@ -10,7 +10,8 @@ Extra commands: ``ensure-owner CREDENTIALS_JSON`` creates the owner account from
 file (username, password, api_key) if it does not exist; ``reset-owner CREDENTIALS_JSON`` gives
 the owner account that file's password and API key (``crowdpref up --reset-owner``). With
 ``--migrate`` before the file, either first migrates the database as ``database migrate`` does,
-in the same process. Both read
+in the same process; ``start --crowdpref-prepare CREDENTIALS_JSON ...`` does what
+``ensure-owner --migrate`` does in the server's own process before it serves. They read
 the secrets from the file - never from argv (visible in ``ps``) - and never print them, unlike
 the stock ``database users create`` which echoes an existing API key.
 
@@ -269,6 +270,38 @@ def _migrate() -> None:
     migrate_db(revision="head")
 
 
+PREPARE_OPTION = "--crowdpref-prepare"
+"""``start --crowdpref-prepare CREDENTIALS_JSON ...``: before serving, what ``ensure-owner --migrate
+CREDENTIALS_JSON`` does, in the server's own process - argilla-server's import (seconds of CPU)
+paid once per start instead of once for the step and once for the server."""
+
+
+def _prepare_or_exit(credentials: Path) -> None:
+    """``ensure-owner --migrate`` before ``start``: migrate, then make sure the owner exists with the
+    file's API key; a problem is one ``crowdpref:`` line and exit status 1 (the server never
+    starts), as the separate step says it."""
+    try:
+        cheap_test_hashes()
+    except LauncherProblem as exc:
+        print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    _migrate()
+
+    async def owner_then_close() -> str:
+        from argilla_server.database import async_engine
+
+        try:
+            return await _set_owner(credentials, replace=False)
+        finally:  # the pool's connections belong to this loop (asyncpg's do); the server opens its own
+            await async_engine.dispose()
+
+    problem = asyncio.run(owner_then_close())
+    if problem:
+        print(f"{PROBLEM_PREFIX}{problem}", file=sys.stderr)
+        raise SystemExit(1)
+    print("owner account ready", flush=True)
+
+
 def _worker(num_workers: int) -> None:
     """argilla-server's ``worker`` command (an rq ``WorkerPool`` on its two queues), except that
     each job runs inside the worker process (rq's ``SimpleWorker``) instead of in a process
@@ -338,6 +371,10 @@ def main() -> None:
         asyncio.run(_set_owner(credentials, replace=True))
         print("owner password and API key replaced")
         return
+    if sys.argv[1:3] == ["start", PREPARE_OPTION] and len(sys.argv) >= 4:
+        credentials = Path(sys.argv[3])
+        del sys.argv[2:4]  # the stock ``start`` below never sees the option
+        _prepare_or_exit(credentials)
     if len(sys.argv) >= 2 and sys.argv[1] == "start":
         _patched_or_exit()
         from argilla_server import app as server_app  # the object uvicorn's "argilla_server:app" finds

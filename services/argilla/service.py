@@ -19,8 +19,9 @@ from pathlib import Path
 from crowdpref.errors import ServiceError, state_file_error
 from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
+from crowdpref.tls import shared_context
 from services import postgres
-from services.process import ServiceSpec, http_ok, redis_command
+from services.process import ProcessManager, ServiceSpec, http_ok, redis_command
 
 TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"  # launch.py's (test stacks only; unset in production)
 
@@ -30,6 +31,7 @@ ENGINE_NAME = "crowdpref-sql"
 OWNER_USERNAME = "crowdpref-owner"
 LAUNCHER = Path(__file__).with_name("launch.py")
 LAUNCHER_PROBLEM = "crowdpref: "  # launch.PROBLEM_PREFIX: a secret-free line for the operator
+PREPARE_OPTION = "--crowdpref-prepare"  # launch.PREPARE_OPTION
 
 
 def server_python(settings: Settings) -> Path:
@@ -148,12 +150,21 @@ def _run_launcher(settings: Settings, *args: str, what: str) -> None:
             timeout=180,
         )
     if result.returncode != 0:
-        with open(log, "rb") as handle:  # what this run wrote
-            handle.seek(start)
+        said = _launcher_problem(log, start)
+        raise ServiceError(f"argilla {what} failed (exit {result.returncode}){said and ': ' + said}: see {log}")
+
+
+def _launcher_problem(log: Path, offset: int) -> str:
+    """The last ``crowdpref:`` line the launcher wrote to ``log`` after byte ``offset``, without
+    the prefix ("" if none)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(offset)
             written = handle.read().decode(errors="replace")
-        said = [line[len(LAUNCHER_PROBLEM):] for line in written.splitlines() if line.startswith(LAUNCHER_PROBLEM)]
-        reason = f": {said[-1]}" if said else ""
-        raise ServiceError(f"argilla {what} failed (exit {result.returncode}){reason}: see {log}")
+    except OSError:
+        return ""
+    said = [line[len(LAUNCHER_PROBLEM):] for line in written.splitlines() if line.startswith(LAUNCHER_PROBLEM)]
+    return said[-1] if said else ""
 
 
 def prepare(settings: Settings) -> None:
@@ -163,6 +174,37 @@ def prepare(settings: Settings) -> None:
     ensure_owner_credentials(settings)
     _run_launcher(settings, "ensure-owner", "--migrate", str(settings.owner_credentials_file),
                   what="database migration or owner creation")
+
+
+def prepares_in_server(settings: Settings) -> bool:
+    """Whether the server's own process does :func:`prepare`'s work before it serves
+    (``launch.py start --crowdpref-prepare``): with one server process, argilla-server's import
+    (~5 s of CPU) is then paid once per start instead of twice. The laptop stack (SQLite, one
+    process) only: with several (``uvicorn launch:app --workers N``) uvicorn's parent never
+    imports the launcher, and the public profile starts Argilla rarely (systemd's units keep
+    their ``ExecStartPre=`` steps), so :func:`prepare` runs first there."""
+    return settings.argilla_worker_count == 1 and not settings.public
+
+
+def start_server(settings: Settings, manager: ProcessManager, *, prepare_first: bool) -> None:
+    """Start the server unless it runs; ``prepare_first``: migrated and owned before it serves
+    (in its own process where :func:`prepares_in_server`, else by :func:`prepare` first). A
+    migration or owner problem is the launcher's one line, as :func:`prepare` says it."""
+    folded = prepare_first and prepares_in_server(settings) and manager.running(SERVER) is None
+    if prepare_first and not folded:
+        prepare(settings)
+    elif folded:
+        settings.argilla_home.mkdir(parents=True, exist_ok=True)
+        ensure_owner_credentials(settings)
+    log = manager.log_path(SERVER)
+    offset = log.stat().st_size if log.exists() else 0
+    try:
+        manager.start(server_spec(settings, prepare=folded), settings.host)
+    except ServiceError:
+        said = _launcher_problem(log, offset) if folded else ""
+        if said:
+            raise ServiceError(f"argilla database migration or owner creation failed: {said}: see {log}") from None
+        raise
 
 
 def check_running_owner(settings: Settings) -> None:
@@ -175,7 +217,7 @@ def check_running_owner(settings: Settings) -> None:
     creds = ensure_owner_credentials(settings)
     try:
         response = httpx.get(f"{settings.argilla_api_url}/api/v1/me", headers={"X-Argilla-Api-Key": creds["api_key"]},
-                             timeout=30)
+                             timeout=30, verify=shared_context())
     except httpx.HTTPError as exc:
         raise ServiceError(f"argilla at {settings.argilla_api_url} runs but does not answer ({exc.__class__.__name__}): "
                            "see its log, or run `crowdpref down` then `crowdpref up`") from None
@@ -198,26 +240,30 @@ def worker_healthy(settings: Settings) -> bool:
     return reply is not None and reply.startswith(b":") and int(reply[1:]) > 0
 
 
-def server_argv(settings: Settings) -> list[str]:
+def server_argv(settings: Settings, *, prepare: bool = False) -> list[str]:
     """argilla-server's command: ``launch.py start`` (the stock CLI: one uvicorn process) with one
-    worker; with several, uvicorn itself on ``launch:app`` with ``--workers N``. Its worker
-    processes then import ``launch`` afresh (the search engine and the bcrypt patch in each) after
-    they answer uvicorn's 5 s liveness ping: the stock ``start`` would hand them
-    ``argilla_server:app`` without either, and a worker spawned from ``launch.py`` re-imports that
-    script (argilla-server with it) before it can answer the ping, so on a busy machine uvicorn
-    kills and respawns it over and over."""
+    worker (``prepare``: migrating and making the owner first, :func:`prepares_in_server`); with
+    several, uvicorn itself on ``launch:app`` with ``--workers N``. Its worker processes then
+    import ``launch`` afresh (the search engine and the bcrypt patch in each) after they answer
+    uvicorn's 5 s liveness ping: the stock ``start`` would hand them ``argilla_server:app``
+    without either, and a worker spawned from ``launch.py`` re-imports that script
+    (argilla-server with it) before it can answer the ping, so on a busy machine uvicorn kills
+    and respawns it over and over."""
     # no access log: the portal's one-hop sign-in URL carries a participant's credentials
     common = ["--host", settings.host, "--port", str(settings.argilla_port), "--no-access-log"]
     if settings.argilla_worker_count == 1:
-        return [str(server_python(settings)), str(LAUNCHER), "start", *common]
+        first = [PREPARE_OPTION, str(settings.owner_credentials_file)] if prepare else []
+        return [str(server_python(settings)), str(LAUNCHER), "start", *first, *common]
+    if prepare:
+        raise ValueError("several server processes cannot prepare in the server: run prepare() first")
     return [str(server_python(settings)), "-m", "uvicorn", "launch:app", "--app-dir", str(LAUNCHER.parent),
             "--workers", str(settings.argilla_worker_count), *common]
 
 
-def server_spec(settings: Settings) -> ServiceSpec:
+def server_spec(settings: Settings, *, prepare: bool = False) -> ServiceSpec:
     return ServiceSpec(
         name=SERVER,
-        argv=server_argv(settings),
+        argv=server_argv(settings, prepare=prepare),
         env=env(settings),
         health=lambda: server_healthy(settings),
         port=settings.argilla_port,

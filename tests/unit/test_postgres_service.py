@@ -133,6 +133,13 @@ def test_laptop_argilla_stays_on_sqlite_with_one_process(tmp_path, monkeypatch):
     assert argilla.database_url(settings).startswith("sqlite+aiosqlite:///")
     argv = argilla.server_argv(settings)
     assert argv[2] == "start" and "--workers" not in argv
+    # a first start migrates and makes the owner in the server's own process (one import, not two)
+    assert argilla.prepares_in_server(settings)
+    prepared = argilla.server_argv(settings, prepare=True)
+    assert prepared[2:5] == ["start", "--crowdpref-prepare", str(settings.owner_credentials_file)]
+    assert prepared[5:] == argv[3:]
+    assert not argilla.prepares_in_server(public(tmp_path / "public"))
+    assert not argilla.prepares_in_server(_settings(tmp_path / "two", argilla_workers=2))
 
 
 def test_store_default_moves_to_postgresql_in_the_public_profile(tmp_path):
