@@ -32,10 +32,15 @@ from tests.ports import free_port  # noqa: E402,F401 - the tests import it from 
 # hashes at its own cost (tests/integration/test_argilla_bcrypt.py checks both).
 TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"
 os.environ[TEST_BCRYPT_ROUNDS] = "4"
-# The test Prefect servers (the embedded one inherits this environment; so does the harness's)
-# look for deployment schedules to fill every 5 s instead of Prefect's 60 (test_deployments waits
-# for the scheduler to create runs).
+# The test Prefect servers (the embedded ones inherit this environment) look for deployment
+# schedules to fill every 5 s instead of Prefect's 60 (test_deployments waits for the scheduler
+# to create runs).
 os.environ["PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"] = "5"
+# Prefect makes an API client for every task run, and each loads a CA bundle for TLS (certifi's:
+# ~25-37 ms of CPU), although the tests' Prefect API is plain HTTP on 127.0.0.1: a bundle of one
+# certificate (a self-signed one whose key was thrown away) costs ~0.5 ms. Tests only (set before
+# Prefect is imported); the CLI's subprocesses (cli_environment) and production keep the default.
+os.environ["PREFECT_API_SSL_CERT_FILE"] = str(Path(__file__).with_name("prefect-api-ca.pem"))
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
@@ -265,12 +270,35 @@ def unique() -> str:
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    """A temporary Prefect API (prefect_test_harness) for flow tests, once per session."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(prefect_server: Settings) -> Iterator[None]:
+    """The Prefect API for flow tests that run in this process: the session's embedded Prefect
+    server (``prefect_server``), so a test process starts one Prefect server, not two
+    (``prefect_test_harness`` started a second on a temporary database: ~10 s of CPU, and its
+    background services for the whole session). Flows, task runs and artifacts of different tests
+    stay apart by their names and ids, as on a real server."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server.prefect_url}):
+        # as prefect_test_harness does: also code in a context copied before this one sees it
+        with prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            try:
+                yield
+            finally:
+                _drain_prefect_workers()
+
+
+def _drain_prefect_workers() -> None:
+    """Send the logs and events still queued in this process before the server stops (what
+    ``prefect_test_harness`` does on exit)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        try:
+            worker.drain_all(timeout=10)
+        except Exception:  # noqa: BLE001 - a session's end: nothing to fail any more
+            pass
 
 
 # Connection settings a developer may have in their shell; flow tests must not pick them up.
@@ -353,7 +381,7 @@ def _stack_group(root: Path, path: str) -> str | None:
 
 def _run_order(root: Path, item: pytest.Item) -> int:
     """Files that start a shared stack first, then the other integration and browser files (minutes
-    each), then the unit tests (seconds): with the slow work units handed out first, the two workers
+    each), then the unit tests (seconds): with the slow work units handed out first, the workers
     finish close together instead of one running a long integration file alone at the end."""
     path = item.nodeid.split("::", 1)[0]
     if _stack_group(root, path):
