@@ -29,6 +29,7 @@ import httpx
 
 from crowdpref.errors import CrowdprefError, ServiceError
 from crowdpref.settings import Settings
+from crowdpref.tls import shared_context
 from deployments.definitions import PREFECT_YAML, REPO, WORK_POOL, WORK_POOL_TYPE, DeploymentDef, load_definitions
 from services.process import ProcessManager, RunningService, ServiceSpec
 
@@ -62,7 +63,8 @@ def prefect_api(url: str, local: bool) -> httpx.Client:
     a proxy from the environment."""
     key = os.environ.get("PREFECT_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return _RetryingClient(base_url=url.rstrip("/") + "/", headers=headers, timeout=15.0, trust_env=not local)
+    return _RetryingClient(base_url=url.rstrip("/") + "/", headers=headers, timeout=15.0, trust_env=not local,
+                           verify=shared_context())
 
 
 def _client(settings: Settings) -> httpx.Client:

@@ -41,6 +41,7 @@ from crowdpref.collection import Collection
 from crowdpref.config import parse_study
 from crowdpref.store import ACTIVE, BOUND, COMPLETE, READY, RELEASED, Claimed, Store
 from crowdpref.study1 import study1_collection
+from crowdpref.tls import shared_context
 from tests.integration.test_study1_collection import _questions as study1_questions
 
 pytestmark = pytest.mark.integration
@@ -146,7 +147,7 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
     want_questions = {q.name for q in settings.questions}
     want_fields = {f.name for f in settings.fields}
     with httpx.Client(base_url=server.api_url, headers={"X-Argilla-Api-Key": server.owner_api_key},
-                      timeout=60) as http:
+                      timeout=60, verify=shared_context()) as http:
 
         def get(path: str, **params: Any) -> Any:
             response = http.get(path, params=params)

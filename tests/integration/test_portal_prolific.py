@@ -35,10 +35,12 @@ def _study(folder: Path, name: str, **overrides: object) -> str:
         "name": name, "seed": 5, "participants": "simulated",
         "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
         # too_fast_seconds 0: the simulated crowd submits a batch in one call (time on task means nothing)
+        # pool_size 3 (new-study's template has 2): a crowd of about a dozen needs no pool of 10
+        # warm accounts, each a user, a workspace and a dataset in Argilla that nobody claims
         "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 30,
-                   "too_fast_seconds": 0},
+                   "too_fast_seconds": 0, "pool_size": 3},
         "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 30,
-                   "too_fast_seconds": 0},
+                   "too_fast_seconds": 0, "pool_size": 3},
         "screening": {"fallback": "profanity-check"},
         "crowd": {"dropout_rate": 0.2, "never_start_rate": 0.1, "low_effort_rate": 0.1, "offensive_rate": 0.0,
                   "arrive_via": "prolific"},

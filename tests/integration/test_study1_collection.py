@@ -20,6 +20,7 @@ from crowdpref.ids import stable_id
 from crowdpref.simulation.crowd import SimulatedCrowd, check_may_play
 from crowdpref.store import Claimed, Full, Store
 from crowdpref.study1 import export_responses, study1_collection
+from crowdpref.tls import shared_context
 
 pytestmark = pytest.mark.integration
 
@@ -63,14 +64,13 @@ def _questions() -> pd.DataFrame:
 
 
 def _server_counts(api_url: str, api_key: str, prefix: str) -> dict[str, int]:
-    headers = {"X-Argilla-Api-Key": api_key}
-    users = [u for u in httpx.get(f"{api_url}/api/v1/users", headers=headers).json()["items"] if u["username"].startswith(prefix)]
-    workspaces = [w for w in httpx.get(f"{api_url}/api/v1/me/workspaces", headers=headers).json()["items"] if w["name"].startswith(prefix)]
-    datasets = [d for d in httpx.get(f"{api_url}/api/v1/me/datasets", headers=headers).json()["items"]
-                if d["workspace_id"] in {w["id"] for w in workspaces}]
-    records = sum(
-        httpx.get(f"{api_url}/api/v1/datasets/{d['id']}/progress", headers=headers).json()["total"] for d in datasets
-    )
+    with httpx.Client(base_url=api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=30,
+                      verify=shared_context()) as http:  # one client: a new one per call costs a TLS context
+        users = [u for u in http.get("/api/v1/users").json()["items"] if u["username"].startswith(prefix)]
+        workspaces = [w for w in http.get("/api/v1/me/workspaces").json()["items"] if w["name"].startswith(prefix)]
+        datasets = [d for d in http.get("/api/v1/me/datasets").json()["items"]
+                    if d["workspace_id"] in {w["id"] for w in workspaces}]
+        records = sum(http.get(f"/api/v1/datasets/{d['id']}/progress").json()["total"] for d in datasets)
     return {"users": len(users), "workspaces": len(workspaces), "datasets": len(datasets), "records": records}
 
 

@@ -33,10 +33,12 @@ def _study(tmp_path: Path, name: str, screening: dict | None = None, **crowd: ob
         "participants": "simulated",
         "questions": {"categories": ["empathy", "ethics"], "per_category": 3},
         # the simulated crowd submits a batch in one call: time on task means nothing for it
+        # pool_size 3 (new-study's template has 2): a crowd of about a dozen needs no pool of 10
+        # warm accounts, each a user, a workspace and a dataset in Argilla that nobody claims
         "study1": {"responses_per_question": 4, "questions_per_participant": 3, "inactive_after_minutes": 0.05,
-                   "too_fast_seconds": 0},
+                   "too_fast_seconds": 0, "pool_size": 3},
         "study2": {"ratings_per_pair": 3, "pairs_per_participant": 12, "inactive_after_minutes": 0.05,
-                   "too_fast_seconds": 0},
+                   "too_fast_seconds": 0, "pool_size": 3},
         "screening": {"fallback": "profanity-check", **(screening or {})},
         "crowd": {"dropout_rate": 0.15, "low_effort_rate": 0.1, "offensive_rate": 0.1, **crowd},
     }))

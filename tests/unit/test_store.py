@@ -362,7 +362,10 @@ def _claim_at_once(url: str, *, n_items: int, copies: int, per_participant: int,
                    claims_per_process: int = 10, threads: int = 5) -> tuple[Store, CollectionInfo, list[tuple]]:
     """``processes`` x ``claims_per_process`` claims by distinct keys, all at once; returns a
     store, the collection and every claim's result."""
-    ctx = multiprocessing.get_context("spawn")
+    # forkserver: one fresh process (no thread of this one) imports the store once; each claim
+    # process is forked from it instead of importing everything again as a spawned one does
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
     study = f"concurrent-{uuid.uuid4().hex[:8]}"
     open_barrier = ctx.Barrier(processes)
     claim_barrier = ctx.Barrier(processes * threads)
