@@ -31,11 +31,18 @@ demo: setup
 # at the end; the trap also stops anything left by an interrupted run.
 # TEST_WORKERS processes share the files (pytest-xdist, a file's tests stay on one worker); each
 # starts the services its tests need in its own state folder. TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# 3 on the 2-core machine: with 2, the CPUs idled 14% of the run (a test waiting on a service
+# leaves its worker idle); with 3, 2.5% (docs/performance.md).
+# Python writes bytecode during the run even where PYTHONDONTWRITEBYTECODE is set (this machine
+# sets it): the suite starts ~150 Python processes, and each would compile crowdpref's,
+# the services' and the tests' sources again (a test worker's collection: 24 -> 13 s of CPU);
+# compiled once before the workers start, so the three do not all compile them at once.
+TEST_WORKERS ?= 3
 test: setup docs-check
 	@mkdir -p test-output
 	@trap 'for home in test-output/state-*; do [ -d "$$home" ] && CROWDPREF_HOME=$$home $(CROWDPREF) down >/dev/null 2>&1; done; true' EXIT; \
-	  $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	  env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m compileall -q -j 0 crowdpref services flows tasks deployments tests benchmarks && \
+	  env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
