@@ -276,30 +276,32 @@ CREDENTIALS_JSON`` does, in the server's own process - argilla-server's import (
 paid once per start instead of once for the step and once for the server."""
 
 
-def _prepare_or_exit(credentials: Path) -> None:
-    """``ensure-owner --migrate`` before ``start``: migrate, then make sure the owner exists with the
-    file's API key; a problem is one ``crowdpref:`` line and exit status 1 (the server never
-    starts), as the separate step says it."""
+def _owner_or_exit(credentials: Path, *, migrate: bool, replace: bool) -> None:
+    """``ensure-owner`` / ``reset-owner`` (``replace``), and ``start --crowdpref-prepare`` before it
+    serves: the test hashing knob, the migration when ``migrate``, then the owner from the
+    credentials file (:func:`_set_owner`). A problem is one ``crowdpref:`` line and exit status 1.
+    The database engine's pool is closed after: its connections belong to this event loop
+    (asyncpg's do), and a server started next in this process opens its own."""
     try:
         cheap_test_hashes()
     except LauncherProblem as exc:
         print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
         raise SystemExit(1) from None
-    _migrate()
+    if migrate:
+        _migrate()
 
     async def owner_then_close() -> str:
         from argilla_server.database import async_engine
 
         try:
-            return await _set_owner(credentials, replace=False)
-        finally:  # the pool's connections belong to this loop (asyncpg's do); the server opens its own
+            return await _set_owner(credentials, replace=replace)
+        finally:
             await async_engine.dispose()
 
     problem = asyncio.run(owner_then_close())
     if problem:
         print(f"{PROBLEM_PREFIX}{problem}", file=sys.stderr)
         raise SystemExit(1)
-    print("owner account ready", flush=True)
 
 
 def _worker(num_workers: int) -> None:
@@ -352,29 +354,15 @@ def main() -> None:
     owner_command = sys.argv[1:2] in (["ensure-owner"], ["reset-owner"]) and (
         len(sys.argv) == 3 or (len(sys.argv) == 4 and sys.argv[2] == "--migrate"))
     if owner_command:
-        try:
-            cheap_test_hashes()
-        except LauncherProblem as exc:
-            print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
-            raise SystemExit(1) from None
-        if sys.argv[2] == "--migrate":
-            _migrate()
-        credentials = Path(sys.argv[-1])
-    if owner_command and sys.argv[1] == "ensure-owner":
-        problem = asyncio.run(_set_owner(credentials, replace=False))
-        if problem:
-            print(f"{PROBLEM_PREFIX}{problem}", file=sys.stderr)
-            sys.exit(1)
-        print("owner account ready")
-        return
-    if owner_command and sys.argv[1] == "reset-owner":
-        asyncio.run(_set_owner(credentials, replace=True))
-        print("owner password and API key replaced")
+        replace = sys.argv[1] == "reset-owner"
+        _owner_or_exit(Path(sys.argv[-1]), migrate=sys.argv[2] == "--migrate", replace=replace)
+        print("owner password and API key replaced" if replace else "owner account ready")
         return
     if sys.argv[1:3] == ["start", PREPARE_OPTION] and len(sys.argv) >= 4:
         credentials = Path(sys.argv[3])
         del sys.argv[2:4]  # the stock ``start`` below never sees the option
-        _prepare_or_exit(credentials)
+        _owner_or_exit(credentials, migrate=True, replace=False)
+        print("owner account ready", flush=True)
     if len(sys.argv) >= 2 and sys.argv[1] == "start":
         _patched_or_exit()
         from argilla_server import app as server_app  # the object uvicorn's "argilla_server:app" finds
