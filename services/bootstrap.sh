@@ -7,6 +7,7 @@
 #   postgresql     Debian's package: server binaries for the tests' throwaway PostgreSQL servers and the
 #                  public profile's own server (services/postgres.py runs both)
 #   caddy          Debian's package: the public profile's HTTPS front (services/caddy.py runs its own)
+#   restic         Debian's package: `crowdpref backup` / `restore` and the backup flow (services/backup.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +78,13 @@ if ! command -v caddy >/dev/null; then
   else
     say "WARNING: no root/apt: no caddy; the public profile (CROWDPREF_PUBLIC_URL) and its tests need it"
   fi
+fi
+
+# restic for backups (services/backup.py hands it the staged databases, secrets and run folders:
+# encrypted, deduplicated snapshots in a local folder or any restic repository URL).
+if ! command -v restic >/dev/null; then
+  apt_install restic \
+    || say "WARNING: no root/apt: no restic; crowdpref backup, crowdpref restore and their tests need it (install Debian's restic)"
 fi
 
 if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null; then
