@@ -165,16 +165,24 @@ class ArgillaOwner:
             self._user_ids[username] = str(user.id)
         return self._user_ids[username]
 
-    def set_password(self, username: str, password: str) -> None:
-        """Give the account a new password (``PATCH /api/v1/users/{id}``, the owner's right):
-        from then on the old one gets 401 at ``/api/v1/token`` and Argilla's ``/sign-in?auth=``.
-        (A session token issued before stays valid until it expires - Argilla's
-        ``token_expiration``, 1 day by default.) Neither password appears in an error."""
+    def revoke_access(self, username: str) -> int:
+        """Take the account out of every workspace it belongs to (``DELETE
+        /api/v1/workspaces/{id}/users/{user_id}``, the owner's right; no bcrypt): from then on
+        its session and its permanent API key get 403 from Argilla for its datasets, records and
+        searches, and it can add no answer. (An answer's author may still edit it through
+        ``PUT /api/v1/responses/{id}`` - Argilla's own rule; on the public profile Caddy asks the
+        portal first, :mod:`crowdpref.portal.answer_guard`.) Returns how many memberships were
+        removed; 0 when none was left (called again, it changes nothing)."""
         user_id = self.user_id(username)
-        response = self._http.patch(f"/api/v1/users/{user_id}", json={"password": password})
-        if response.status_code >= 400:  # no detail: a validation error would echo the password
-            raise ArgillaError(f"Argilla at {self.api_url} answered {response.status_code} while changing the "
-                               f"password of user '{username}'", transient=response.status_code >= 500)
+        response = self._http.get(f"/api/v1/users/{user_id}/workspaces")
+        _raise_for_status(response, self.api_url, f"workspaces of user '{username}'")
+        removed = 0
+        for item in response.json()["items"]:
+            gone = self._http.delete(f"/api/v1/workspaces/{item['id']}/users/{user_id}")
+            if gone.status_code != 404:  # 404: removed meanwhile (a second pass, another process)
+                _raise_for_status(gone, self.api_url, f"removing user '{username}' from workspace '{item['name']}'")
+                removed += 1
+        return removed
 
     # --- datasets and records ----------------------------------------------------------------
     def ensure_dataset(self, name: str, workspace: rg.Workspace, settings: rg.Settings) -> rg.Dataset:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -352,7 +351,7 @@ class Collection:
             if self.store.begin_release(cid, participant.id, reason):
                 self.finish_release(self.store.participant(cid, participant.username))
                 released_now.append(participant.username)
-        self.expire_finished_credentials()  # completed (maybe by a webhook), released, withdrawn
+        self.revoke_finished_access()  # completed (maybe by a webhook), released, withdrawn
         ready_now = self.refill_pool(patience_s=0)  # not while participants arrive: the next pass
         return replace(self.progress(released_now, ready_now), read_now=reads, webhooks=webhooks)
 
@@ -389,38 +388,37 @@ class Collection:
                 self.make_visible(participant)
             self._read_progress(participant)
             now = self.store.participant(self.info.id, participant.username)
-            if now.status == COMPLETE:  # done: their Argilla password changes, so it signs nobody in
-                self._expire_quietly(now)
+            if now.status == COMPLETE:  # done: their Argilla session and API key reach nothing more
+                self._revoke_quietly(now)
         return self.store.participant(self.info.id, participant.username)
 
-    # credentials that expire ------------------------------------------------------------------------
-    def expire_credentials(self, participant: ParticipantState) -> None:
-        """Give the participant's Argilla account a new random password (Argilla first, then the
-        store, with a ``credentials_expired`` event): the old one - which the work frame's one-hop
-        password sign-in (``/sign-in?auth=``, used where Argilla serves no session hand-over page)
-        carried - logs nobody in any more. For a participant who
-        completed, was released or withdrew; called again it changes the password again.
-        Raises :class:`~crowdpref.argilla_client.ArgillaError` when Argilla refuses (the store
-        is unchanged, and :meth:`expire_finished_credentials` tries again)."""
-        password = secrets.token_urlsafe(20)
-        self.owner.set_password(participant.username, password)
-        self.store.expire_password(self.info.id, participant.id, participant.account_id, password)
+    # access that ends ----------------------------------------------------------------------------
+    def revoke_access(self, participant: ParticipantState) -> None:
+        """End the participant's access to Argilla: their account leaves its workspace (one
+        owner call, no bcrypt; :meth:`ArgillaOwner.revoke_access`), so the session the portal
+        minted and the account's permanent API key reach none of their records; then the store
+        records an ``access_revoked`` event. For a participant who completed, was released or
+        withdrew; called again it changes nothing. Raises
+        :class:`~crowdpref.argilla_client.ArgillaError` when Argilla refuses (the store is
+        unchanged, and :meth:`revoke_finished_access` tries again)."""
+        self.owner.revoke_access(participant.username)
+        self.store.access_revoked(self.info.id, participant.id)
 
-    def expire_finished_credentials(self) -> int:
-        """:meth:`expire_credentials` for every participant who finished (completed, released,
-        withdrawn) and still has their old password; a failure is logged and retried next
-        pass. Returns how many expired now."""
+    def revoke_finished_access(self) -> int:
+        """:meth:`revoke_access` for every participant who finished (completed, released,
+        withdrawn) and may still reach Argilla; a failure is logged and retried next pass.
+        Returns how many lost their access now."""
         done = 0
-        for participant in self.store.credentials_to_expire(self.info.id):
-            done += self._expire_quietly(participant)
+        for participant in self.store.access_to_revoke(self.info.id):
+            done += self._revoke_quietly(participant)
         return done
 
-    def _expire_quietly(self, participant: ParticipantState) -> bool:
+    def _revoke_quietly(self, participant: ParticipantState) -> bool:
         try:
-            self.expire_credentials(participant)
+            self.revoke_access(participant)
             return True
         except Exception as exc:  # noqa: BLE001 - never fails a release or a pass: the next pass retries
-            log.warning("credentials of %s not expired yet (%s): the next monitoring pass retries",
+            log.warning("Argilla access of %s not revoked yet (%s): the next monitoring pass retries",
                         participant.username, exc.__class__.__name__)
             return False
 
@@ -505,7 +503,7 @@ class Collection:
             self.owner.delete_records(dataset, to_delete)
         self.store.finish_release(self.info.id, participant.id)
         self._exclude_if_failed(self.store.participant(self.info.id, participant.username))
-        self._expire_quietly(participant)  # released: their sign-in link stops working
+        self._revoke_quietly(participant)  # released: their session reaches nothing more
 
     def progress(self, released_now: Sequence[str] = (), accounts_ready_now: int = 0) -> Progress:
         info = self.info

@@ -17,8 +17,12 @@ Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HT
 - from a client not on this host (``THIS_HOST``), 403 before anything is forwarded for Argilla's
   password sign-in (``OWNER_ONLY_PATHS``), its administration (``ADMIN_PATHS``, other than GET)
   and any request with an ``X-Argilla-Api-Key``; with the embedded Argilla, ``/hooks/argilla``
-  answers 404 (Argilla delivers to the portal on this host). Argilla's pages may be framed by
-  the host's own pages only (``FRAME_ANCESTORS``).
+  answers 404 (Argilla delivers to the portal on this host), and a change to an answer
+  (``ANSWER_CHANGES``: Argilla lets an answer's author edit or delete it for as long as the
+  account exists) goes ahead only when the portal says the session's participant is still
+  working (``forward_auth`` to :data:`crowdpref.portal.answer_guard.GUARD_PATH`; 403 otherwise,
+  nothing forwarded). Argilla's pages may be framed by the host's own pages only
+  (``FRAME_ANCESTORS``).
 
 The answers of the portal and Argilla, and Caddy's 413s, carry ``Strict-Transport-Security``
 (one year) and no ``Server`` header (Caddy's own 502, when an upstream is down, may lack them). The
@@ -46,6 +50,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from crowdpref.errors import ConfigError, ServiceError
+from crowdpref.portal.answer_guard import GUARD_PATH
 from crowdpref.settings import Settings
 from services.process import ProcessManager, RunningService, ServiceSpec, port_in_use
 
@@ -62,6 +67,10 @@ THIS_HOST = ("127.0.0.0/8", "::1")  # Caddy's peer on the same machine: the oper
 OWNER_ONLY_PATHS = ("/api/v1/token", "/api/v1/token/*")
 ADMIN_PATHS = ("/api/v1/users", "/api/v1/users/*", "/api/v1/workspaces", "/api/v1/workspaces/*",
                "/api/v1/webhooks", "/api/v1/webhooks/*")
+# Changes to an answer in Argilla (its author may make them as long as the account exists, workspace
+# or not): from outside, Caddy asks the portal first (crowdpref.portal.answer_guard)
+ANSWER_CHANGES = ("/api/v1/responses/*",)
+ANSWER_CHANGE_METHODS = ("PUT", "PATCH", "DELETE")
 # Argilla's pages may be framed by the host's own pages only (the portal's work frame)
 FRAME_ANCESTORS = "frame-ancestors 'self'"
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
@@ -151,6 +160,11 @@ def caddyfile(settings: Settings) -> str:
               "\t\trespond @api_key \"Argilla's API keys are for the operator, on this host\" 403\n")
     if settings.embedded_argilla:  # Argilla delivers its events to the portal on this host, never through Caddy
         refuse += "\t\trespond /hooks/argilla 404\n"
+        # the portal holds this Argilla's signing key: it can tell whose session an answer change carries
+        refusals += (f"\t@answer_change {{\n\t\tpath {' '.join(ANSWER_CHANGES)}\n"
+                     f"\t\tmethod {' '.join(ANSWER_CHANGE_METHODS)}\n{outside}\t}}\n")
+        refuse += (f"\t\tforward_auth @answer_change {upstream_portal} {{\n"
+                   f"\t\t\turi {GUARD_PATH}\n\t\t}}\n")
     too_big = "\n".join(_too_big(name, limit) for name, limit in (
         ("argilla_hook", ARGILLA_HOOK_MAX_BODY), ("portal_forms", PORTAL_MAX_BODY), ("", ARGILLA_MAX_BODY)))
     return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.

@@ -47,6 +47,9 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   bad): the participant's activity - and their submitted answer - reach the store at once, and
   monitoring reads from Argilla only whom activity names (the portal registers the webhook when
   it starts and disables it when it stops, :mod:`crowdpref.portal.argilla_hooks`).
+- ``GET  /guard/answer-change``: what Caddy asks before it forwards a change to an answer in
+  Argilla from outside (the public profile): 204 for the Argilla session of a participant still
+  working, else 403 (:mod:`crowdpref.portal.answer_guard`). Caddy never routes it from outside.
 - ``GET  /healthz``; ``GET  /``: a page saying to open the study from the link given.
 
 Nothing logs query strings: uvicorn's access log is off and :class:`PathOnlyLog` writes the
@@ -76,6 +79,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from crowdpref.portal import argilla_session, links, pages
+from crowdpref.portal.answer_guard import GUARD_PATH
 from crowdpref.portal.service import (
     COOKIE_MAX_AGE_S,
     KEYS,
@@ -435,6 +439,10 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         body = await request.body()
         status, reply = await run_in_threadpool(portal.argilla_webhook, dict(request.headers), body)
         return JSONResponse(reply, status_code=status)
+
+    @app.get(GUARD_PATH)
+    def answer_change(request: Request) -> Response:
+        return Response(status_code=portal.answer_change_allowed(request.headers), headers=NO_STORE)
 
     app.add_middleware(PathOnlyLog)
     app.add_middleware(BodyLimit)  # added last: the outermost layer, before anything reads a body

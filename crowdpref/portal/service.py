@@ -32,6 +32,7 @@ from itsdangerous import URLSafeTimedSerializer
 from crowdpref.collection import Collection
 from crowdpref.config import StudyConfig
 from crowdpref.portal.after_reply import AFTER_REPLY_WORKERS, AfterReply
+from crowdpref.portal.answer_guard import AnswerGuard
 from crowdpref.portal.entry import COOKIE_MAX_AGE_S, Entered, Entry, Visitor
 from crowdpref.portal.limits import (
     ADDRESS_FAILURES,
@@ -59,7 +60,8 @@ __all__ = [
 ]
 
 
-class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWebhooks, ArgillaWebhooks):
+class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWebhooks, ArgillaWebhooks,
+             AnswerGuard):
     """The portal's logic for one deployment (settings + store). ``after_reply_workers``: the
     threads that release work after a webhook's reply (0: none - the work stays pending in the
     store until a portal with some starts, :meth:`resume_deliveries`)."""

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from crowdpref.store import schema as t
 from crowdpref.store.engine import StoreBase, StoreError
 from crowdpref.store.results import Account, CollectionInfo, ParticipantState
-from crowdpref.store.statuses import FINISHED, AccountState
+from crowdpref.store.statuses import ACTIVE, FINISHED, AccountState
 
 
 class PoolStore(StoreBase):
@@ -94,24 +94,34 @@ class PoolStore(StoreBase):
             raise StoreError(f"the study store has no credentials for account {account_id}: the store is damaged")
         return value
 
-    def expire_password(self, cid: int, pid: int, account_id: int, password: str) -> None:
-        """The participant's account got ``password`` in Argilla (their old one no longer signs
-        in): keep it, and record a ``credentials_expired`` event (see :meth:`credentials_to_expire`)."""
+    def access_revoked(self, cid: int, pid: int) -> None:
+        """The participant's Argilla account lost its workspace (their session and API key
+        reach none of their records any more): record an ``access_revoked`` event (see
+        :meth:`access_to_revoke`)."""
         with self._write(cid) as conn:
-            conn.execute(update(t.credentials).where(t.credentials.c.account_id == account_id).values(password=password))
-            self._event(conn, cid, "credentials_expired", pid)
+            self._event(conn, cid, "access_revoked", pid)
 
-    def credentials_to_expire(self, cid: int) -> list[ParticipantState]:
-        """Participants who finished - completed, released or withdrawn - whose credentials
-        have not expired yet (no ``credentials_expired`` event)."""
+    def access_to_revoke(self, cid: int) -> list[ParticipantState]:
+        """Participants who finished - completed, released or withdrawn - whose Argilla access
+        has not been revoked yet (no ``access_revoked`` event)."""
         p, e = t.participants.c, t.events.c
-        done = select(e.participant_id).where(e.collection_id == cid, e.kind == "credentials_expired",
+        done = select(e.participant_id).where(e.collection_id == cid, e.kind == "access_revoked",
                                               e.participant_id.is_not(None))
         with self._read() as conn:
             pids = list(conn.execute(select(p.id).where(
                 p.collection_id == cid, p.status.in_(FINISHED) | p.withdrawn_at.is_not(None),
                 ~p.id.in_(done)).order_by(p.id)).scalars())
             return self._participants(conn, pids) if pids else []
+
+    def holds_work(self, username: str) -> bool:
+        """Whether the account ``username`` belongs to a participant who is still working: bound
+        to an active participant who has not withdrawn (in any collection). What the portal's
+        guard of answer changes asks (:mod:`crowdpref.portal.answer_guard`)."""
+        p, a = t.participants.c, t.accounts.c
+        with self._read() as conn:
+            found = conn.execute(select(p.id).join(t.accounts, a.id == p.account_id).where(
+                a.username == username, p.status == ACTIVE, p.withdrawn_at.is_(None)).limit(1)).first()
+        return found is not None
 
 
 def _process_id() -> str:

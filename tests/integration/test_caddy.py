@@ -351,3 +351,50 @@ def test_outsiders_reach_only_what_participants_use(front):
         page = outside.get(f"{url}/dataset/x/annotation-mode")
         assert page.headers["content-security-policy"] == "frame-ancestors 'self'"
         assert "content-security-policy" not in outside.get(f"{url}/healthz").headers  # the portal sets its own
+
+
+@pytest.mark.parametrize("front", ["embedded"], indirect=True)
+def test_from_outside_only_a_working_participant_may_change_an_answer(front):
+    """Argilla lets an answer's author edit or delete it while the account exists, workspace or
+    not: from outside, Caddy asks the portal first (forward_auth), which lets through only the
+    verified session of a participant still working - no session, a forged or expired one, or
+    one of a participant who completed gets 403 and nothing reaches Argilla. On this host (the
+    operator, the flows) Caddy asks nobody."""
+    import jwt
+
+    from crowdpref.portal import argilla_session
+    from crowdpref.store import Claimed
+
+    addresses = _own_addresses()
+    if not addresses:
+        pytest.skip("this machine has no non-loopback address to connect from")
+    secret = "k" * 43
+    front.settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (front.settings.secrets_dir / argilla_session.SECRET_FILE).write_text(secret)
+    store = front.portal.store
+    info = store.collection("guarded", "study1", ["item-1", "item-2"], copies=1, per_participant=1, seed=0,
+                            username_prefix="guarded")
+    working, finished = (store.claim(info, key, "simulated") for key in ("w", "f"))
+    assert isinstance(working, Claimed) and isinstance(finished, Claimed)
+    store.record_progress(info.id, finished.participant.id, {finished.participant.items[0]: time.time()}, None)
+    assert store.participant(info.id, finished.participant.username).status == "complete"
+
+    def bearer(username: str, key: str = secret, lifetime_s: int = 600) -> dict[str, str]:
+        return {"Authorization": f"Bearer {argilla_session.mint_token(key, username, lifetime_s=lifetime_s)[0]}"}
+
+    url = f"{front.url}/api/v1/responses/0b9e2c1e-0000-4000-8000-000000000001"
+    remote = httpx.HTTPTransport(local_address=addresses[0], verify=str(front.root))
+    with httpx.Client(transport=remote, timeout=30) as outside, front.client() as local:
+        body = {"values": {"quality": {"value": 1}}, "status": "draft"}
+        allowed = outside.put(url, json=body, headers=bearer(working.participant.username))
+        assert allowed.status_code == 200 and allowed.json()["who"] == "argilla", allowed.text
+        assert allowed.json()["path"] == url.split(front.url, 1)[1]  # the request itself went on
+        for method in ("PUT", "PATCH", "DELETE"):
+            for headers in ({}, bearer(finished.participant.username), bearer(working.participant.username, "f" * 43),
+                            bearer(working.participant.username, lifetime_s=-60), bearer("owner"),
+                            {"Authorization": "Bearer " + jwt.encode({"username": working.participant.username},
+                                                                      "x", algorithm="HS256")}):
+                refused = outside.request(method, url, json=body, headers=headers)
+                assert refused.status_code == 403 and "argilla" not in refused.text, (method, headers, refused.text)
+        assert local.put(url, json=body).json()["who"] == "argilla"  # the operator on this host: Argilla decides
+        assert outside.get(url, headers=bearer(finished.participant.username)).json()["who"] == "argilla"  # reads

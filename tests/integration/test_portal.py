@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 import yaml
 from fastapi.testclient import TestClient
@@ -278,37 +279,68 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     assert unknown.status_code == 200 and unknown.json()["outcome"] == "unknown participant"
 
 
-def _token_status(api_url: str, username: str, password: str) -> int:
-    """What Argilla answers to a sign-in with these credentials (the web UI's /sign-in?auth= posts them here)."""
-    import httpx
+def _token(api_url: str, username: str, password: str) -> str:
+    """The session Argilla's sign-in gives (what the web UI's /sign-in?auth= keeps)."""
+    answer = httpx.post(f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=10)
+    assert answer.status_code in (200, 201), answer.status_code
+    return answer.json()["access_token"]
 
-    status = httpx.post(f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=10).status_code
-    return 200 if status in (200, 201) else status
+
+def _reach(api_url: str, headers: dict[str, str], dataset_id: str, record_id: str, *,
+           answer: bool = True) -> dict[str, int]:
+    """What Argilla answers the participant's session or API key: their dataset, a search of its
+    records, one record, and (``answer``) a new answer to it."""
+    with httpx.Client(base_url=api_url, headers=headers, timeout=30) as http:
+        seen = {
+            "dataset": http.get(f"/api/v1/datasets/{dataset_id}").status_code,
+            "search": http.post(f"/api/v1/me/datasets/{dataset_id}/records/search", json={}).status_code,
+            "record": http.get(f"/api/v1/records/{record_id}").status_code,
+        }
+        if answer:
+            seen["answer"] = http.post(f"/api/v1/records/{record_id}/responses",
+                                       json={"values": {"quality": {"value": 1}}, "status": "draft"}).status_code
+        return seen
 
 
-def test_credentials_expire_when_a_participant_completes_or_is_released(argilla_server, tmp_path, unique):
+def test_access_ends_when_a_participant_completes_or_is_released(argilla_server, tmp_path, unique):
+    """At completion and at release the participant's account leaves its workspace (one owner
+    call, no password change): the session they signed in with and their permanent API key get
+    403 from Argilla for their dataset, its records and a new answer; the store records it once."""
     name = f"x{unique}"
     portal, collection, client = _portal(tmp_path, argilla_server, name, "invite")
     finisher, leaver = (portal.invite_link(name, "study1", who).split(portal.settings.portal_public_url, 1)[1]
                         for who in ("inv-done", "inv-gone"))
     assert client.post(finisher, follow_redirects=False).status_code == 303
     username, password = _sign_in(client, client.post(f"/s/{name}/study1/start", follow_redirects=False))
-    assert _token_status(argilla_server.api_url, username, password) == 200
-    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
-    done = client.get(f"/s/{name}/study1/done")  # completes them, and their password changes
-    assert done.status_code == 200 and "Finished" in done.text
-    assert _token_status(argilla_server.api_url, username, password) == 401  # the old sign-in link is dead
+    token = _token(argilla_server.api_url, username, password)
+    api_key = httpx.get(f"{argilla_server.api_url}/api/v1/me", headers={"Authorization": f"Bearer {token}"},
+                        timeout=10).json()["api_key"]
     participant = collection.store.participant(collection.info.id, username)
-    assert participant.status == COMPLETE
-    new = collection.store.password(participant.account_id)
-    assert new != password and _token_status(argilla_server.api_url, username, new) == 200
+    dataset_id = collection._dataset_of(participant).id
+    record_id = next(iter(collection.owner.record_ids(collection._dataset_of(participant)).values()))
+    for headers in ({"Authorization": f"Bearer {token}"}, {"X-Argilla-Api-Key": api_key}):
+        before = _reach(argilla_server.api_url, headers, dataset_id, record_id, answer=False)
+        assert set(before.values()) == {200}, before
+    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
+    done = client.get(f"/s/{name}/study1/done")  # completes them, and their access ends
+    assert done.status_code == 200 and "Finished" in done.text
+    assert collection.store.participant(collection.info.id, username).status == COMPLETE
+    for headers in ({"Authorization": f"Bearer {token}"}, {"X-Argilla-Api-Key": api_key}):
+        after = _reach(argilla_server.api_url, headers, dataset_id, record_id)
+        assert set(after.values()) == {403}, after
+    assert len(collection.store.participant(collection.info.id, username).submitted) == 3  # their answers stay
 
     other = TestClient(create_app(portal), base_url="http://portal.test")
     assert other.post(leaver, follow_redirects=False).status_code == 303
     gone, gone_password = _sign_in(other, other.post(f"/s/{name}/study1/start", follow_redirects=False))
-    assert _token_status(argilla_server.api_url, gone, gone_password) == 200
-    assert collection.release(collection.store.participant(collection.info.id, gone), "returned")
-    assert _token_status(argilla_server.api_url, gone, gone_password) == 401
-    assert collection.store.credentials_to_expire(collection.info.id) == []
-    events = collection.store.events(collection.info.id, kinds=["credentials_expired"])
+    gone_token = _token(argilla_server.api_url, gone, gone_password)
+    leaver_state = collection.store.participant(collection.info.id, gone)
+    gone_dataset = collection._dataset_of(leaver_state).id
+    gone_record = next(iter(collection.owner.record_ids(collection._dataset_of(leaver_state)).values()))
+    assert collection.release(leaver_state, "returned")
+    assert _reach(argilla_server.api_url, {"Authorization": f"Bearer {gone_token}"}, gone_dataset,
+                  gone_record)["dataset"] == 403
+    assert collection.store.access_to_revoke(collection.info.id) == []
+    assert collection.revoke_finished_access() == 0 and collection.owner.revoke_access(gone) == 0  # done once
+    events = collection.store.events(collection.info.id, kinds=["access_revoked"])
     assert len(events) == 2 and password not in json.dumps(events) and gone_password not in json.dumps(events)

@@ -46,6 +46,7 @@ class NullOwner:
 
     def __init__(self) -> None:
         self.passwords: dict[str, str] = {}
+        self.revoked: dict[str, int] = {}  # username -> revoke_access calls
         self.logged = 0
 
     def ensure_workspace(self, name: str) -> Any:
@@ -60,8 +61,9 @@ class NullOwner:
     def log_records(self, dataset: Any, records: list[Any]) -> None:
         self.logged += len(records)
 
-    def set_password(self, username: str, password: str) -> None:
-        self.passwords[username] = password
+    def revoke_access(self, username: str) -> int:
+        self.revoked[username] = self.revoked.get(username, 0) + 1
+        return int(self.revoked[username] == 1)
 
     def find_dataset(self, name: str, workspace: str) -> None:
         return None
@@ -493,8 +495,8 @@ def test_x_forwarded_for_counts_only_behind_a_trusted_proxy(rig, monkeypatch):
     assert seen == ["testclient", "198.51.100.4", "testclient"]
 
 
-# --- 6: credentials that expire ------------------------------------------------------------------------
-def test_finished_participants_get_a_new_password_once(rig):
+# --- 6: access that ends ------------------------------------------------------------------------
+def test_finished_participants_lose_their_argilla_access_once(rig):
     name = "expire"
     _write(rig.studies, name, participants="invite", copies=2, per=3)
     for who in ("a", "b", "c"):
@@ -502,19 +504,16 @@ def test_finished_participants_get_a_new_password_once(rig):
     collection = rig.portal.collection(name, "study1")
     cid = collection.info.id
     done, released, active = rig.store.participants(cid)
-    old = {p.username: rig.store.password(p.account_id) for p in (done, released, active)}
-    assert all(rig.owner.passwords[u] == pw for u, pw in old.items())
     rig.store.record_progress(cid, done.id, {i: time.time() for i in done.held}, None)
     rig.store.begin_release(cid, released.id, "test")
-    collection.finish_release(rig.store.participant(cid, released.username))  # expires at once
-    assert rig.owner.passwords[released.username] != old[released.username]
-    assert [p.username for p in rig.store.credentials_to_expire(cid)] == [done.username]
-    assert collection.expire_finished_credentials() == 1 and collection.expire_finished_credentials() == 0
-    for p in (done, released):
-        new = rig.store.password(p.account_id)
-        assert new != old[p.username] and rig.owner.passwords[p.username] == new
-    assert rig.store.password(active.account_id) == old[active.username] == rig.owner.passwords[active.username]
-    assert len(rig.store.events(cid, kinds=["credentials_expired"])) == 2
+    collection.finish_release(rig.store.participant(cid, released.username))  # revoked at once
+    assert rig.owner.revoked == {released.username: 1}
+    assert [p.username for p in rig.store.access_to_revoke(cid)] == [done.username]
+    assert collection.revoke_finished_access() == 1 and collection.revoke_finished_access() == 0
+    assert rig.owner.revoked == {released.username: 1, done.username: 1}  # the active one keeps theirs
+    assert len(rig.store.events(cid, kinds=["access_revoked"])) == 2
+    assert not rig.store.holds_work(done.username) and not rig.store.holds_work(released.username)
+    assert rig.store.holds_work(active.username) and not rig.store.holds_work("nobody")
 
 
 def test_a_limiter_never_holds_more_keys_than_its_bound():
@@ -564,18 +563,17 @@ def test_a_claim_reads_r_from_the_store_not_from_a_stale_collection(tmp_path):
         store.close()
 
 
-def test_a_monitoring_pass_expires_whoever_finished_without_it(rig):
+def test_a_monitoring_pass_revokes_whoever_finished_without_it(rig):
     """Completed by Argilla's webhook (a store write, no Argilla call) or withdrawn elsewhere: the
-    next monitoring pass changes their password."""
+    next monitoring pass ends their Argilla access."""
     name = "sweep"
     _write(rig.studies, name, participants="invite", copies=2, per=3)
     rig.portal.enter(name, "study1", {"invite": rig.portal.invites.dumps({"study": name, "key": "study1", "id": "w"})})
     collection = rig.portal.collection(name, "study1")
     cid = collection.info.id
     [participant] = rig.store.participants(cid)
-    old = rig.store.password(participant.account_id)
     rig.store.record_progress(cid, participant.id, {i: time.time() for i in participant.held}, None)  # the webhook
+    assert rig.owner.revoked == {}
     collection.monitor()
-    assert rig.store.password(participant.account_id) != old
-    assert rig.owner.passwords[participant.username] == rig.store.password(participant.account_id)
-    assert rig.store.credentials_to_expire(cid) == []
+    assert rig.owner.revoked == {participant.username: 1}
+    assert rig.store.access_to_revoke(cid) == []

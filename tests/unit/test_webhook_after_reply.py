@@ -52,6 +52,7 @@ class GatedArgilla:
         self.delete_began = threading.Event()
         self.deleted: list[tuple[str, tuple[str, ...]]] = []
         self.passwords: dict[str, str] = {}
+        self.revoked: dict[str, int] = {}  # username -> revoke_access calls
 
     def ensure_workspace(self, name: str) -> Any:
         return SimpleNamespace(name=name)
@@ -65,8 +66,9 @@ class GatedArgilla:
     def log_records(self, dataset: Any, records: list[Any]) -> None:
         pass
 
-    def set_password(self, username: str, password: str) -> None:
-        self.passwords[username] = password
+    def revoke_access(self, username: str) -> int:
+        self.revoked[username] = self.revoked.get(username, 0) + 1
+        return int(self.revoked[username] == 1)
 
     def find_dataset(self, name: str, workspace: str) -> Any:
         return SimpleNamespace(id=f"ds-{workspace}", name=name, workspace=workspace)
