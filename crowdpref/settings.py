@@ -305,6 +305,36 @@ class Settings(BaseSettings):
         return self.embedded_argilla if self.argilla_handover is None else self.argilla_handover
 
     @property
+    def prefect_auth_string_file(self) -> Path:
+        """The embedded Prefect API's auth string in the public profile (0600; written by
+        services/prefect/service.py when the server is set up, read by every client)."""
+        return self.secrets_dir / "prefect-auth-string"
+
+    @property
+    def prefect_requires_auth(self) -> bool:
+        """The embedded Prefect server requires its auth string: the public profile (a server that
+        other local accounts share). The laptop stack's Prefect is open on its loopback address."""
+        return self.public and self.embedded_prefect
+
+    def prefect_auth_string(self) -> str | None:
+        """The auth string every client of the embedded Prefect sends (HTTP basic authentication),
+        from :attr:`prefect_auth_string_file`; None when :attr:`prefect_requires_auth` is not set.
+        A missing, damaged or unreadable file: one line naming it and the fix."""
+        if not self.prefect_requires_auth:
+            return None
+        path = self.prefect_auth_string_file
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+            if ":" not in value:
+                raise ValueError("damaged")
+        except (OSError, ValueError) as exc:
+            fix = ("run `crowdpref up`: it makes the file when it sets up the Prefect server" if not path.exists()
+                   else "delete it and run `crowdpref up` (a new one is made and the Prefect server and worker "
+                        "restart with it)")
+            raise state_file_error(path, "the Prefect API's auth string", exc, fix) from None
+        return value
+
+    @property
     def embedded_prefect(self) -> bool:
         return self.prefect_api_url is None
 
@@ -398,8 +428,10 @@ class Settings(BaseSettings):
 
     def prefect_env(self) -> dict[str, str]:
         """Environment for anything that talks to or runs the embedded Prefect: offline settings,
-        persisted results inside the state folder (so failed runs can be retried from cache)."""
-        return {
+        persisted results inside the state folder (so failed runs can be retried from cache), and
+        in the public profile the API's auth string (``PREFECT_API_AUTH_STRING``, which Prefect's
+        clients send as HTTP basic authentication; see :meth:`prefect_auth_string`)."""
+        env = {
             "PREFECT_HOME": str(self.prefect_home),
             "PREFECT_API_URL": self.prefect_url,
             "DO_NOT_TRACK": "1",
@@ -408,6 +440,10 @@ class Settings(BaseSettings):
             "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
             "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(self.prefect_results_dir),
         }
+        auth = self.prefect_auth_string()
+        if auth is not None:
+            env["PREFECT_API_AUTH_STRING"] = auth
+        return env
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):

@@ -17,6 +17,7 @@ Prefect settings never matter.
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
@@ -58,17 +59,23 @@ class _RetryingClient(httpx.Client):
         return super().request(*args, **kwargs)
 
 
-def prefect_api(url: str, local: bool) -> httpx.Client:
+def prefect_api(url: str, local: bool, auth_string: str | None = None) -> httpx.Client:
     """An HTTP client for the Prefect API at ``url`` (``.../api``); ``local``: never through
-    a proxy from the environment."""
+    a proxy from the environment. It authenticates as Prefect's own client does: with the auth
+    string (``auth_string``, else ``$PREFECT_API_AUTH_STRING``) as HTTP basic authentication,
+    else with ``$PREFECT_API_KEY`` as a bearer token."""
+    auth_string = auth_string or os.environ.get("PREFECT_API_AUTH_STRING")
     key = os.environ.get("PREFECT_API_KEY")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if auth_string:
+        headers = {"Authorization": "Basic " + base64.b64encode(auth_string.encode()).decode()}
+    else:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
     return _RetryingClient(base_url=url.rstrip("/") + "/", headers=headers, timeout=15.0, trust_env=not local,
                            verify=shared_context())
 
 
 def _client(settings: Settings) -> httpx.Client:
-    return prefect_api(settings.prefect_url, local=settings.embedded_prefect)
+    return prefect_api(settings.prefect_url, local=settings.embedded_prefect, auth_string=settings.prefect_auth_string())
 
 
 def _require_server(client: httpx.Client, settings: Settings) -> None:
@@ -274,7 +281,7 @@ def worker_healthy(
             if response.status_code != 200:
                 return False
             workers = response.json()
-    except httpx.HTTPError:
+    except (httpx.HTTPError, CrowdprefError):  # CrowdprefError: no readable auth string (public profile)
         return False
     now = datetime.now(timezone.utc)
     for worker in workers:

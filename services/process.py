@@ -273,14 +273,23 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def redis_command(host: str, port: int, *args: str, timeout_s: float = 2.0) -> bytes | None:
-    """Send one command in the Redis protocol; return the raw reply line, None if unreachable."""
-    payload = f"*{len(args)}\r\n".encode() + b"".join(
-        f"${len(a.encode())}\r\n{a}\r\n".encode() for a in args
-    )
+def redis_command(host: str, port: int, *args: str, password: str | None = None,
+                  timeout_s: float = 2.0) -> bytes | None:
+    """Send one command in the Redis protocol, after ``AUTH password`` when given; return the
+    raw first line of its reply (of AUTH's, when AUTH fails: ``-WRONGPASS ...``), None if
+    unreachable. The password goes over the socket only, never into an error."""
+    def encode(*words: str) -> bytes:
+        return f"*{len(words)}\r\n".encode() + b"".join(
+            f"${len(w.encode())}\r\n".encode() + w.encode() + b"\r\n" for w in words
+        )
+
+    payload = (encode("AUTH", password) if password is not None else b"") + encode(*args)
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock, sock.makefile("rb") as replies:
             sock.sendall(payload)
-            return sock.recv(256).split(b"\r\n", 1)[0]
+            line = replies.readline(4096).split(b"\r\n", 1)[0]
+            if password is not None and line.startswith(b"+"):  # AUTH's +OK: the command's reply next
+                line = replies.readline(4096).split(b"\r\n", 1)[0]
+            return line
     except OSError:
         return None

@@ -168,7 +168,13 @@ def up(
         postgres.start_service(settings, manager)
     if "argilla" in wanted and settings.embedded_argilla:
         on_step("redis")
-        manager.start(redis.spec(settings), settings.host)
+        if manager.start(redis.spec(settings), settings.host).restarted:
+            # it ran with another password, or none (an older crowdpref): Argilla's server and worker
+            # hold the old one in their Redis URL, so they start again with the new one below
+            manager.stop(argilla.WORKER)
+            manager.stop(argilla.SERVER)
+            on_note("redis restarted with its password (secrets/redis-password); the Argilla server and worker "
+                    "restart with it")
         on_step("argilla database + owner, server")
         running = manager.running(argilla.SERVER) is not None and argilla.server_healthy(settings)
         if running and not restart:
@@ -179,7 +185,15 @@ def up(
         manager.start(argilla.worker_spec(settings), settings.host)
     if "prefect" in wanted and settings.embedded_prefect:
         on_step("prefect server")
-        manager.start(prefect.spec(settings), settings.host)
+        if manager.start(prefect.spec(settings), settings.host).restarted:
+            # it ran with another auth string, or none: a worker holding the old one is refused (401),
+            # so it starts again below; a serve process is left to its owner (it runs deployments)
+            manager.stop(WORKER)
+            serving = f"; restart {SERVE} (deployments/serve.py), it holds the old one" if manager.running(SERVE) else ""
+            auth = "its auth string in secrets/" + settings.prefect_auth_string_file.name if settings.prefect_requires_auth \
+                else "no auth string (the laptop stack)"
+            on_note(f"prefect server restarted with this profile's API authentication ({auth}); the prefect worker "
+                    f"restarts with it{serving}")
     if "portal" in wanted:
         on_step("participant portal")
         if manager.start(portal.spec(settings), settings.host).restarted:

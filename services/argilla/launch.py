@@ -218,6 +218,22 @@ def _patched_or_exit() -> None:
     except (LauncherProblem, PatchProblem) as exc:  # one line for the operator, not a traceback per worker
         print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    redis_password_out_of_messages()
+
+
+def redis_password_out_of_messages() -> None:
+    """argilla-server quotes its Redis URL in the error it raises (and logs) when Redis does not
+    answer or refuses the password, and that URL holds Redis's password (services/redis.py): the
+    Redis client is made from the full URL (at import), then the setting keeps it masked."""
+    from urllib.parse import urlsplit
+
+    from argilla_server.jobs import queues  # noqa: F401  (its Redis client, from the full URL)
+    from argilla_server.settings import settings
+
+    parts = urlsplit(settings.redis_url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        settings.redis_url = parts._replace(netloc=netloc).geturl()
 
 
 def __getattr__(name: str) -> Any:

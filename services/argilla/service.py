@@ -16,12 +16,12 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from crowdpref.errors import ServiceError, state_file_error
+from crowdpref.errors import CrowdprefError, ServiceError, state_file_error
 from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
 from crowdpref.tls import shared_context
-from services import postgres
-from services.process import ProcessManager, ServiceSpec, http_ok, redis_command
+from services import postgres, redis
+from services.process import ProcessManager, ServiceSpec, http_ok
 
 TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"  # launch.py's (test stacks only; unset in production)
 
@@ -51,7 +51,7 @@ def env(settings: Settings) -> dict[str, str]:
         "HOME": str(home),
         "ARGILLA_HOME_PATH": str(home),
         "ARGILLA_DATABASE_URL": database_url(settings),
-        "ARGILLA_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/0",
+        "ARGILLA_REDIS_URL": redis.url(settings),  # with Redis's password (services/redis.py)
         "ARGILLA_SEARCH_ENGINE": ENGINE_NAME,
         "ARGILLA_ENABLE_TELEMETRY": "0",
         "ARGILLA_AUTH_SECRET_KEY": auth_secret(settings),
@@ -97,11 +97,12 @@ def _new_owner_credentials() -> dict[str, str]:
 
 
 def check_secrets(settings: Settings) -> None:
-    """Read what Argilla's start reads from the state folder (its token key and, in the public
-    profile, the password of its PostgreSQL role), so that a damaged file stops ``crowdpref up``
+    """Read what Argilla's start reads from the state folder (its token key, Redis's password and,
+    in the public profile, the password of its PostgreSQL role), so that a damaged file stops ``crowdpref up``
     in one line before anything starts. The role's password is not there yet on a fresh state
     folder: ``up`` makes it when it provisions PostgreSQL, so a missing one is left to ``up``."""
     auth_secret(settings)
+    redis.password(settings)
     if settings.public and postgres.password_file(settings, postgres.ARGILLA_ROLE).exists():
         database_url(settings)
 
@@ -236,7 +237,10 @@ def server_healthy(settings: Settings) -> bool:
 
 def worker_healthy(settings: Settings) -> bool:
     """The rq worker has registered itself in Redis."""
-    reply = redis_command(settings.host, settings.redis_port, "SCARD", "rq:workers")
+    try:
+        reply = redis.command(settings, "SCARD", "rq:workers")
+    except CrowdprefError:  # no readable Redis password: nothing answers
+        return False
     return reply is not None and reply.startswith(b":") and int(reply[1:]) > 0
 
 
