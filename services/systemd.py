@@ -223,8 +223,6 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         conf.proc_subset = True
     elif name in ("argilla-server", "argilla-worker"):
         conf.writes = conf.owned = [settings.argilla_home]
-        if name == "argilla-server" and settings.embedded_argilla:
-            conf.credentials = [settings.owner_credentials_file.name]  # its ensure-owner step
     elif name == "prefect-server":
         conf.writes = conf.owned = [settings.prefect_home]
     elif name == "portal":
@@ -252,6 +250,13 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         conf.writes = [settings.state_dir]
         conf.capabilities = WORKER_CAPS
         conf.all_secrets = True
+    # a file of the secrets folder its command (or a start step) names: Redis's config file
+    # (requirepass), the owner's credentials of Argilla's ensure-owner step
+    for argv in (spec.argv, *(step for _prefix, step in _pre_start(settings, spec))):
+        for word in map(str, argv):
+            if os.path.isabs(word) and Path(word).parent == settings.secrets_dir and \
+                    Path(word).name not in conf.credentials and not conf.all_secrets and account != ROOT:
+                conf.credentials.append(Path(word).name)
     return conf
 
 
@@ -326,7 +331,9 @@ def hardening(settings: Settings, conf: Confinement, home: str) -> list[str]:
         *([] if conf.write_execute else ["MemoryDenyWriteExecute=yes"]),
         "SystemCallArchitectures=native",
         "SystemCallFilter=@system-service",
-        f"SystemCallFilter=~@privileged @resources" if not root else "SystemCallFilter=~@resources @mount @swap @reboot @module @raw-io @clock @cpu-emulation @debug @obsolete",
+        # (the worker keeps @chown and the set-id calls its capabilities allow: SQLite as root chowns its journal)
+        "SystemCallFilter=~@privileged @resources" if not root else
+        "SystemCallFilter=~@resources @mount @swap @reboot @module @raw-io @clock @cpu-emulation @debug @obsolete",
         "SystemCallErrorNumber=EPERM",
         f"CapabilityBoundingSet={' '.join(conf.capabilities)}",
         f"AmbientCapabilities={' '.join(conf.capabilities) if not root else ''}",
@@ -471,6 +478,9 @@ def account_commands(settings: Settings, units: list[Unit]) -> list[list[str]]:
                 done.add(folder)
                 commands += [["mkdir", "-p", str(folder)], ["chown", "-R", f"{conf.user}:{conf.user}", str(folder)],
                              ["chmod", "0700", str(folder)]]
+        own_settings = unit.environment.get("CROWDPREF_SETTINGS")  # the portal's own (empty) settings file
+        if own_settings and Path(own_settings).is_relative_to(settings.state_dir):
+            commands.append(["chown", f"{conf.user}:{conf.user}", own_settings])
         for folder in conf.group_writable:
             commands += [["mkdir", "-p", str(folder)], ["chgrp", conf.user, str(folder)],
                          ["chmod", "g+rwx,o+x", str(folder)]]
@@ -482,7 +492,7 @@ def run_commands(commands: list[list[str]], log: Callable[[str], None] = lambda 
     for argv in commands:
         log(shlex.join(argv))
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
         except OSError as exc:
             raise ServiceError(f"{shlex.join(argv)}: {exc.strerror or exc}: install {argv[0]} (passwd, coreutils)") from None
         if result.returncode != 0:
@@ -490,29 +500,38 @@ def run_commands(commands: list[list[str]], log: Callable[[str], None] = lambda 
             raise ServiceError(f"{shlex.join(argv)} failed: {reason[:300]}")
 
 
-def unreachable(settings: Settings, units: list[Unit] | None = None) -> list[str]:
-    """Folders a service's own user cannot pass through (no ``o+x`` on the state folder's or the
-    code's parents, e.g. /root): one line each; empty when every unit can reach what it runs."""
-    from services import stack
+def unreachable(settings: Settings, units: list[Unit]) -> list[str]:
+    """Why the units' own users could not run them, one line each (empty: nothing found): the
+    state folder under /tmp (each unit gets a private one: ``PrivateTmp=yes``), or a folder
+    on the way to the state folder, the checkout or a program they run that others cannot pass
+    through (no ``o+x``: /root, a pyenv interpreter under /root, a 0700 home)."""
+    from crowdpref.project import project_root
 
-    specs = [spec for spec, _ in stack.unit_specs(settings)] if units is None else []
-    paths = [settings.state_dir, *code_paths(settings, specs)] if units is None else [settings.state_dir]
-    if units is not None:
-        for unit in units:
-            for line in unit.text.splitlines():
-                if line.startswith("ExecStart="):
-                    paths.append(Path(shlex.split(line.split("=", 1)[1])[0]))
-        from crowdpref.project import project_root
-
-        paths.append(project_root())
     problems = []
+    state = settings.state_dir
+    for tmp in ("/tmp", "/var/tmp"):
+        if state.is_relative_to(tmp):
+            problems.append(f"{state}: the state folder is under {tmp}, which every unit sees as its own empty "
+                            "folder (PrivateTmp=yes): move it (CROWDPREF_HOME=/srv/crowdpref)")
+    paths = [state, project_root()]
+    for unit in units:
+        for line in unit.text.splitlines():
+            key, _, value = line.partition("=")
+            if key in ("ExecStart", "ExecStartPre", "ExecStartPost") and not value.startswith("+"):
+                paths.append(Path(shlex.split(value)[0]))
+    seen: set[Path] = set()
     for path in paths:
-        for parent in reversed(Path(path).resolve().parents):
-            mode = parent.stat().st_mode if parent.exists() else 0o755
-            if not mode & 0o001:
-                problems.append(f"{parent} (on the way to {path})")
+        resolved = Path(path).resolve()
+        for parent in reversed(resolved.parents):
+            if parent in seen:
+                continue
+            seen.add(parent)
+            if parent.exists() and not parent.stat().st_mode & 0o001:
+                shown = str(path) if resolved == Path(path) else f"{path} (-> {resolved})"
+                problems.append(f"{parent}: the services' own users cannot pass through it (no o+x), and {shown} "
+                                f"is below it: move that (e.g. to /srv or /opt) or run `chmod o+x {parent}`")
                 break
-    return sorted(set(problems))
+    return problems
 
 
 def install(settings: Settings, folder: Path, user: str | None = None,
@@ -551,7 +570,7 @@ def verify(paths: list[Path], program: str | None = None) -> bool:
     program = program or analyzer()
     if program is None:
         return False
-    result = subprocess.run([program, "verify", "--man=no", *map(str, paths)], capture_output=True, text=True,
+    result = subprocess.run([program, "verify", "--man=no", *map(str, paths)], check=False, capture_output=True, text=True,
                             timeout=120, env=_analyze_env())
     ours = {p.name for p in paths} | {str(p) for p in paths}
     problems = [line.strip() for line in (result.stdout + result.stderr).splitlines()
@@ -563,16 +582,22 @@ def verify(paths: list[Path], program: str | None = None) -> bool:
     return True
 
 
-def exposure(path: Path, program: str | None = None) -> float:
-    """``systemd-analyze security --offline=yes``'s overall exposure of one unit file (0.0
-    safest, 10.0 least safe). Raises :class:`ServiceError` when it gives none."""
+def exposure(paths: list[Path], program: str | None = None) -> dict[str, float]:
+    """``systemd-analyze security --offline=yes``'s overall exposure of each unit file (0.0
+    safest, 10.0 least safe), by file name, in one call. Raises :class:`ServiceError` when a
+    file gets no rating."""
     program = program or analyzer()
     if program is None:
         raise ServiceError("systemd-analyze is not installed: install Debian's systemd package")
-    result = subprocess.run([program, "security", "--offline=yes", "--no-pager", str(path)], capture_output=True,
-                            text=True, timeout=120, env=_analyze_env())
+    result = subprocess.run([program, "security", "--offline=yes", "--no-pager", *map(str, paths)], check=False,
+                            capture_output=True, text=True, timeout=120, env=_analyze_env())
+    scores = {}
     for line in result.stdout.splitlines():
-        if "Overall exposure level" in line:
-            return float(line.split(":", 1)[1].split()[0])
-    reason = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[0]
-    raise ServiceError(f"systemd-analyze security rated no exposure for {path}: {reason[:300]}")
+        if "Overall exposure level for " in line:
+            name, _, rest = line.split("Overall exposure level for ", 1)[1].partition(": ")
+            scores[name] = float(rest.split()[0])
+    missing = [p.name for p in paths if p.name not in scores]
+    if missing:
+        reason = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[0]
+        raise ServiceError(f"systemd-analyze security rated no exposure for {missing[0]}: {reason[:300]}")
+    return scores

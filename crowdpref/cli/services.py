@@ -3,6 +3,7 @@ and ``status``."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -163,22 +164,42 @@ app.add_typer(service_app, name="service")
 @service_app.command("install")
 @friendly_errors
 def service_install(
-    folder: Path = typer.Option(None, "--dir", help="Where to write the units (default: /etc/systemd/system, as root)."),
-    user: str = typer.Option(None, "--user", help="The account the services run as (User=; default: root's default)."),
+    folder: Path = typer.Option(None, "--dir", help="Where to write the units (default: /etc/systemd/system, as root: "
+                                "then the services' system users are made and given their folders too)."),
+    user: str = typer.Option(None, "--user", help="One account for every service (User=) instead of one system "
+                             "user per service (crowdpref-redis, crowdpref-portal, ...)."),
     check: bool = typer.Option(True, "--check/--no-check", help="Check the units with `systemd-analyze verify`."),
 ) -> None:
-    """Write a systemd unit for every service of this profile (restart on failure, start at
-    boot, ordered dependencies; the environment in 0600 files in the secrets folder) and check
-    them with `systemd-analyze verify` where it exists. Exit 1 if the check finds a problem."""
+    """Write a hardened systemd unit for every service of this profile (its own system user,
+    only its own secrets, restart on failure, start at boot, ordered dependencies; the
+    environment in 0600 files in the secrets folder) and check them with `systemd-analyze
+    verify` where it exists. As root into /etc/systemd/system it also makes the missing system
+    users and gives each its folders; with --dir it prints those commands. Exit 1 if the check
+    finds a problem, 2 if a service's user could not reach what it runs."""
     use_project()
     from services import systemd
 
     settings = _settings()
-    target = folder if folder is not None else systemd.default_dir()
-    paths = systemd.install(settings, target, user)
+    system = folder is None
+    target = systemd.default_dir() if system else folder
+    problems = systemd.unreachable(settings, systemd.render(settings, user))
+    if problems and system:  # before anything is written
+        raise ConfigError(f"crowdpref service install: {problems[0]}")
+    written = systemd.install_units(settings, target, user)
+    paths, units = [path for path, _ in written], [unit for _, unit in written]
     console.print(f"wrote {len(paths)} units in {target}: {', '.join(p.name for p in paths)}", highlight=False,
                   soft_wrap=True)
     console.print(f"environment files (0600): {systemd.env_folder(settings)}", highlight=False)
+    for problem in problems:
+        console.print(f"warning: {problem}", highlight=False, soft_wrap=True)
+    commands = systemd.account_commands(settings, units)
+    if system:
+        console.print("system users and their folders:", highlight=False)
+        systemd.run_commands(commands, log=lambda line: console.print(f"  {line}", highlight=False, soft_wrap=True))
+    else:
+        console.print("then, as root, make the services' system users and give them their folders:", highlight=False)
+        for argv in commands:
+            console.print(f"  {shlex.join(argv)}", highlight=False, soft_wrap=True)
     if check:
         checked = systemd.verify(paths)
         console.print("systemd-analyze verify: no problem found" if checked
