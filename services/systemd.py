@@ -538,22 +538,17 @@ def install(settings: Settings, folder: Path, user: str | None = None,
             specs: list[tuple[ServiceSpec, tuple[str, ...]]] | None = None) -> list[Path]:
     """Write the units into ``folder`` and their environment files (0600) into the secrets
     folder; returns the unit files' paths. The accounts are :func:`account_commands`' job."""
-    return [path for path, _unit in install_units(settings, folder, user, specs)]
-
-
-def install_units(settings: Settings, folder: Path, user: str | None = None,
-                  specs: list[tuple[ServiceSpec, tuple[str, ...]]] | None = None) -> list[tuple[Path, Unit]]:
     units = render(settings, user, specs)
     folder.mkdir(parents=True, exist_ok=True)
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    paths = []
     for unit in units:
         write_text(env_file_text(unit.environment), unit.env_file, private=True)
         path = folder / unit.file_name
         write_text(unit.text, path)
         os.chmod(path, 0o644)
-        written.append((path, unit))
-    return written
+        paths.append(path)
+    return paths
 
 
 def analyzer() -> str | None:

@@ -182,11 +182,11 @@ def service_install(
     settings = _settings()
     system = folder is None
     target = systemd.default_dir() if system else folder
-    problems = systemd.unreachable(settings, systemd.render(settings, user))
+    units = systemd.render(settings, user)
+    problems = systemd.unreachable(settings, units)
     if problems and system:  # before anything is written
         raise ConfigError(f"crowdpref service install: {problems[0]}")
-    written = systemd.install_units(settings, target, user)
-    paths, units = [path for path, _ in written], [unit for _, unit in written]
+    paths = systemd.install(settings, target, user)
     console.print(f"wrote {len(paths)} units in {target}: {', '.join(p.name for p in paths)}", highlight=False,
                   soft_wrap=True)
     console.print(f"environment files (0600): {systemd.env_folder(settings)}", highlight=False)
@@ -204,6 +204,11 @@ def service_install(
         checked = systemd.verify(paths)
         console.print("systemd-analyze verify: no problem found" if checked
                       else "systemd-analyze not found: the units were not checked", highlight=False)
+        if checked:
+            scores = systemd.exposure(paths)
+            console.print("systemd-analyze security (exposure, 0 safest .. 10): " +
+                          ", ".join(f"{name.removesuffix('.service')} {score:.1f}" for name, score in scores.items()),
+                          highlight=False, soft_wrap=True)
     names = " ".join(p.name for p in paths)
     console.print(f"then: systemctl daemon-reload && systemctl enable --now {names}", highlight=False, soft_wrap=True)
 

@@ -162,6 +162,7 @@ def test_service_install_command(tmp_path: Path):
                             env=env, cwd=REPO, check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "wrote 6 units" in result.stdout and "no problem found" in result.stdout
+    assert "systemd-analyze security (exposure, 0 safest .. 10): crowdpref-redis 1." in result.stdout
     # --dir: the accounts' commands are printed, not run
     assert "then, as root, make the services' system users" in result.stdout
     assert f"chown -R crowdpref-redis:crowdpref-redis {tmp_path / 'home' / 'redis'}" in result.stdout
