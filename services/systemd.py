@@ -30,9 +30,10 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
   ``crowdpref`` command does as root (run folders the command made, the store, backups of the
   whole secrets folder, the Hub token and LLM key of the settings file), so it runs as root -
   hardened like the rest, with ``CAP_DAC_OVERRIDE``/``CAP_FOWNER``/``CAP_CHOWN`` as its only
-  capabilities (to reach files the other users own). ``install`` creates the missing users
-  (``useradd --system``) and gives each its folders (``chown -R``, 0700) when run as root;
-  otherwise it prints those commands.
+  capabilities (to reach files the other users own). ``crowdpref service install`` (as root,
+  into /etc/systemd/system) runs :func:`account_commands`: it creates the missing users
+  (``useradd --system``) and gives each its folders (``chown -R``, 0700); with ``--dir`` it
+  prints those commands instead.
 - **Each unit reads only its own secrets.** The files of ``<state>/secrets`` stay root's (0600).
   A unit that needs some gets them with ``LoadCredential=`` (systemd, as root, copies each into
   the unit's private credentials folder ``%d``, readable by the unit's user only) and that
