@@ -194,8 +194,21 @@ class Settings(BaseSettings):
     )
     backup_retention_days: int = Field(
         default=30, ge=1, validation_alias=_env("CROWDPREF_BACKUP_RETENTION_DAYS"),
-        description="Every backup run deletes the backup archives of <state>/backups/ older than this "
-                    "many days, so a withdrawn participant's data is gone from backups after it.",
+        description="Every backup run forgets (restic forget --prune) this state folder's backup "
+                    "snapshots older than this many days, so a withdrawn participant's data is gone "
+                    "from backups after it.",
+    )
+    backup_repository: SecretStr | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_BACKUP_REPOSITORY"),
+        description="The restic repository backups go to: a local folder or any restic repository URL "
+        "(sftp:user@host:/path, s3:https://host/bucket/path, rest:https://user:pass@host/path, ...; "
+        "their credentials, e.g. AWS_*, come from the environment). Unset: <state>/backups/restic.",
+    )
+    backup_password_file: Path | None = Field(
+        default=None, validation_alias=_env("CROWDPREF_BACKUP_PASSWORD_FILE"),
+        description="The file holding the backup repository's password. Unset: <state>/backup-password, "
+        "generated (mode 0600) by the first backup. Keep a copy off the server: no backup can be "
+        "restored without it.",
     )
     hf_endpoint: str | None = Field(
         default=None, validation_alias=_env("CROWDPREF_HF_ENDPOINT", "HF_ENDPOINT"),

@@ -1,7 +1,9 @@
-"""Back up and restore a crowdpref state: ONE ``.tar.gz`` archive holding the study store, the
-embedded Argilla's database, the secrets needed to use them again and the study run folders.
+"""Back up and restore a crowdpref state with restic (Debian's ``restic`` package): crowdpref
+makes consistent copies of what a backup must hold in a private staging folder, and restic turns
+each into an encrypted, deduplicated snapshot in a repository (a local folder or any restic
+repository URL), checks its integrity on restore and forgets old snapshots.
 
-What an archive holds (``crowdpref backup``; :func:`create`):
+What a snapshot holds (``crowdpref backup``; :func:`create`):
 
 - ``databases/store.*``: the study store (``database_url``, else ``<state>/store.sqlite``), who
   holds and answered what, who was paid, account passwords;
@@ -11,56 +13,70 @@ What an archive holds (``crowdpref backup``; :func:`create`):
   Argilla service defines it (its PostgreSQL branch), else ``<state>/argilla/argilla.db``;
 - ``secrets/``: the whole secrets folder (the Argilla owner's credentials, its token-signing key);
 - ``studies/``: the run folders (``settings.runs_dir``), their private salts included;
-- ``manifest.json``, the first member: what the archive holds, each file's size and sha256.
+- ``crowdpref-backup.json``: the kind of each database (no URL: they may hold passwords).
 
 Databases are copied online and consistently while the stack runs: SQLite through its online
 backup API (:meth:`sqlite3.Connection.backup`, one snapshot even while others write),
 PostgreSQL with ``pg_dump`` (one snapshot transaction; custom format). The store's writes wait
-while both are copied (:func:`store_writes_paused`), so the two copies agree. The archive holds
-secrets and passwords, so it is written owner-only (mode 0600, in a 0700 ``backups/`` folder),
-first under a temporary name beside its target, then renamed: a crash leaves no half archive
-under the real name. Database URLs (they may hold passwords) are never written into it.
+while both are copied (:func:`store_writes_paused`), so the two copies agree. The copies go into
+``<state>/.backup-staging`` (0700, one backup of a state folder at a time), which ``restic
+backup`` then saves with the tags ``crowdpref`` and :func:`state_tag` (several state folders may
+share a repository) and which is deleted after. Each backup ends with the retention:
+``restic forget --keep-within <backup_retention_days>d --prune`` over this state folder's
+snapshots (:func:`forget`).
 
-``crowdpref restore ARCHIVE`` (:func:`restore`) needs the stack down (a running service would
-keep writing to what is being replaced; a PostgreSQL server may run: it receives the dumps). It
-reads the manifest first, then unpacks every member into a temporary folder inside the state
-folder, checking each size and sha256 against the manifest; a damaged archive stops it there
-with one line and nothing changed. Only then are the PostgreSQL dumps loaded (``pg_restore
---single-transaction``: each database is replaced whole or not at all) and the files swapped in
-by renames (the current ones moved aside first and put back if a swap fails).
+The repository is ``backup_repository`` (default ``<state>/backups/restic``), created by the
+first backup (``restic init``). Its password is read from ``backup_password_file`` (default
+``<state>/backup-password``, generated with mode 0600 by the first backup, outside the secrets
+folder that the snapshots hold); restic gets both through its environment (RESTIC_REPOSITORY,
+RESTIC_PASSWORD_FILE), never in argv, which ``ps`` shows. A remote repository's credentials
+(AWS_*, B2_*, ... ) pass through from the environment; crowdpref's own settings do not.
+
+``crowdpref restore [SNAPSHOT]`` (:func:`restore`; default: this state folder's latest) needs the
+stack down (a running service would keep writing to what is being replaced; a PostgreSQL server
+may run: it receives the dumps). ``restic restore --verify`` writes the snapshot into a
+temporary folder inside the state folder, checking every blob; then crowdpref checks that it
+holds what its ``crowdpref-backup.json`` says. A wrong password, a missing repository, an unknown
+snapshot or a damaged repository stops it there with one line and nothing changed. Only then
+are the PostgreSQL dumps loaded (``pg_restore --single-transaction``: each database is replaced
+whole or not at all) and the files swapped in by renames (the current ones moved aside first
+and put back if a swap fails).
 
 No Prefect imports here: ``flows/backup.py`` wraps :func:`create` for the scheduled deployment.
 """
 
 from __future__ import annotations
 
-import calendar
+import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
 import sqlite3
 import stat
 import subprocess
-import tarfile
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from crowdpref.errors import CrowdprefError, ServiceError
 from crowdpref.settings import Settings
 
-FORMAT = "crowdpref-backup"
+FORMAT = "crowdpref-restic"
 VERSION = 1
-MANIFEST = "manifest.json"
-BACKUPS_DIR = "backups"
-NAME_PREFIX = "crowdpref-"
-SUFFIX = ".tar.gz"
+DESCRIPTION = "crowdpref-backup.json"
+TAG = "crowdpref"
+STAGING = ".backup-staging"
+LOCK = ".backup.lock"
+DEFAULT_REPOSITORY = "backups/restic"
+DEFAULT_PASSWORD_FILE = "backup-password"
+PARTS = ("databases", "secrets", "studies")
 DATABASE_SERVICE_PREFIX = "postgres"
 """Services whose names start with this may run during a restore: they receive the dumps."""
 
@@ -73,26 +89,41 @@ def _quiet(what: str, done: int, total: int) -> None:  # the default progress: s
 
 
 class BackupError(CrowdprefError):
-    """A backup cannot be written, or an archive cannot be restored (one line: which file, why,
-    what to do)."""
+    """A backup cannot be taken, or a snapshot cannot be restored (one line: what, why, what to do)."""
 
 
 @dataclass(frozen=True)
 class BackupResult:
-    path: Path
-    size: int
+    snapshot: str  # restic's short id
+    repository: str  # without any password
     files: int
-    databases: dict[str, str]  # part -> kind ("sqlite", "postgresql", "absent")
+    size: int  # bytes staged
+    added: int  # bytes the repository grew by (before compression and dedup of later runs)
+    databases: dict[str, str]  # part -> kind ("sqlite", "postgresql", "absent", "external")
+    forgotten: list[str]  # snapshots the retention forgot
+    initialised: bool  # this backup created the repository
+    password_file: Path
     seconds: float
 
 
 @dataclass(frozen=True)
 class RestoreResult:
-    archive: Path
+    snapshot: str
     created_at: str
     files: int
     databases: dict[str, str]
     seconds: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: str
+    short_id: str
+    time: str
+    tags: tuple[str, ...]
+    paths: tuple[str, ...]
+    hostname: str
+    mine: bool  # taken of this state folder (its state tag)
 
 
 # --- where things are ------------------------------------------------------------------------------
@@ -149,12 +180,6 @@ def _redacted(url: str) -> str:
         return url.split(":", 1)[0] + "://..."
 
 
-def default_archive(settings: Settings, now: float | None = None) -> Path:
-    """``<state>/backups/crowdpref-YYYYmmddTHHMMSSZ.tar.gz`` (UTC)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    return settings.state_dir / BACKUPS_DIR / f"{NAME_PREFIX}{stamp}{SUFFIX}"
-
-
 # --- PostgreSQL ------------------------------------------------------------------------------------
 def _pg_tool(name: str) -> str:
     from services.postgres import find_bin_dir
@@ -206,26 +231,137 @@ def _run_pg(argv: list[str], env: dict[str, str], what: str, url: str) -> None:
         raise BackupError(f"{what} of {_redacted(url)} failed: {reason[:300]}")
 
 
+# --- restic ----------------------------------------------------------------------------------------
+def repository(settings: Settings) -> str:
+    """The restic repository: ``backup_repository``, else ``<state>/backups/restic``."""
+    if settings.backup_repository is not None:
+        return settings.backup_repository.get_secret_value()
+    return str(settings.state_dir / DEFAULT_REPOSITORY)
+
+
+def password_file(settings: Settings) -> Path:
+    """The repository's password file: ``backup_password_file``, else ``<state>/backup-password``."""
+    chosen = settings.backup_password_file
+    return Path(chosen).expanduser().absolute() if chosen is not None else settings.state_dir / DEFAULT_PASSWORD_FILE
+
+
+def state_tag(settings: Settings) -> str:
+    """The tag of this state folder's snapshots: a hash of its absolute path, so a state folder
+    rebuilt at the same place after a lost disk finds its snapshots again."""
+    return "crowdpref-state-" + hashlib.sha256(str(settings.state_dir).encode()).hexdigest()[:12]
+
+
+def redacted_repository(url: str) -> str:
+    """A repository URL without its password (``rest:https://user:secret@host/`` ->
+    ``rest:https://user:***@host/``), for messages."""
+    return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
+def _restic_env(settings: Settings, repo: str, password: Path) -> dict[str, str]:
+    """This process's environment (a remote repository's credentials pass through) without
+    crowdpref's settings and any other restic password or repository, plus ours."""
+    from crowdpref.settings import Settings as _S
+
+    ours = {str(n) for f in _S.model_fields.values() for n in f.validation_alias.choices}  # type: ignore[union-attr]
+    drop = {"RESTIC_PASSWORD", "RESTIC_PASSWORD_COMMAND", "RESTIC_PASSWORD_FILE", "RESTIC_REPOSITORY",
+            "RESTIC_REPOSITORY_FILE", "RESTIC_KEY_HINT"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ours and k not in drop and not k.startswith(("PG", "CROWDPREF_"))}
+    env.update(RESTIC_REPOSITORY=repo, RESTIC_PASSWORD_FILE=str(password))
+    env.setdefault("RESTIC_CACHE_DIR", str(settings.state_dir / "backups" / "cache"))
+    return env
+
+
+class _NoRepository(BackupError):
+    """There is no restic repository at the configured place (yet)."""
+
+
+@dataclass
+class _Restic:
+    """restic for one settings: its binary, repository and password file."""
+
+    settings: Settings
+    binary: str = ""
+    repo: str = ""
+    password: Path = field(default_factory=Path)
+
+    def __post_init__(self) -> None:
+        found = shutil.which("restic")
+        if found is None:
+            raise BackupError("restic not found on PATH: install Debian's restic (`apt-get install restic`; "
+                              "services/bootstrap.sh installs it); nothing was changed")
+        self.binary, self.repo, self.password = found, repository(self.settings), password_file(self.settings)
+
+    @property
+    def where(self) -> str:
+        return redacted_repository(self.repo)
+
+    def _fail(self, what: str, output: str, rc: int) -> BackupError:
+        lines = [line.strip() for line in output.replace(self.repo, self.where).splitlines() if line.strip()]
+        text = " ".join(lines)
+        setting = "backup_repository (CROWDPREF_BACKUP_REPOSITORY)"
+        if "wrong password" in text or "no key found" in text:
+            return BackupError(f"{self.password}: this password does not open the backup repository {self.where}: "
+                               "put that repository's password in the file (the copy you kept off the server), or "
+                               f"point backup_password_file (CROWDPREF_BACKUP_PASSWORD_FILE) or {setting} elsewhere")
+        if "unable to open config file" in text or "Is there a repository at the following location" in text:
+            if re.search(r"no such file|does not exist|not exist|\b404\b|not found", text, re.IGNORECASE):
+                return _NoRepository(f"no restic repository at {self.where}: check {setting}, or take a backup "
+                                     "first (crowdpref backup creates it)")
+            reason = next((line for line in lines if "unable to open config file" in line), lines[0])
+            return BackupError(f"the backup repository {self.where} cannot be reached ({reason[:200]}): check "
+                               f"{setting} and its credentials in the environment, and that its server is up")
+        if "no matching ID found" in text or "no snapshot found" in text or "invalid id" in text:
+            return BackupError(f"{what}: no such snapshot in {self.where}: list them with `crowdpref backup --list`")
+        if "already locked" in text:
+            return BackupError(f"{what}: the repository {self.where} is locked by another restic run: wait for it "
+                               "to end, or if none runs remove the stale lock (`restic unlock`)")
+        damaged = [line for line in lines if any(word in line for word in (
+            "ciphertext verification failed", "checksum", "damaged", "unexpected EOF", "not found in index",
+            "LoadBlob", "load", "error"))]
+        reason = (damaged or lines or [f"exit {rc}"])[-1]
+        return BackupError(f"{what} failed on {self.where}: {reason[:300]}")
+
+    def run(self, args: list[str], what: str, *, cwd: Path | None = None,
+            timeout: float = 24 * 3600) -> subprocess.CompletedProcess[str]:
+        """``restic ARGS``; a one-line :class:`BackupError` when it fails."""
+        try:
+            result = subprocess.run([self.binary, *args], env=_restic_env(self.settings, self.repo, self.password),
+                                    cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                    timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackupError(f"{what}: restic failed to run ({exc.__class__.__name__}) on {self.where}") from None
+        if result.returncode != 0:
+            raise self._fail(what, result.stderr + "\n" + result.stdout, result.returncode)
+        return result
+
+    def need_password(self) -> None:
+        if not self.password.is_file():
+            raise BackupError(f"{self.password}: no backup password file: put the backup repository's password "
+                              "there (the copy you kept off the server), or point backup_password_file "
+                              "(CROWDPREF_BACKUP_PASSWORD_FILE) at it; nothing was changed")
+
+    def initialise(self) -> None:
+        """``restic init`` with the password file, generated (0600) first when it is missing."""
+        generated = False
+        if not self.password.exists():
+            self.password.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(32) + "\n")
+            generated = True
+        try:
+            self.run(["init"], "restic init")
+        except BackupError as exc:
+            if generated:  # e.g. a repository there already: its password is not the one just made
+                self.password.unlink(missing_ok=True)
+            if "already" in str(exc) or "exists" in str(exc):
+                raise BackupError(f"{self.where}: a restic repository exists there, but {self.password} was "
+                                  "missing: put its password in that file (the copy you kept off the server)") from None
+            raise
+
+
 # --- writing a backup ------------------------------------------------------------------------------
-def _hash_copy(source: Any, target: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with open(target, "wb") as out:
-        while chunk := source.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
-def _file_digest(path: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
 def _dump_sqlite(path: Path, target: Path) -> None:
     """One consistent snapshot through SQLite's online backup API (others may write meanwhile)."""
     try:
@@ -328,7 +464,7 @@ def _copy_tree(source: Path, staging: Path, prefix: str) -> None:
             src = Path(root) / name
             target = staging / prefix / rel / name
             try:
-                handle = open(src, "rb")
+                handle = open(src, "rb")  # noqa: SIM115 - closed by the with below, after the except
             except FileNotFoundError:  # removed since the walk listed it
                 continue
             except OSError as exc:
@@ -338,86 +474,165 @@ def _copy_tree(source: Path, staging: Path, prefix: str) -> None:
                 if not stat.S_ISREG(mode):
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                _hash_copy(handle, target)
-                os.chmod(target, stat.S_IMODE(mode))  # the archive keeps it (0600 secrets stay 0600)
+                with open(target, "wb") as out:
+                    shutil.copyfileobj(handle, out, 1 << 20)
+                os.chmod(target, stat.S_IMODE(mode))  # the snapshot keeps it (0600 secrets stay 0600)
 
 
-def create(settings: Settings, archive: Path | None = None, *, progress: Progress = _quiet,
-           now: float | None = None) -> BackupResult:
-    """Write one backup archive (default :func:`default_archive`) while the stack may run; see
-    the module's docstring for what it holds. An existing file is never written over (a
-    one-line error). Returns where it is and what it holds."""
-    started = time.monotonic()
-    target = Path(archive) if archive is not None else default_archive(settings, now)
-    target = target.expanduser().absolute()
-    if target.is_dir():
-        raise BackupError(f"{target}: is a folder: give --to a file name, e.g. {target / 'crowdpref.tar.gz'}")
-    if target.exists():  # never write over a backup
-        raise BackupError(f"{target}: exists already: choose another name with --to, or move it away first")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.parent.name == BACKUPS_DIR:
-            os.chmod(target.parent, 0o700)
-    except OSError as exc:
-        raise BackupError(f"{target.parent}: cannot create the backup folder ({exc.strerror}): choose another "
-                          "place with --to") from None
+def stage(settings: Settings, staging: Path, progress: Progress = _quiet) -> dict[str, str]:
+    """Write what a backup holds into the empty folder ``staging``: consistent copies of the
+    databases (the store's writes paused meanwhile), the secrets, the run folders and
+    ``crowdpref-backup.json``. Returns each database's kind."""
     parts = databases(settings)
-    staging = Path(tempfile.mkdtemp(prefix=".backup-", dir=target.parent))
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    try:
-        os.chmod(staging, 0o700)
-        kinds: dict[str, str] = {}
-        steps = [p for p, u in parts.items() if u is not None]
-        with store_writes_paused(parts["store"] or ""):  # the store first, Argilla while it waits
-            for done, part in enumerate(steps):
-                progress(f"copying the {part} database", done, len(steps) + 2)
-                kinds[part], member = _dump(part, parts[part] or "", staging)
-                if member is not None:
-                    os.chmod(staging / member, 0o600)
-        for part, url in parts.items():
-            if url is None:
-                kinds[part] = "external"
-        progress("copying secrets and run folders", len(steps), len(steps) + 2)
-        _copy_tree(settings.secrets_dir, staging, "secrets")
-        _copy_tree(settings.runs_dir, staging, "studies")
-        files = []
-        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-            size, sha = _file_digest(path)
-            files.append({"path": path.relative_to(staging).as_posix(), "size": size, "sha256": sha})
-        from crowdpref import __version__ as crowdpref_version
+    kinds: dict[str, str] = {}
+    steps = [p for p, u in parts.items() if u is not None]
+    with store_writes_paused(parts["store"] or ""):  # the store first, Argilla while it waits
+        for done, part in enumerate(steps):
+            progress(f"copying the {part} database", done, len(steps) + 2)
+            kinds[part], member = _dump(part, parts[part] or "", staging)
+            if member is not None:
+                os.chmod(staging / member, 0o600)
+    for part, url in parts.items():
+        if url is None:
+            kinds[part] = "external"
+    progress("copying secrets and run folders", len(steps), len(steps) + 2)
+    _copy_tree(settings.secrets_dir, staging, "secrets")
+    _copy_tree(settings.runs_dir, staging, "studies")
+    from crowdpref import __version__ as crowdpref_version
 
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now)),
-            "crowdpref_version": crowdpref_version,
-            "databases": {part: {"kind": kind, "member": next(
-                (f["path"] for f in files if f["path"].startswith(f"databases/{part}.")), None)}
-                for part, kind in kinds.items()},
-            "files": files,
-        }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        total = sum(f["size"] for f in files)
-        written = 0
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar:
-                tar.add(staging / MANIFEST, arcname=MANIFEST)
-                for entry in files:
-                    progress("writing the archive", written, total)
-                    tar.add(staging / entry["path"], arcname=entry["path"])
-                    written += entry["size"]
-            raw.flush()
-            os.fsync(raw.fileno())
-        progress("writing the archive", total, total)
-        os.replace(partial, target)
-        return BackupResult(target, target.stat().st_size, len(files), kinds, time.monotonic() - started)
-    except OSError as exc:
-        raise BackupError(f"{target}: the backup could not be written ({exc.strerror or exc}): check the free "
-                          "space and permissions there, or choose another place with --to") from None
+    description = {"format": FORMAT, "version": VERSION, "crowdpref_version": crowdpref_version,
+                   "databases": {part: {"kind": kind, "member": _member(staging, part)} for part, kind in kinds.items()}}
+    (staging / DESCRIPTION).write_text(json.dumps(description, indent=2), encoding="utf-8")
+    return kinds
+
+
+def _member(folder: Path, part: str) -> str | None:
+    found = sorted((folder / "databases").glob(f"{part}.*")) if (folder / "databases").is_dir() else []
+    return found[0].relative_to(folder).as_posix() if found else None
+
+
+@contextmanager
+def _one_at_a_time(state: Path) -> Iterator[None]:
+    """One backup of a state folder at a time (they share its staging folder)."""
+    state.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BackupError(f"{state}: another backup of this state folder is running: wait for it to end") from None
+        yield
     finally:
-        partial.unlink(missing_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
+        os.close(fd)
+
+
+def _snapshot_time(now: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))  # restic reads --time as local time
+
+
+def _save(restic: _Restic, settings: Settings, staging: Path, progress: Progress,
+          now: float | None) -> dict[str, Any]:
+    """``restic backup`` of the staging folder's contents; restic's summary (``snapshot_id`` ...)."""
+    args = [restic.binary, "backup", "--json", "--tag", TAG, "--tag", state_tag(settings), "."]
+    if now is not None:
+        args[2:2] = ["--time", _snapshot_time(now)]
+    summary: dict[str, Any] = {}
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(args, cwd=staging, env=_restic_env(settings, restic.repo, restic.password),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if message.get("message_type") == "status":
+                    progress("saving the snapshot", int(message.get("bytes_done") or 0),
+                             int(message.get("total_bytes") or 1))
+                elif message.get("message_type") == "summary":
+                    summary = message
+            rc = proc.wait()
+        finally:
+            if proc.poll() is None:  # interrupted: restic must not go on writing
+                proc.kill()
+                proc.wait()
+        errors.seek(0)
+        output = errors.read()
+    if rc != 0 or not summary.get("snapshot_id"):
+        raise restic._fail("restic backup", output, rc)
+    return summary
+
+
+def create(settings: Settings, *, progress: Progress = _quiet, now: float | None = None) -> BackupResult:
+    """Take one backup snapshot while the stack may run, then apply the retention (:func:`forget`);
+    see the module's docstring for what it holds. ``now``: the snapshot's time (tests)."""
+    started = time.monotonic()
+    restic = _Restic(settings)
+    state = settings.state_dir
+    with _one_at_a_time(state):
+        initialised = False
+        if not restic.password.exists():
+            restic.initialise()  # a new repository and its password (refused where one exists)
+            initialised = True
+        staging = state / STAGING
+        shutil.rmtree(staging, ignore_errors=True)  # a crashed run's
+        try:
+            staging.mkdir(mode=0o700)
+            os.chmod(staging, 0o700)
+            kinds = stage(settings, staging, progress)
+            files = [p for p in staging.rglob("*") if p.is_file() and p.name != DESCRIPTION]
+            size = sum(p.stat().st_size for p in files)
+            try:
+                summary = _save(restic, settings, staging, progress, now)
+            except _NoRepository:
+                restic.initialise()  # the password file is there: the new repository takes it
+                initialised = True
+                summary = _save(restic, settings, staging, progress, now)
+        except OSError as exc:
+            raise BackupError(f"{staging}: the backup could not be staged ({exc.strerror or exc}): check the free "
+                              "space and permissions of the state folder") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        progress("applying the retention", 0, 1)
+        forgotten = forget(settings, restic)
+    progress("done", 1, 1)
+    return BackupResult(str(summary["snapshot_id"])[:8], restic.where, len(files), size,
+                        int(summary.get("data_added") or 0), kinds, forgotten, initialised, restic.password,
+                        time.monotonic() - started)
+
+
+def forget(settings: Settings, restic: _Restic | None = None) -> list[str]:
+    """The retention: ``restic forget --keep-within <backup_retention_days>d --prune`` over this
+    state folder's snapshots (all in one group; restic counts the days back from the newest,
+    which a backup has just taken), so a withdrawn participant's data is gone from the
+    repository after that period. Returns the short ids of the snapshots forgotten."""
+    restic = restic or _Restic(settings)
+    restic.need_password()
+    result = restic.run(["forget", "--json", "--tag", state_tag(settings), "--group-by", "",
+                         "--keep-within", f"{settings.backup_retention_days}d", "--prune"],
+                        "restic forget (the retention)")
+    first = next((line for line in result.stdout.splitlines() if line.startswith("[")), "[]")
+    try:
+        groups = json.loads(first) or []
+    except ValueError:
+        groups = []
+    return sorted(str(s.get("short_id") or s.get("id", ""))[:8] for g in groups for s in (g.get("remove") or []))
+
+
+def snapshots(settings: Settings) -> list[Snapshot]:
+    """The repository's crowdpref snapshots, oldest first; ``mine``: of this state folder."""
+    restic = _Restic(settings)
+    restic.need_password()
+    result = restic.run(["snapshots", "--json", "--tag", TAG], "restic snapshots")
+    try:
+        listed = json.loads(result.stdout or "[]") or []
+    except ValueError:
+        raise BackupError(f"restic snapshots on {restic.where}: unreadable output") from None
+    mine = state_tag(settings)
+    return [Snapshot(str(s["id"]), str(s.get("short_id") or s["id"][:8]), str(s.get("time", "")),
+                     tuple(s.get("tags") or ()), tuple(s.get("paths") or ()), str(s.get("hostname", "")),
+                     mine in (s.get("tags") or ())) for s in listed]
 
 
 # --- restoring -------------------------------------------------------------------------------------
@@ -431,79 +646,6 @@ def running_services(settings: Settings) -> list[str]:
         return []
     names = sorted(p.stem for p in manager.pids_dir.glob("*.json"))
     return [n for n in names if not n.startswith(DATABASE_SERVICE_PREFIX) and manager.running(n) is not None]
-
-
-def _damaged(archive: Path, why: str) -> BackupError:
-    return BackupError(f"{archive}: cannot be restored ({why}): nothing was changed; choose another archive "
-                       "(crowdpref backup writes them to <state>/backups/)")
-
-
-def _safe_member(name: str) -> bool:
-    path = PurePosixPath(name)
-    return bool(name) and not path.is_absolute() and ".." not in path.parts and path.parts[0] in (
-        "databases", "secrets", "studies")
-
-
-def read_manifest(archive: Path) -> dict[str, Any]:
-    """The archive's manifest (its first member), checked: a crowdpref backup of a version this
-    crowdpref reads. A one-line :class:`BackupError` otherwise."""
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            first = tar.next()
-            if first is None or first.name != MANIFEST or not first.isfile():
-                raise _damaged(archive, f"its first member is not {MANIFEST}: not a crowdpref backup")
-            handle = tar.extractfile(first)
-            manifest = json.loads(handle.read().decode("utf-8")) if handle else None
-    except FileNotFoundError:
-        raise BackupError(f"{archive}: no such file: give the path of an archive crowdpref backup wrote") from None
-    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        raise _damaged(archive, f"not a readable .tar.gz: {exc.__class__.__name__}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), list):
-        raise _damaged(archive, f"{MANIFEST} is not a crowdpref backup manifest")
-    if manifest.get("version") != VERSION:
-        raise _damaged(archive, f"backup format version {manifest.get('version')!r}, this crowdpref reads {VERSION}")
-    for entry in manifest["files"]:
-        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str) and _safe_member(entry["path"])
-                and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
-            raise _damaged(archive, f"{MANIFEST} lists a file it may not hold: {str(entry)[:80]}")
-    return manifest
-
-
-def _unpack(archive: Path, manifest: dict[str, Any], into: Path, progress: Progress) -> None:
-    """Every member into ``into``, each checked against the manifest (size, sha256); the whole
-    manifest must be there and nothing else."""
-    expected = {f["path"]: f for f in manifest["files"]}
-    total = sum(f["size"] for f in manifest["files"])
-    seen: set[str] = set()
-    done = 0
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.next()  # the manifest, read already
-            while (member := tar.next()) is not None:
-                entry = expected.get(member.name)
-                if entry is None or member.name in seen or not member.isfile():
-                    raise _damaged(archive, f"it holds {member.name!r}, which its manifest does not list")
-                seen.add(member.name)
-                progress("checking and unpacking", done, total)
-                target = into / member.name
-                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the state folder is private
-                handle = tar.extractfile(member)
-                assert handle is not None
-                size, sha = _hash_copy(handle, target)
-                private = member.name.startswith(("databases/", "secrets/"))
-                os.chmod(target, 0o600 if private else stat.S_IMODE(member.mode) & 0o755 or 0o600)
-                if size != entry["size"] or sha != entry["sha256"]:
-                    raise _damaged(archive, f"{member.name} does not match its sha256 in the manifest")
-                done += size
-    except BackupError:
-        raise
-    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        raise _damaged(archive, f"unreadable at {len(seen) + 1} of {len(expected)} files: "
-                       f"{exc.__class__.__name__}: {str(exc)[:80]}") from None
-    missing = sorted(set(expected) - seen)
-    if missing:
-        raise _damaged(archive, f"{len(missing)} files of its manifest are missing, e.g. {missing[0]}")
-    progress("checking and unpacking", total, total)
 
 
 @dataclass
@@ -545,30 +687,93 @@ def _temporary(parent: Path, prefix: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -> RestoreResult:
-    """Restore ``archive`` into this state folder (and this settings' databases) with the stack
-    down; see the module's docstring for the order that leaves nothing half-written."""
+def _refused(what: str, why: str) -> BackupError:
+    return BackupError(f"{what}: cannot be restored ({why}): nothing was changed; choose another snapshot "
+                       "(`crowdpref backup --list`)")
+
+
+def _check(folder: Path, what: str) -> dict[str, Any]:
+    """The restored snapshot holds a crowdpref backup: its description, each database it names,
+    nothing outside databases/, secrets/ and studies/."""
+    try:
+        description = json.loads((folder / DESCRIPTION).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _refused(what, f"no {DESCRIPTION}: not a crowdpref backup") from None
+    except (OSError, ValueError) as exc:
+        raise _refused(what, f"{DESCRIPTION} unreadable: {exc.__class__.__name__}") from None
+    if not isinstance(description, dict) or description.get("format") != FORMAT:
+        raise _refused(what, f"{DESCRIPTION} does not describe a crowdpref backup")
+    if description.get("version") != VERSION:
+        raise _refused(what, f"backup format version {description.get('version')!r}, this crowdpref reads {VERSION}")
+    held = description.get("databases")
+    if not isinstance(held, dict):
+        raise _refused(what, f"{DESCRIPTION} lists no databases")
+    for part, entry in held.items():
+        member = (entry or {}).get("member")
+        if (entry or {}).get("kind") in ("sqlite", "postgresql") and not (
+                isinstance(member, str) and member.startswith("databases/") and ".." not in member
+                and (folder / member).is_file()):
+            raise _refused(what, f"the {part} database it describes is missing")
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in (*PARTS, DESCRIPTION))
+    if extra:
+        raise _refused(what, f"it holds {extra[0]!r}, which a crowdpref backup does not")
+    return description
+
+
+@contextmanager
+def _temporary(parent: Path, prefix: str) -> Iterator[Path]:
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(folder, 0o700)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_RESTORING = re.compile(r"restoring <Snapshot ([0-9a-f]+) of \[.*?\] at (.+?) by ")
+
+
+def restore(settings: Settings, snapshot: str = "latest", *, progress: Progress = _quiet) -> RestoreResult:
+    """Restore ``snapshot`` (an id, or ``latest``: this state folder's newest) into this state
+    folder (and this settings' databases) with the stack down; see the module's docstring for
+    the order that leaves nothing half-written."""
     started = time.monotonic()
-    archive = Path(archive).expanduser().absolute()
     running = running_services(settings)
     if running:
         raise ServiceError(f"restore needs the stack down ({', '.join(running)} running, writing to what would be "
                            "replaced): run `crowdpref down` first")
-    progress("reading the manifest", 0, 1)
-    manifest = read_manifest(archive)
+    snapshot = snapshot.strip() or "latest"
+    if not re.fullmatch(r"latest|[0-9a-fA-F]{4,64}", snapshot):
+        raise BackupError(f"snapshot {snapshot!r}: give `latest` or a snapshot id from `crowdpref backup --list`")
+    restic = _Restic(settings)
+    restic.need_password()
+    what = f"snapshot {snapshot}" + (f" of this state folder (tag {state_tag(settings)})" if snapshot == "latest" else "")
     parts = databases(settings)
-    held = manifest.get("databases") or {}
-    for part, url in parts.items():
-        kind = (held.get(part) or {}).get("kind")
-        if url is None or kind in (None, "external", "absent"):
-            continue
-        if kind != _kind(url):
-            setting = "database_url (CROWDPREF_DATABASE_URL)" if part == "store" else "Argilla's database"
-            raise BackupError(f"{archive}: holds a {kind} {part} database, but {setting} is {_kind(url)} here: "
-                              "restore with the settings the backup was taken with; nothing was changed")
     state = settings.state_dir
     with _temporary(state, ".restore-") as unpacked, _temporary(state, ".restore-old-") as aside:
-        _unpack(archive, manifest, unpacked, progress)
+        progress("restoring and verifying the snapshot", 0, 1)
+        args = ["restore", snapshot, "--target", str(unpacked), "--verify"]
+        if snapshot == "latest":
+            args += ["--tag", state_tag(settings)]
+        try:
+            done = restic.run(args, what)
+        except BackupError as exc:
+            raise BackupError(f"{exc}; nothing was changed") from None
+        found = _RESTORING.search(done.stdout)
+        snapshot_id, created_at = (found.group(1), re.sub(r"\.\d+", "", found.group(2))) if found else (snapshot, "?")
+        description = _check(unpacked, f"snapshot {snapshot_id}")
+        held = description["databases"]
+        for part, url in parts.items():
+            kind = (held.get(part) or {}).get("kind")
+            if url is None or kind in (None, "external", "absent"):
+                continue
+            if kind != _kind(url):
+                setting = "database_url (CROWDPREF_DATABASE_URL)" if part == "store" else "Argilla's database"
+                raise BackupError(f"snapshot {snapshot_id}: holds a {kind} {part} database, but {setting} is "
+                                  f"{_kind(url)} here: restore with the settings the backup was taken with; "
+                                  "nothing was changed")
+        files = sum(1 for p in unpacked.rglob("*") if p.is_file()) - 1
         swap = _Swap(aside)
         try:
             # PostgreSQL first: each dump loads in one transaction (all or nothing)
@@ -577,14 +782,14 @@ def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -
                 entry = held.get(part) or {}
                 if url is not None and entry.get("kind") == "postgresql":
                     progress(f"loading the {part} database", 0, 1)
-                    args, env = _pg_args(url)
+                    pg_args, env = _pg_args(url)
                     try:
                         _run_pg([_pg_tool("pg_restore"), "--single-transaction", "--exit-on-error", "--clean",
-                                 "--if-exists", "--no-owner", "--no-privileges", *args,
+                                 "--if-exists", "--no-owner", "--no-privileges", *pg_args,
                                  str(unpacked / entry["member"])], env, "pg_restore", url)
                     except BackupError as exc:
-                        done = f"the {' and '.join(loaded)} database was restored already, " if loaded else ""
-                        raise BackupError(f"{exc}: {done}the {part} database and the files were not changed; "
+                        done_part = f"the {' and '.join(loaded)} database was restored already, " if loaded else ""
+                        raise BackupError(f"{exc}: {done_part}the {part} database and the files were not changed; "
                                           "fix the cause and run the restore again") from None
                     loaded.append(part)
             progress("swapping the files in", 0, 1)
@@ -610,40 +815,4 @@ def restore(settings: Settings, archive: Path, *, progress: Progress = _quiet) -
             raise
     progress("done", 1, 1)
     kinds = {part: (held.get(part) or {}).get("kind", "absent") for part in parts}
-    return RestoreResult(archive, str(manifest.get("created_at")), len(manifest["files"]), kinds,
-                         time.monotonic() - started)
-
-
-ARCHIVE_NAME_LENGTH = len(f"{NAME_PREFIX}YYYYmmddTHHMMSSZ{SUFFIX}")
-
-
-def _archive_time(path: Path) -> float | None:
-    """When an archive of ``<state>/backups/`` was written, from its name (UTC); None for a
-    name :func:`default_archive` does not write."""
-    if len(path.name) != ARCHIVE_NAME_LENGTH or not path.name.startswith(NAME_PREFIX):
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(path.name[len(NAME_PREFIX):-len(SUFFIX)], "%Y%m%dT%H%M%SZ")))
-    except ValueError:
-        return None
-
-
-def prune(settings: Settings, keep: int | None = None, *, now: float | None = None) -> list[Path]:
-    """Apply the retention to ``<state>/backups/`` (the archives named
-    ``crowdpref-YYYYmmddTHHMMSSZ.tar.gz``, so an archive put there by hand, or written elsewhere
-    with ``--to``, stays): delete every archive older than ``settings.backup_retention_days``
-    (by the time in its name), so a withdrawal is gone from the backups after that period, and
-    with ``keep`` all but the newest ``keep``; returns those deleted. ``keep`` < 1 is refused: a
-    scheduled backup never deletes the one it just wrote."""
-    if keep is not None and keep < 1:
-        raise BackupError(f"keep={keep}: keep at least 1 archive (the newest)")
-    folder = settings.state_dir / BACKUPS_DIR
-    dated = sorted((stamp, p) for p in folder.glob(f"{NAME_PREFIX}*{SUFFIX}")
-                   if (stamp := _archive_time(p)) is not None and p.is_file())
-    oldest = (time.time() if now is None else now) - settings.backup_retention_days * 86400
-    deleted = [p for stamp, p in dated if stamp < oldest]
-    if keep is not None:
-        deleted += [p for _, p in dated[:-keep] if p not in deleted]
-    for path in deleted:
-        path.unlink(missing_ok=True)
-    return sorted(deleted)
+    return RestoreResult(snapshot_id, created_at, files, kinds, time.monotonic() - started)

@@ -34,7 +34,7 @@ NOT_FOR_PORTAL = (
     "prefect_port", "prefect_api_url",  # flows: the portal runs none
     "redis_port", "redis_bin", "argilla_venv", "argilla_workers",  # how the stack runs Argilla
     "public_tls", "acme_email", "https_port", "http_port",  # Caddy's
-    "backup_retention_days",  # backups: the backup flow and command only
+    "backup_retention_days", "backup_repository", "backup_password_file",  # backups: the backup flow and command only
 )
 
 

@@ -1,9 +1,8 @@
-"""Commands that save and restore the state: ``backup`` and ``restore``."""
+"""Commands that save and restore the state: ``backup`` and ``restore`` (restic snapshots)."""
 
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -15,45 +14,62 @@ from crowdpref.project import use_project
 @app.command()
 @friendly_errors
 def backup(
-    to: Path = typer.Option(None, "--to", help="Write the archive here instead of "
-                            "<state>/backups/crowdpref-YYYYmmddTHHMMSSZ.tar.gz.", show_default=False),
+    list_: bool = typer.Option(False, "--list", help="List the repository's crowdpref snapshots instead "
+                               "(* marks this state folder's)."),
 ) -> None:
-    """Write one backup archive while the stack runs: the study store, the embedded Argilla's
-    database, the secrets and the study run folders, with a manifest of sizes and sha256.
+    """Take one backup snapshot with restic while the stack runs: the study store, the embedded
+    Argilla's database, the secrets and the study run folders, encrypted, in the repository
+    backup_repository (default <state>/backups/restic).
 
-    The archive holds passwords and keys: it is written owner-only (mode 0600); keep it private.
-    Then the archives of <state>/backups/ older than backup_retention_days (30) are deleted."""
+    The first backup creates the repository and, unless backup_password_file names one, its
+    password file <state>/backup-password (0600): keep a copy off the server, no backup can be
+    restored without it. Then this state folder's snapshots older than backup_retention_days (30)
+    are forgotten (restic forget --prune)."""
     use_project()
     from services import backup as backups
 
     settings = _settings()
+    if list_:
+        listed = backups.snapshots(settings)
+        for snap in listed:
+            console.print(f"{'*' if snap.mine else ' '} {snap.short_id}  {snap.time[:19].replace('T', ' ')}  "
+                          f"{snap.hostname}  {', '.join(snap.paths)}", highlight=False, soft_wrap=True)
+        console.print(f"{len(listed)} snapshot(s) in {backups.redacted_repository(backups.repository(settings))}; "
+                      f"* this state folder's ({backups.state_tag(settings)})", highlight=False, soft_wrap=True)
+        return
     with _byte_progress() as (progress, on_progress):
-        result = backups.create(settings, to, progress=on_progress)
+        result = backups.create(settings, progress=on_progress)
         progress.stop()
-    deleted = backups.prune(settings)
+    if result.initialised:
+        err_console.print(f"[bold yellow]new backup repository[/] {result.repository}: its password is in "
+                          f"{result.password_file}. Keep a copy of that file OFF this server: without it no "
+                          "backup can be restored.", highlight=False, soft_wrap=True)
     held = ", ".join(f"{part} ({kind})" for part, kind in result.databases.items())
-    console.print(f"backup written: {result.path} ({result.size / 1e6:.1f} MB, {result.files} files; databases: "
-                  f"{held}; mode 0600) in {result.seconds:.1f} s; {len(deleted)} archive(s) older than "
-                  f"{settings.backup_retention_days:g} days deleted", highlight=False, soft_wrap=True)
+    console.print(f"backup snapshot {result.snapshot} saved in {result.repository} ({result.size / 1e6:.1f} MB, "
+                  f"{result.files} files, {result.added / 1e6:.1f} MB new; databases: {held}) in "
+                  f"{result.seconds:.1f} s; {len(result.forgotten)} snapshot(s) older than "
+                  f"{settings.backup_retention_days:g} days forgotten", highlight=False, soft_wrap=True)
 
 
 @app.command()
 @friendly_errors
 def restore(
-    archive: Path = typer.Argument(..., help="An archive `crowdpref backup` wrote."),
+    snapshot: str = typer.Argument("latest", help="A snapshot id (`crowdpref backup --list`); default: this "
+                                   "state folder's latest."),
 ) -> None:
-    """Restore a backup archive with the stack down (`crowdpref down` first).
+    """Restore a backup snapshot with the stack down (`crowdpref down` first).
 
-    The manifest and every file's sha256 are checked in a temporary folder before anything is
-    replaced: a damaged archive changes nothing. Then `crowdpref up` starts the restored state."""
+    restic restores and verifies it into a temporary folder inside the state folder before
+    anything is replaced: a wrong password, a missing snapshot or a damaged repository changes
+    nothing. Then `crowdpref up` starts the restored state."""
     use_project()
     from services import backup as backups
 
     settings = _settings()
     with _byte_progress() as (progress, on_progress):
-        result = backups.restore(settings, archive, progress=on_progress)
+        result = backups.restore(settings, snapshot, progress=on_progress)
         progress.stop()
-    console.print(f"restored {result.archive} (taken {result.created_at}; {result.files} files) into "
+    console.print(f"restored snapshot {result.snapshot} (taken {result.created_at}; {result.files} files) into "
                   f"{settings.state_dir} in {result.seconds:.1f} s: run `crowdpref up`", highlight=False,
                   soft_wrap=True)
 

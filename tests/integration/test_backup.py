@@ -1,12 +1,17 @@
-"""services/backup.py against real databases: a backup taken mid-study while a private embedded
-Argilla runs, more work, the stack down, a restore, the stack up again and the study continued to
-the end - every item ends with exactly R answers and the restored store and Argilla agree; and
-the PostgreSQL branch (pg_dump / pg_restore) for the store and for Argilla's database, on the
+"""services/backup.py against real databases and restic: the restore drill - a backup taken
+mid-study while a private embedded Argilla runs, into a repository outside the state folder,
+more work, the stack down, the state folder wiped (a lost disk), a restore from the repository
+with the operator's copy of the password file, the stack up again and the study continued to the
+end - every item ends with exactly R answers and the restored store and Argilla agree; and the
+PostgreSQL branch (pg_dump / pg_restore) for the store and for Argilla's database, on the
 session's throwaway PostgreSQL server."""
 
 from __future__ import annotations
 
-import gzip
+import json
+import os
+import shutil
+import subprocess
 
 import httpx
 import pandas as pd
@@ -14,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.store import Claimed, Store, open_store
 from crowdpref.study1 import export_responses, study1_collection
@@ -21,7 +27,8 @@ from services import backup, stack
 from tests.conftest import isolated_settings
 from tests.integration.test_study1_collection import Clock, _config, _questions
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not shutil.which("restic"), reason="restic not installed (services/bootstrap.sh)")]
 
 
 def _answer(api_url: str, username: str, password: str, dataset_name: str, how_many: int | None = None) -> int:
@@ -35,10 +42,6 @@ def _answer(api_url: str, username: str, password: str, dataset_name: str, how_m
         return len(pending)
     finally:
         session.close()
-
-
-def _password(store: Store, cid: int, username: str) -> str:
-    return next(a.password for a in store.accounts(cid) if a.username == username)
 
 
 def _argilla_users(api_url: str, api_key: str, prefix: str) -> set[str]:
@@ -61,15 +64,16 @@ def _assert_store_and_argilla_agree(collection, store: Store, settings, prefix: 
         assert held == set(participant.visible), participant.username
 
 
-def test_backup_mid_study_more_work_restore_and_continue(tmp_path, unique):
-    settings = isolated_settings(tmp_path / "state")
+def test_backup_mid_study_more_work_wipe_restore_and_continue(tmp_path, unique):
+    settings = isolated_settings(tmp_path / "state", backup_repository=str(tmp_path / "offsite"))
     config = _config(f"bk{unique}")  # 6 questions, R = 2, 3 per participant: 4 people fill it
     prefix = config.study1.username_prefix
     run_dir = settings.runs_dir / config.name
     clock = Clock()
 
     def open_collection():
-        owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
+        owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key(),
+                             passwords=AccountPasswords.from_secrets(settings.secrets_dir))  # restored with the secrets
         store = open_store(settings, clock=clock)
         return study1_collection(config, _questions(), owner, run_dir, store), store
 
@@ -84,27 +88,31 @@ def test_backup_mid_study_more_work_restore_and_continue(tmp_path, unique):
         first = collection.claim("person-1", "simulated")
         second = collection.claim("person-2", "simulated")
         assert isinstance(first, Claimed) and isinstance(second, Claimed)
-        _answer(settings.argilla_api_url, first.participant.username, first.password, collection.dataset_name)
-        _answer(settings.argilla_api_url, second.participant.username, second.password, collection.dataset_name, 1)
+        _answer(settings.argilla_api_url, first.participant.username, collection.owner.passwords(first.participant.username), collection.dataset_name)
+        _answer(settings.argilla_api_url, second.participant.username, collection.owner.passwords(second.participant.username), collection.dataset_name, 1)
         assert collection.monitor().submitted == 4
         accounts_at_backup = {a.username for a in store.accounts(cid)}
 
         result = backup.create(settings)  # online: Argilla runs
-        assert result.databases == {"store": "sqlite", "argilla": "sqlite"}
+        assert result.databases == {"store": "sqlite", "argilla": "sqlite"} and result.initialised
+        kept = tmp_path / "password-copy"  # what the operator keeps off the server
+        shutil.copy(result.password_file, kept)
 
         # more work after the backup: person-2 finishes, person-3 arrives and answers, the pool refills
-        _answer(settings.argilla_api_url, second.participant.username, second.password, collection.dataset_name)
+        _answer(settings.argilla_api_url, second.participant.username, collection.owner.passwords(second.participant.username), collection.dataset_name)
         third = collection.claim("person-3", "simulated", refill=False)
         assert isinstance(third, Claimed)
-        _answer(settings.argilla_api_url, third.participant.username, third.password, collection.dataset_name)
+        _answer(settings.argilla_api_url, third.participant.username, collection.owner.passwords(third.participant.username), collection.dataset_name)
         collection.refill_pool()
         assert collection.monitor().submitted == 9
         (run_dir / "after-backup.txt").write_text("written after the backup")
         store.close()
 
         stack.down(settings)
-        restored = backup.restore(settings, result.path)
-        assert restored.files == result.files
+        shutil.rmtree(settings.state_dir)  # the disk is lost: only the repository and the password copy remain
+        settings = settings.model_copy(update={"backup_password_file": kept})
+        restored = backup.restore(settings)  # latest: this state folder's
+        assert (restored.snapshot, restored.files) == (result.snapshot, result.files)
         stack.up(settings, components=["argilla"])
 
         # the state of the backup, in the store and in Argilla alike
@@ -118,18 +126,18 @@ def test_backup_mid_study_more_work_restore_and_continue(tmp_path, unique):
 
         # continue to the end: person-2 comes back to their 2 open questions, then new people
         again = collection.claim("person-2", "simulated")
-        assert isinstance(again, Claimed) and not again.new and again.password == second.password
-        assert _answer(settings.argilla_api_url, again.participant.username, again.password,
+        assert isinstance(again, Claimed) and not again.new
+        assert _answer(settings.argilla_api_url, again.participant.username, collection.owner.passwords(again.participant.username),
                        collection.dataset_name) == 2
         for person in ("person-3", "person-4"):
             claimed = collection.claim(person, "simulated")
             assert isinstance(claimed, Claimed) and claimed.new
-            _answer(settings.argilla_api_url, claimed.participant.username, claimed.password, collection.dataset_name)
+            _answer(settings.argilla_api_url, claimed.participant.username, collection.owner.passwords(claimed.participant.username), collection.dataset_name)
         progress = collection.monitor()
         assert progress.complete and progress.submitted == 12
         _assert_store_and_argilla_agree(collection, store, settings, prefix)
 
-        frame, validation = export_responses(collection, run_dir)
+        _frame, validation = export_responses(collection, run_dir)
         assert validation["valid"], validation["anomalies"]
         assert validation["items_with_exactly_r_answers"] == 6
         assert validation["workspaces_matching_allocation"] == validation["participants"] == 4
@@ -193,21 +201,24 @@ def test_postgresql_store_and_argilla_are_dumped_and_restored(postgres_server, p
             return dump(part, url, staging)
 
         monkeypatch.setattr(backup, "_dump", watched)
-        result = backup.create(settings, tmp_path / "pg.tar.gz")
+        result = backup.create(settings)
         assert held == ["lock timeout"]
         assert result.databases == {"store": "postgresql", "argilla": "postgresql"}
-        manifest = backup.read_manifest(result.path)
-        assert {f["path"] for f in manifest["files"]} >= {"databases/store.pgdump", "databases/argilla.pgdump"}
-        unpacked = gzip.decompress(result.path.read_bytes())
+        env = {**os.environ, "RESTIC_REPOSITORY": backup.repository(settings),
+               "RESTIC_PASSWORD_FILE": str(result.password_file), "RESTIC_CACHE_DIR": str(tmp_path / "cache")}
+        listed = subprocess.run(["restic", "ls", "--json", result.snapshot], env=env, capture_output=True, text=True,
+                                check=True).stdout
+        assert {json.loads(line).get("path") for line in listed.splitlines()} >= {
+            "/databases/store.pgdump", "/databases/argilla.pgdump", "/crowdpref-backup.json"}
         for url in (postgres_url, argilla_url):  # no database URL inside (they may hold passwords)
-            assert url.encode() not in unpacked and url.split("@")[1].encode() not in unpacked
+            assert url not in listed and url.split("@")[0] not in listed
 
         # later work, then the restore replaces both databases whole
         _execute(postgres_url, "INSERT INTO meta (name, value) VALUES ('later', 'lost')",
                  "UPDATE meta SET value = 'changed' WHERE name = 'mark'")
         _execute(argilla_url, "INSERT INTO responses VALUES (2, 'after the backup')",
                  "CREATE TABLE added_later (x int)")
-        backup.restore(settings, result.path)
+        backup.restore(settings)
         assert _rows(postgres_url, "meta") == store_before
         assert _rows(argilla_url, "responses") == argilla_before
         Store(postgres_url).close()  # the restored store opens (its migrations are current)
@@ -218,7 +229,7 @@ def test_postgresql_store_and_argilla_are_dumped_and_restored(postgres_server, p
                  "CREATE VIEW newer_view AS SELECT * FROM responses")
         before = _rows(argilla_url, "responses")
         with pytest.raises(backup.BackupError) as err:
-            backup.restore(settings, result.path)
+            backup.restore(settings, result.snapshot)
         message = str(err.value)
         assert "\n" not in message and "pg_restore" in message and "were not changed" in message, message
         assert "store database was restored already" in message

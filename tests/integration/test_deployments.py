@@ -70,7 +70,7 @@ def test_prefect_yaml_matches_the_flows():
     backup = next(d for d in definitions if d.name == "backup")
     (every_6h,) = backup.schedules
     assert every_6h.interval == 6 * 3600 and not every_6h.active and every_6h.timezone
-    assert backup.parameters == every_6h.parameters == {"keep": 28}
+    assert not backup.parameters and not every_6h.parameters  # retention: backup_retention_days
     assert backup.concurrency_limit == 1 and backup.collision_strategy == "CANCEL_NEW"
 
 

@@ -1,41 +1,71 @@
-"""services/backup.py on SQLite state folders, without Argilla or Prefect: the archive (one
-file, 0600, manifest first with every member's size and sha256, nothing under its name until it
-is whole), an online copy that holds only committed data, restore bringing back exactly the
-backed-up state, a damaged archive refused in one line with nothing changed, a restore refused
-while a service runs, and pruning. The PostgreSQL branch and the mid-study round trip on a real
-Argilla are tests/integration/test_backup.py."""
+"""services/backup.py on SQLite state folders with Debian's restic, without Argilla or Prefect:
+what a snapshot holds (staged online: committed rows only, the store's writes held while
+Argilla's database is copied), restore bringing back exactly the backed-up state, a wrong
+password, a missing repository or password file, an unknown snapshot, a damaged repository or
+restic missing refused in one line with nothing changed, a restore refused while a service runs,
+and the first `crowdpref backup` making the repository and its 0600 password file. The retention
+(restic forget) is tests/integration/test_backup_flow.py; the PostgreSQL branch and the
+mid-study round trip on a real Argilla are tests/integration/test_backup.py.
+
+The tests share one restic repository (``restic init`` takes seconds): each state folder's
+snapshots carry its own tag, as several servers' would in one repository."""
 
 from __future__ import annotations
 
-import calendar
-
-import gzip
 import hashlib
-import io
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
+from typer.testing import CliRunner
 
+from crowdpref.cli import app, common
 from crowdpref.errors import ServiceError
 from crowdpref.settings import load_settings
 from services import backup
 from services.process import ProcessManager, ServiceSpec
 from tests.conftest import REPO, cli_environment
 
+pytestmark = pytest.mark.skipif(not shutil.which("restic"), reason="restic not installed "
+                                "(services/bootstrap.sh installs Debian's restic)")
+
+
+def _restic(repo: Path, password: Path, *args: str, cwd: Path | None = None) -> str:
+    env = {**os.environ, "RESTIC_REPOSITORY": str(repo), "RESTIC_PASSWORD_FILE": str(password),
+           "RESTIC_CACHE_DIR": str(repo.parent / "cache")}
+    return subprocess.run(["restic", *args], env=env, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> tuple[Path, Path]:
+    """One restic repository (and its password file) for the module's tests."""
+    folder = tmp_path_factory.mktemp("restic")
+    password = folder / "password"
+    password.write_text("a test password\n")
+    os.chmod(password, 0o600)
+    _restic(folder / "repo", password, "init")
+    return folder / "repo", password
+
+
+def _settings_for(home: Path, repo: tuple[Path, Path], **more: object):
+    values: dict[str, object] = {"argilla_url": None, "argilla_api_key": None, "database_url": None,
+                                 "backup_repository": str(repo[0]), "backup_password_file": repo[1]}
+    return load_settings(home=home, **{**values, **more})
+
 
 @pytest.fixture()
-def settings(tmp_path, monkeypatch):
+def settings(tmp_path, monkeypatch, repo):
     monkeypatch.delenv("CROWDPREF_SETTINGS", raising=False)
     monkeypatch.delenv("CROWDPREF_DATABASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    return load_settings(home=tmp_path / "state", argilla_url=None, argilla_api_key=None, database_url=None)
+    return _settings_for(tmp_path / "state", repo)
 
 
 def _sqlite(path: Path, rows: list[str]) -> None:
@@ -71,11 +101,12 @@ def _state(settings) -> None:
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (backups/ aside) by its sha256, SQLite files by their rows."""
+    """Every file under ``folder`` by its sha256, SQLite files by their rows (the lock file and
+    backups/, restic's cache, aside)."""
     out = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        if path.is_file() and not rel.startswith("backups/"):
+        if path.is_file() and rel != backup.LOCK and not rel.startswith("backups/"):
             if path.suffix in (".sqlite", ".db"):
                 out[rel] = json.dumps(_rows(path))
             elif not rel.endswith(("-wal", "-shm")):
@@ -83,36 +114,57 @@ def _snapshot(folder: Path) -> dict[str, str]:
     return out
 
 
-def _members(archive: Path) -> list[str]:
-    with tarfile.open(archive, "r:gz") as tar:
-        return tar.getnames()
+def _leftovers(state: Path) -> list[str]:
+    return [p.name for p in state.iterdir() if p.name.startswith((".restore", backup.STAGING))]
 
 
-def test_backup_writes_one_private_archive_with_a_manifest_of_every_file(settings):
+@pytest.fixture(scope="module")
+def backed_up(tmp_path_factory, repo):
+    """A state folder with one snapshot of it (the module's tests that only restore share it)."""
+    settings = _settings_for(tmp_path_factory.mktemp("backed-up") / "state", repo)
     _state(settings)
+    return settings, backup.create(settings)
+
+
+def test_a_snapshot_holds_the_staged_state_and_restore_brings_back_exactly_that(settings, repo, backed_up):
+    _state(settings)
+    before = _snapshot(settings.state_dir)
     seen = []
-    result = backup.create(settings, progress=lambda what, done, total: seen.append((what, done, total)),
-                           now=1_800_000_000)
-    assert result.path == settings.state_dir / "backups" / "crowdpref-20270115T080000Z.tar.gz"
-    assert stat.S_IMODE(result.path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(result.path.parent.stat().st_mode) == 0o700
-    assert list(result.path.parent.iterdir()) == [result.path]  # no staging or partial file left
+    taken = backup.create(settings, progress=lambda what, done, total: seen.append(what))
+    assert taken.databases == {"store": "sqlite", "argilla": "sqlite"}
+    assert taken.files == 6 and not taken.initialised and taken.repository == str(repo[0])
+    assert _leftovers(settings.state_dir) == []  # the staging folder is gone
+    assert {"copying the store database", "saving the snapshot"} <= set(seen)
+    listed = [json.loads(line) for line in _restic(*repo, "ls", "--json", taken.snapshot).splitlines()]
+    snapshot, nodes = listed[0], {n["path"]: n for n in listed[1:] if n.get("type") == "file"}
+    assert set(snapshot["tags"]) == {"crowdpref", backup.state_tag(settings)}
+    assert set(nodes) == {
+        "/crowdpref-backup.json", "/databases/store.sqlite", "/databases/argilla.sqlite",
+        "/secrets/argilla-owner.json", "/secrets/argilla-auth-secret", "/studies/demo/questions.parquet",
+        "/studies/demo/private/participant-key-salt.json"}
+    assert nodes["/secrets/argilla-owner.json"]["mode"] & 0o077 == 0
+    # the list marks this state folder's snapshots (another state folder shares the repository)
+    mine = {s.short_id: s.mine for s in backup.snapshots(settings)}
+    assert mine[taken.snapshot] is True and mine[backed_up[1].snapshot] is False
+
+    # the study goes on: more claims and answers, a new run file, a new key, a deleted salt
+    _sqlite(settings.state_dir / "store.sqlite", ["claim-3"])
+    _sqlite(settings.argilla_home / "argilla.db", ["answer-2"])
+    (settings.runs_dir / "demo" / "responses.parquet").write_bytes(b"later")
+    (settings.secrets_dir / "argilla-auth-secret").write_text("s2")
+    (settings.runs_dir / "demo" / "private" / "participant-key-salt.json").unlink()
+    assert _snapshot(settings.state_dir) != before
+
+    result = backup.restore(settings)  # latest: this state folder's
+    assert result.snapshot == taken.snapshot and result.files == taken.files
+    assert _snapshot(settings.state_dir) == before
     assert result.databases == {"store": "sqlite", "argilla": "sqlite"}
-    members = _members(result.path)
-    assert members[0] == "manifest.json"
-    assert set(members[1:]) == {
-        "databases/store.sqlite", "databases/argilla.sqlite", "secrets/argilla-owner.json",
-        "secrets/argilla-auth-secret", "studies/demo/questions.parquet",
-        "studies/demo/private/participant-key-salt.json"}
-    manifest = backup.read_manifest(result.path)
-    assert manifest["created_at"] == "2027-01-15T08:00:00Z"
-    with tarfile.open(result.path, "r:gz") as tar:
-        for entry in manifest["files"]:
-            data = tar.extractfile(entry["path"]).read()
-            assert (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"])
-        assert tar.getmember("secrets/argilla-owner.json").mode & 0o077 == 0
-    assert "sqlite:///" not in json.dumps(manifest)  # no database URL (they may hold passwords)
-    assert seen[-1][1] == seen[-1][2] and {what for what, _, _ in seen} >= {"writing the archive"}
+    assert _rows(settings.state_dir / "store.sqlite") == ["claim-1", "claim-2"]
+    for path in (settings.state_dir / "store.sqlite", settings.argilla_home / "argilla.db",
+                 *settings.secrets_dir.iterdir()):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(settings.secrets_dir.stat().st_mode) == 0o700
+    assert _leftovers(settings.state_dir) == []
 
 
 def test_the_online_copy_holds_committed_wal_rows_and_holds_store_writes_while_argilla_is_copied(
@@ -136,105 +188,75 @@ def test_the_online_copy_holds_committed_wal_rows_and_holds_store_writes_while_a
         return dump(part, url, staging)
 
     monkeypatch.setattr(backup, "_dump", watched)
+    staging = tmp_path / "staging"
+    staging.mkdir()
     try:
-        result = backup.create(settings, tmp_path / "online.tar.gz")
+        backup.stage(settings, staging)
     finally:
         writer.close()
     assert during_argilla == ["database is locked", 3]
-    with tarfile.open(result.path, "r:gz") as tar:
-        tar.extract("databases/store.sqlite", tmp_path / "x", filter="data")
-    copy = tmp_path / "x" / "databases" / "store.sqlite"
+    copy = staging / "databases" / "store.sqlite"
     assert _rows(copy) == ["claim-1", "claim-2", "claim-3"]
+    description = json.loads((staging / "crowdpref-backup.json").read_text())
+    assert description["databases"]["store"] == {"kind": "sqlite", "member": "databases/store.sqlite"}
+    assert "sqlite:///" not in json.dumps(description)  # no database URL (they may hold passwords)
     db = sqlite3.connect(copy)
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
     _sqlite(settings.state_dir / "store.sqlite", ["after"])  # released: writes go on
 
 
-def test_restore_brings_back_exactly_the_backed_up_state(settings):
-    _state(settings)
+def _damage(repository: Path) -> None:
+    """Flip a byte in the middle of every pack file: what a failing disk or a bad copy does."""
+    for pack in (repository / "data").rglob("*"):
+        if pack.is_file():
+            os.chmod(pack, 0o600)
+            raw = bytearray(pack.read_bytes())
+            raw[len(raw) // 2] ^= 0xFF
+            pack.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("failure", ["wrong password", "no repository", "no password file", "unknown snapshot",
+                                     "damaged repository", "restic not installed"])
+def test_a_failed_restore_says_why_in_one_line_and_changes_nothing(backed_up, repo, tmp_path, monkeypatch, failure):
+    settings, taken = backed_up
+    snapshot, expected = taken.snapshot, None
+    if failure == "wrong password":
+        other = tmp_path / "other-password"
+        other.write_text("not the password\n")
+        settings = settings.model_copy(update={"backup_password_file": other})
+        expected = [str(other), "does not open the backup repository", "backup_password_file"]
+    elif failure == "no repository":
+        settings = settings.model_copy(update={"backup_repository": SecretStr(str(tmp_path / "nothing"))})
+        expected = ["no restic repository at", str(tmp_path / "nothing"), "CROWDPREF_BACKUP_REPOSITORY"]
+    elif failure == "no password file":
+        settings = settings.model_copy(update={"backup_password_file": tmp_path / "lost"})
+        expected = [str(tmp_path / "lost"), "no backup password file", "the copy you kept off the server"]
+    elif failure == "unknown snapshot":
+        snapshot, expected = "deadbeef", ["deadbeef", "no such snapshot", "crowdpref backup --list"]
+    elif failure == "damaged repository":
+        copy = tmp_path / "damaged"
+        shutil.copytree(repo[0], copy)
+        _damage(copy)
+        settings = settings.model_copy(update={"backup_repository": SecretStr(str(copy))})
+        expected = ["failed on", str(copy)]
+    else:
+        monkeypatch.setenv("PATH", str(tmp_path))  # no restic there
+        expected = ["restic not found", "apt-get install restic"]
+    _sqlite(settings.state_dir / "store.sqlite", ["claim-3"])  # the state now differs from the snapshot
     before = _snapshot(settings.state_dir)
-    archive = backup.create(settings).path
-    # the study goes on: more claims and answers, a new run file, a new key, a deleted salt
-    _sqlite(settings.state_dir / "store.sqlite", ["claim-3"])
-    _sqlite(settings.argilla_home / "argilla.db", ["answer-2"])
-    (settings.runs_dir / "demo" / "responses.parquet").write_bytes(b"later")
-    (settings.secrets_dir / "argilla-auth-secret").write_text("s2")
-    (settings.runs_dir / "demo" / "private" / "participant-key-salt.json").unlink()
-    assert _snapshot(settings.state_dir) != before
-
-    result = backup.restore(settings, archive)
-    assert _snapshot(settings.state_dir) == before
-    assert result.databases == {"store": "sqlite", "argilla": "sqlite"}
-    assert _rows(settings.state_dir / "store.sqlite") == ["claim-1", "claim-2"]
-    for path in (settings.state_dir / "store.sqlite", settings.argilla_home / "argilla.db",
-                 *settings.secrets_dir.iterdir()):
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    assert stat.S_IMODE(settings.secrets_dir.stat().st_mode) == 0o700
-    assert not [p for p in settings.state_dir.iterdir() if p.name.startswith(".restore")]
-
-
-def _damaged_archives(archive: Path, tmp_path: Path) -> dict[str, Path]:
-    raw = archive.read_bytes()
-    out = {}
-    out["truncated"] = tmp_path / "truncated.tar.gz"
-    out["truncated"].write_bytes(raw[: len(raw) // 2])
-    out["not an archive"] = tmp_path / "garbage.tar.gz"
-    out["not an archive"].write_bytes(b"this is not a backup\n" * 50)
-    # a valid .tar.gz whose run file changed after the manifest was written (bit rot, tampering)
-    tampered = io.BytesIO()
-    with tarfile.open(archive, "r:gz") as src, tarfile.open(fileobj=tampered, mode="w:gz") as dst:
-        for member in src.getmembers():
-            data = src.extractfile(member).read()
-            if member.name == "studies/demo/questions.parquet":
-                data = b"PAR2" + data[4:]
-            dst.addfile(member, io.BytesIO(data))
-    out["hash mismatch"] = tmp_path / "tampered.tar.gz"
-    out["hash mismatch"].write_bytes(tampered.getvalue())
-    # a member left out
-    short = io.BytesIO()
-    with tarfile.open(archive, "r:gz") as src, tarfile.open(fileobj=short, mode="w:gz") as dst:
-        for member in src.getmembers():
-            if member.name != "secrets/argilla-auth-secret":
-                dst.addfile(member, src.extractfile(member))
-    out["member missing"] = tmp_path / "short.tar.gz"
-    out["member missing"].write_bytes(short.getvalue())
-    # no manifest first
-    plain = io.BytesIO()
-    with tarfile.open(fileobj=plain, mode="w:gz") as dst:
-        info = tarfile.TarInfo("studies/x")
-        dst.addfile(info, io.BytesIO(b""))
-    out["no manifest"] = tmp_path / "plain.tar.gz"
-    out["no manifest"].write_bytes(plain.getvalue())
-    # a gzip stream cut inside the last member's data, its header intact
-    plain_tar = gzip.decompress(raw)
-    with tarfile.open(fileobj=io.BytesIO(plain_tar)) as tar:
-        last = tar.getmembers()[-1]
-    assert last.size > 1
-    out["cut gzip"] = tmp_path / "cut.tar.gz"
-    out["cut gzip"].write_bytes(gzip.compress(plain_tar[: last.offset_data + last.size // 2]))
-    return out
-
-
-@pytest.mark.parametrize("damage", ["truncated", "not an archive", "hash mismatch", "member missing",
-                                    "no manifest", "cut gzip"])
-def test_a_damaged_archive_is_refused_in_one_line_and_nothing_changes(settings, tmp_path, damage):
-    _state(settings)
-    archive = backup.create(settings, tmp_path / "good.tar.gz").path
-    _sqlite(settings.state_dir / "store.sqlite", ["claim-3"])  # the state now differs from the archive
-    before = _snapshot(settings.state_dir)
-    bad = _damaged_archives(archive, tmp_path)[damage]
     with pytest.raises(backup.BackupError) as err:
-        backup.restore(settings, bad)
+        backup.restore(settings, snapshot)
     message = str(err.value)
-    assert "\n" not in message and str(bad) in message and "nothing was changed" in message, message
+    assert "\n" not in message and "nothing was changed" in message, message
+    assert all(part in message for part in expected), message
+    assert "a test password" not in message
     assert _snapshot(settings.state_dir) == before
-    assert not [p for p in settings.state_dir.iterdir() if p.name.startswith(".restore")]
+    assert _leftovers(settings.state_dir) == []
 
 
-def test_restore_refuses_while_a_service_runs_and_changes_nothing(settings, tmp_path):
-    _state(settings)
-    archive = backup.create(settings, tmp_path / "a.tar.gz").path
+def test_restore_refuses_while_a_service_runs_and_changes_nothing(backed_up):
+    settings, taken = backed_up
     _sqlite(settings.state_dir / "store.sqlite", ["claim-3"])
     manager = ProcessManager(settings.state_dir)
     manager.start(ServiceSpec("participant-portal", ["sleep", "60"], dict(os.environ), health=lambda: True),
@@ -242,7 +264,7 @@ def test_restore_refuses_while_a_service_runs_and_changes_nothing(settings, tmp_
     try:
         before = _snapshot(settings.state_dir)
         with pytest.raises(ServiceError) as err:
-            backup.restore(settings, archive)
+            backup.restore(settings, taken.snapshot)
         message = str(err.value)
         assert "\n" not in message and "participant-portal" in message and "crowdpref down" in message
         assert _snapshot(settings.state_dir) == before
@@ -251,113 +273,77 @@ def test_restore_refuses_while_a_service_runs_and_changes_nothing(settings, tmp_
     # the database server may run (it receives PostgreSQL dumps): it does not block a restore
     manager.start(ServiceSpec("postgres", ["sleep", "60"], dict(os.environ), health=lambda: True), settings.host)
     try:
-        backup.restore(settings, archive)
+        backup.restore(settings, taken.snapshot)
     finally:
         manager.stop("postgres", timeout_s=5)
     assert _rows(settings.state_dir / "store.sqlite") == ["claim-1", "claim-2"]
 
 
-def test_a_failed_backup_leaves_nothing_under_the_archive_name(settings, tmp_path):
-    _state(settings)
-    target = tmp_path / "out" / "b.tar.gz"
-
-    seen_while_writing = []
-
-    def interrupted(what, done, total):
-        if what == "writing the archive" and done:
-            seen_while_writing.append(target.exists())  # a kill now would leave this file
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        backup.create(settings, target, progress=interrupted)
-    assert seen_while_writing == [False]
-    assert list(target.parent.iterdir()) == []
-
-
-def test_backup_never_writes_over_an_existing_file(settings, tmp_path):
-    _state(settings)
-    target = tmp_path / "taken.tar.gz"
-    target.write_bytes(b"an older backup")
-    with pytest.raises(backup.BackupError) as err:
-        backup.create(settings, target)
-    assert "\n" not in str(err.value) and "exists already" in str(err.value)
-    assert target.read_bytes() == b"an older backup"
-
-
-def test_restore_refuses_an_archive_of_another_store_kind(settings, tmp_path, monkeypatch):
-    _state(settings)
-    archive = backup.create(settings, tmp_path / "a.tar.gz").path
+def test_restore_refuses_a_snapshot_of_another_store_kind(backed_up, repo):
+    settings, taken = backed_up
     before = _snapshot(settings.state_dir)
-    elsewhere = load_settings(home=settings.state_dir, argilla_url=None, argilla_api_key=None,
-                              database_url="postgresql+psycopg://u:hunter2@127.0.0.1:1/db")
+    elsewhere = _settings_for(settings.state_dir, repo, database_url="postgresql+psycopg://u:hunter2@127.0.0.1:1/db")
     with pytest.raises(backup.BackupError) as err:
-        backup.restore(elsewhere, archive)
+        backup.restore(elsewhere, taken.snapshot)
     message = str(err.value)
     assert "\n" not in message and "sqlite store" in message and "nothing was changed" in message
     assert "hunter2" not in message
     assert _snapshot(settings.state_dir) == before
+    assert _leftovers(settings.state_dir) == []
 
 
-def test_a_remote_argilla_is_not_in_the_backup(tmp_path, monkeypatch):
+def test_a_remote_argilla_is_not_in_the_backup(tmp_path, monkeypatch, repo):
     monkeypatch.chdir(tmp_path)
-    remote = load_settings(home=tmp_path / "state", argilla_url="https://argilla.example.org",
-                           argilla_api_key="k", database_url=None)
+    remote = _settings_for(tmp_path / "state", repo, argilla_url="https://argilla.example.org", argilla_api_key="k")
     _sqlite(remote.state_dir / "store.sqlite", ["claim-1"])
     _sqlite(remote.argilla_home / "argilla.db", ["stale local file"])
-    result = backup.create(remote, tmp_path / "r.tar.gz")
-    assert result.databases == {"store": "sqlite", "argilla": "external"}
-    assert "databases/argilla.sqlite" not in _members(result.path)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    assert backup.stage(remote, staging) == {"store": "sqlite", "argilla": "external"}
+    assert sorted(p.name for p in (staging / "databases").iterdir()) == ["store.sqlite"]
 
 
-def test_prune_keeps_the_newest_scheduled_archives_and_any_named_by_hand(settings):
-    folder = settings.state_dir / "backups"
-    folder.mkdir(parents=True)
-    names = [f"crowdpref-2026112{d}T030000Z.tar.gz" for d in range(5)]
-    for name in [*names, "crowdpref-before-upgrade.tar.gz"]:
-        (folder / name).write_bytes(b"x")
-    deleted = backup.prune(settings, keep=2, now=calendar.timegm((2026, 11, 25, 0, 0, 0)))
-    assert sorted(p.name for p in deleted) == names[:3]
-    assert sorted(p.name for p in folder.iterdir()) == sorted([*names[3:], "crowdpref-before-upgrade.tar.gz"])
-    with pytest.raises(backup.BackupError):
-        backup.prune(settings, keep=0)
+def test_the_repository_url_and_password_never_reach_argv_or_messages(settings):
+    restic = backup._Restic(settings.model_copy(update={
+        "backup_repository": SecretStr("rest:https://backup:s3cret@127.0.0.1:1/crowdpref")}))
+    env = backup._restic_env(restic.settings, restic.repo, restic.password)
+    assert env["RESTIC_REPOSITORY"].endswith("s3cret@127.0.0.1:1/crowdpref")
+    assert env["RESTIC_PASSWORD_FILE"] == str(settings.backup_password_file)
+    assert not any(name.startswith("CROWDPREF_") for name in env)
+    assert restic.where == "rest:https://backup:***@127.0.0.1:1/crowdpref"
+    failed = restic._fail("restic snapshots", "Fatal: unable to open config file: connection refused\n"
+                          "Is there a repository at the following location?\n" + restic.repo, 1)
+    assert "s3cret" not in str(failed) and "cannot be reached" in str(failed)
 
 
-def test_every_backup_run_deletes_the_archives_older_than_the_retention(settings):
-    """The retention the withdrawal docs promise: after backup_retention_days (30 by default)
-    no archive of <state>/backups/ holds a withdrawn participant's data."""
-    assert settings.backup_retention_days == 30
-    folder = settings.state_dir / "backups"
-    folder.mkdir(parents=True)
-    now = calendar.timegm((2026, 11, 28, 12, 0, 0))
-    old, edge, fresh = ("crowdpref-20261028T115959Z.tar.gz", "crowdpref-20261029T120000Z.tar.gz",
-                        "crowdpref-20261128T060000Z.tar.gz")
-    for name in (old, edge, fresh, "crowdpref-before-upgrade.tar.gz"):
-        (folder / name).write_bytes(b"x")
-    assert [p.name for p in backup.prune(settings, now=now)] == [old]  # 30 days and 1 s old
-    assert sorted(p.name for p in folder.iterdir()) == sorted([edge, fresh, "crowdpref-before-upgrade.tar.gz"])
-    assert [p.name for p in backup.prune(settings, keep=28, now=now + 86400)] == [edge]
-    shorter = settings.model_copy(update={"backup_retention_days": 1})
-    assert [p.name for p in backup.prune(shorter, now=now + 86400)] == [fresh]  # 30 h old: the newest goes too
-
-
-def test_cli_restore_of_a_damaged_archive_is_one_line_with_exit_1(tmp_path):
-    bad = tmp_path / "bad.tar.gz"
-    bad.write_bytes(b"not gzip")
+def test_cli_first_backup_makes_the_repository_and_a_private_password_file(tmp_path, monkeypatch):
     home = tmp_path / "state"
-    result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "restore", str(bad)], cwd=REPO,
+    for name in os.environ:
+        if name.startswith(("CROWDPREF_", "ARGILLA_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CROWDPREF_HOME", str(home))
+    monkeypatch.setattr(common, "_SETTINGS", None)
+    monkeypatch.chdir(tmp_path)
+    _sqlite(home / "store.sqlite", ["claim-1"])
+    result = CliRunner().invoke(app, ["backup"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output + result.stderr
+    password = home / "backup-password"
+    assert "backup snapshot" in result.stdout and str(home / "backups" / "restic") in result.stdout
+    assert str(password) in result.stderr and "OFF this server" in result.stderr
+    assert stat.S_IMODE(password.stat().st_mode) == 0o600 and len(password.read_text().strip()) >= 32
+    assert password.read_text().strip() not in result.stdout + result.stderr
+    listed = CliRunner().invoke(app, ["backup", "--list"], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and listed.stdout.startswith("* ") and "1 snapshot(s)" in listed.stdout
+
+
+def test_cli_restore_without_a_repository_is_one_line_with_exit_1(tmp_path):
+    home = tmp_path / "state"
+    (home / "backup-password").parent.mkdir(parents=True)
+    (home / "backup-password").write_text("pw\n")
+    result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "restore"], check=False, cwd=REPO,
                             env=cli_environment(home), capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "nothing was changed" in lines[0], result.stderr
-    assert not home.exists() or not [p for p in home.iterdir() if p.name.startswith(".restore")]
-
-
-def test_cli_backup_writes_the_archive_and_says_where(tmp_path):
-    home = tmp_path / "state"
-    _sqlite(home / "store.sqlite", ["claim-1"])
-    target = tmp_path / "cli.tar.gz"
-    result = subprocess.run([sys.executable, "-m", "crowdpref.cli", "backup", "--to", str(target)], cwd=REPO,
-                            env=cli_environment(home), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert f"backup written: {target}" in result.stdout and "mode 0600" in result.stdout
-    assert backup.read_manifest(target)["databases"]["store"]["kind"] == "sqlite"
+    assert "no restic repository" in lines[0]
+    assert _leftovers(home) == [] and not (home / "backups" / "restic").exists()

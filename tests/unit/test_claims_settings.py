@@ -195,11 +195,13 @@ def test_home_is_never_read_from_dollar_home(clean_env, monkeypatch):
 def test_secrets_are_secret_strings_and_never_show_in_a_repr(clean_env, monkeypatch):
     secrets = {"CROWDPREF_ARGILLA_API_KEY": "argilla-claims-secret", "PROLIFIC_TOKEN": "prolific-claims-secret",
                "HF_TOKEN": "hf_claimssecretclaimssecret", "OPENAI_API_KEY": "sk-claims-secret",
-               "CROWDPREF_DATABASE_URL": "postgresql+psycopg://u:pw-claims-secret@h:5432/db"}
+               "CROWDPREF_DATABASE_URL": "postgresql+psycopg://u:pw-claims-secret@h:5432/db",
+               "CROWDPREF_BACKUP_REPOSITORY": "rest:https://u:repo-claims-secret@h:8000/crowdpref"}
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     s = load_settings()
-    secret_fields = ("argilla_api_key", "prolific_token", "hf_token", "openai_api_key", "database_url")
+    secret_fields = ("argilla_api_key", "prolific_token", "hf_token", "openai_api_key", "database_url",
+                     "backup_repository")
     for field in secret_fields:
         assert isinstance(getattr(s, field), SecretStr), field
     # the settings the generated table calls secret are exactly these
