@@ -334,6 +334,11 @@ def test_cli_first_backup_makes_the_repository_and_a_private_password_file(tmp_p
     assert password.read_text().strip() not in result.stdout + result.stderr
     listed = CliRunner().invoke(app, ["backup", "--list"], env={"COLUMNS": "300"})
     assert listed.exit_code == 0 and listed.stdout.startswith("* ") and "1 snapshot(s)" in listed.stdout
+    # the password file lost: the next backup refuses instead of making a new password
+    password.unlink()
+    again = CliRunner().invoke(app, ["backup"], env={"COLUMNS": "300"})
+    assert again.exit_code == 1 and "a restic repository exists there" in again.stderr, again.output + again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1 and not password.exists()
 
 
 def test_cli_restore_without_a_repository_is_one_line_with_exit_1(tmp_path):
