@@ -217,7 +217,7 @@ def _damage(repository: Path) -> None:
 
 
 @pytest.mark.parametrize("failure", ["wrong password", "no repository", "no password file", "unknown snapshot",
-                                     "damaged repository", "restic not installed"])
+                                     "damaged repository", "not a crowdpref snapshot", "restic not installed"])
 def test_a_failed_restore_says_why_in_one_line_and_changes_nothing(backed_up, repo, tmp_path, monkeypatch, failure):
     settings, taken = backed_up
     snapshot, expected = taken.snapshot, None
@@ -240,6 +240,12 @@ def test_a_failed_restore_says_why_in_one_line_and_changes_nothing(backed_up, re
         _damage(copy)
         settings = settings.model_copy(update={"backup_repository": SecretStr(str(copy))})
         expected = ["failed on", str(copy)]
+    elif failure == "not a crowdpref snapshot":  # another program's snapshot in a shared repository
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other" / "notes.txt").write_text("not a crowdpref backup")
+        _restic(*repo, "backup", "-q", "--tag", "other-program", ".", cwd=tmp_path / "other")
+        snapshot = json.loads(_restic(*repo, "snapshots", "--json", "--tag", "other-program"))[0]["short_id"]
+        expected = [f"snapshot {snapshot}", "not a crowdpref backup"]
     else:
         monkeypatch.setenv("PATH", str(tmp_path))  # no restic there
         expected = ["restic not found", "apt-get install restic"]
