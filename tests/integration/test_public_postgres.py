@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from crowdpref.store import open_store
-from services import postgres, stack
+from services import postgres, redis, stack
 from services.argilla import service as argilla
 from services.process import ProcessManager, group_members
 
@@ -135,13 +135,15 @@ def test_roles_sign_in_with_their_own_password_to_their_own_database_only(public
 def test_secrets_stay_private_and_out_of_every_log(public_argilla):
     settings = public_argilla.settings
     passwords = [postgres.role_password(settings, role) for role in ("postgres", "argilla", "crowdpref")]
-    for role in ("postgres", "argilla", "crowdpref"):
-        assert stat.S_IMODE(postgres.password_file(settings, role).stat().st_mode) == 0o600
+    passwords.append(redis.password(settings))  # Argilla's server and worker have it in their Redis URL
+    for path in [*(postgres.password_file(settings, role) for role in ("postgres", "argilla", "crowdpref")),
+                 redis.password_file(settings), redis.config_file(settings)]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     logs = [path for path in settings.logs_dir.iterdir() if path.is_file()]
-    assert any(path.name == "postgres.log" for path in logs)
+    assert {"postgres.log", "redis.log", "argilla-server.log", "argilla-worker.log"} <= {path.name for path in logs}
     for path in logs:
         text = path.read_text(errors="replace")
-        assert not any(password in text for password in passwords), f"a database password is in {path}"
+        assert not any(password in text for password in passwords), f"a database or Redis password is in {path}"
 
 
 def test_data_folder_is_where_the_postgres_user_can_reach_it(public_argilla):
