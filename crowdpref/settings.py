@@ -305,19 +305,6 @@ class Settings(BaseSettings):
         return self.prefect_home / "results"
 
     @property
-    def owner_credentials_file(self) -> Path:
-        return self.secrets_dir / "argilla-owner.json"
-
-    @property
-    def embedded_argilla(self) -> bool:
-        return self.argilla_url is None
-
-    @property
-    def argilla_serves_handover(self) -> bool:
-        """:attr:`argilla_handover`, or its default: the embedded Argilla (started by our launcher)."""
-        return self.embedded_argilla if self.argilla_handover is None else self.argilla_handover
-
-    @property
     def prefect_auth_string_file(self) -> Path:
         """The embedded Prefect API's auth string in the public profile (0600; written by
         services/prefect/service.py when the server is set up, read by every client)."""
@@ -346,6 +333,19 @@ class Settings(BaseSettings):
                         "restart with it)")
             raise state_file_error(path, "the Prefect API's auth string", exc, fix) from None
         return value
+
+    @property
+    def owner_credentials_file(self) -> Path:
+        return self.secrets_dir / "argilla-owner.json"
+
+    @property
+    def embedded_argilla(self) -> bool:
+        return self.argilla_url is None
+
+    @property
+    def argilla_serves_handover(self) -> bool:
+        """:attr:`argilla_handover`, or its default: the embedded Argilla (started by our launcher)."""
+        return self.embedded_argilla if self.argilla_handover is None else self.argilla_handover
 
     @property
     def embedded_prefect(self) -> bool:
