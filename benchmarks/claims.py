@@ -311,7 +311,7 @@ def run_claim(collection: Collection, api_url: str, run: ClaimRun, barrier: thre
         login_started = time.perf_counter()
         while True:
             try:
-                session = AnnotatorSession(api_url, participant.username, result.password)
+                session = AnnotatorSession(api_url, participant.username, collection.owner.passwords(participant.username))
                 break
             except Exception as exc:  # noqa: BLE001
                 if not _transient(exc):

@@ -458,12 +458,14 @@ def turn_off_argilla_webhooks(settings: Any, wait_s: float = 60.0) -> bool:
     down as a stopping portal does (:func:`crowdpref.portal.argilla_hooks.stand_down`: the store
     first, so monitoring polls every active participant on every pass, as before webhooks) and
     delete it on the server. Returns whether there was one."""
+    from crowdpref.account_passwords import AccountPasswords
     from crowdpref.argilla_client import ArgillaOwner
     from crowdpref.portal import argilla_hooks
     from crowdpref.store import open_store
 
     store = open_store(settings)
-    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key())
+    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key(),
+                         passwords=AccountPasswords.from_secrets(settings.secrets_dir))
     try:
         deadline = time.monotonic() + wait_s
         while not argilla_hooks.registered_for(store, settings.argilla_api_url) and time.monotonic() < deadline:

@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
         active = [claims[i] for i in range(0, n, max(1, n // max(1, args.active)))][: args.active]
         for claimed in active:
-            session = AnnotatorSession(settings.argilla_api_url, claimed.participant.username, claimed.password)
+            session = AnnotatorSession(settings.argilla_api_url, claimed.participant.username,
+                                       collection.owner.passwords(claimed.participant.username))
             try:
                 dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
                 record = session.pending_records(dataset["id"])[0]

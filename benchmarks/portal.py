@@ -776,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
                                     httpx.Client(timeout=GIVE_UP_S, follow_redirects=False, verify=verify),
                                     httpx.Client(timeout=GIVE_UP_S, verify=verify)))
                 if args.sign_in == "password":
-                    visits[-1].password = lambda pid: store.password(store.participant_by_key(cid, pid).account_id)
+                    visits[-1].password = lambda pid: collection.owner.passwords(store.participant_by_key(cid, pid).username)
         warmup, baseline, burst = visits[0], visits[1:1 + BASELINE], visits[1 + BASELINE:1 + BASELINE + n]
         crowded = visits[1 + BASELINE + n:]  # --compare: the burst with more arrivals than places
 

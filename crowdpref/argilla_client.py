@@ -24,6 +24,7 @@ import argilla as rg
 import httpx
 from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ArgillaError as SDKError
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.errors import CrowdprefError
 from crowdpref.tls import shared_context
 
@@ -101,10 +102,14 @@ class ArgillaOwner:
     earlier (possibly crashed) run created and completes it, creating nothing twice."""
 
     def __init__(self, api_url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2,
-                 after_change: Callable[[str], None] | None = None):
+                 after_change: Callable[[str], None] | None = None, passwords: AccountPasswords | None = None):
         """``after_change`` is called with "METHOD path" after every call that changes the server
-        (SDK calls included): the fault-injection tests crash there, between two calls."""
+        (SDK calls included): the fault-injection tests crash there, between two calls.
+        ``passwords``: the participant accounts' passwords (:mod:`crowdpref.account_passwords`;
+        default: a key of this process only - give the state folder's, so that every process
+        derives the same)."""
         self.api_url = api_url.rstrip("/")
+        self.passwords = passwords or AccountPasswords.ephemeral()
         check_server(self.api_url, api_key)
         hooks = {"response": [self._after_response]}
         self.after_change = after_change
@@ -127,9 +132,11 @@ class ArgillaOwner:
             found = self.client.workspaces(name)
         return found or rg.Workspace(name=name, client=self.client).create()
 
-    def ensure_annotator(self, username: str, password: str, workspace: rg.Workspace) -> rg.User:
-        """The annotator account, created with ``password`` if missing. An existing account must
-        accept that password (else someone else's account would receive our records)."""
+    def ensure_annotator(self, username: str, workspace: rg.Workspace) -> rg.User:
+        """The annotator account, created with its password (:attr:`passwords`) if missing. An
+        existing account must accept that password (else someone else's account would receive
+        our records)."""
+        password = self.passwords(username)
         with _quiet_lookup():
             user = self.client.users(username)
         if user is None:
@@ -143,7 +150,8 @@ class ArgillaOwner:
             if not AnnotatorSession.password_works(self.api_url, username, password):
                 raise ArgillaError(
                     f"Argilla user '{username}' at {self.api_url} already exists with another password: "
-                    "delete that user, restore the study store (its credentials), or choose another username_prefix"
+                    "delete that user, restore the state folder's secrets (the account-password key), "
+                    "or choose another username_prefix"
                 )
         if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
             workspace.add_user(user)

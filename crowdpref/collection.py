@@ -249,7 +249,7 @@ class Collection:
     def _provision_account(self, account: Account) -> rg.Dataset:
         """User, workspace and empty dataset for one account; idempotent and self-repairing."""
         workspace = self.owner.ensure_workspace(account.username)
-        self.owner.ensure_annotator(account.username, account.password, workspace)
+        self.owner.ensure_annotator(account.username, workspace)
         settings = self.spec.dataset_settings()
         if self.finish_url:
             settings.guidelines = settings.guidelines + FINISH_NOTE.format(url=self.finish_url)
@@ -270,7 +270,7 @@ class Collection:
         result = self.store.claim(self.info, key, source, exclude_collection=exclude,
                                   checks=self.spec.check_items, key_hash=key_hash)
         if isinstance(result, Claimed):
-            self.make_visible(result.participant, result.password)
+            self.make_visible(result.participant)
             if refill and result.new and self._pool_low():
                 self.refill_in_background()
         return result
@@ -282,15 +282,14 @@ class Collection:
         ready = sum(a.state == "ready" for a in self.store.accounts(self.info.id))
         return ready < max(1, self.spec.pool_size // 2)
 
-    def make_visible(self, participant: ParticipantState, password: str | None = None) -> None:
+    def make_visible(self, participant: ParticipantState) -> None:
         """Finish a claim in Argilla: the account exists (cold claims create it now) and the
         participant's dataset holds their records (one bulk upsert by id: repeating it changes
         nothing)."""
         if participant.status not in (ACTIVE,) or participant.records_logged and participant.account_state != CREATING:
             return
         if participant.account_state == CREATING:
-            account = Account(participant.account_id, participant.username, CREATING,
-                              password or self.store.password(participant.account_id))
+            account = Account(participant.account_id, participant.username, CREATING)
             dataset = self._provision_account(account)
             self.store.account_ready(self.info, account.id, str(dataset.id))
         else:

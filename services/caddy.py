@@ -160,11 +160,11 @@ def caddyfile(settings: Settings) -> str:
               "\t\trespond @api_key \"Argilla's API keys are for the operator, on this host\" 403\n")
     if settings.embedded_argilla:  # Argilla delivers its events to the portal on this host, never through Caddy
         refuse += "\t\trespond /hooks/argilla 404\n"
-        # the portal holds this Argilla's signing key: it can tell whose session an answer change carries
-        refusals += (f"\t@answer_change {{\n\t\tpath {' '.join(ANSWER_CHANGES)}\n"
-                     f"\t\tmethod {' '.join(ANSWER_CHANGE_METHODS)}\n{outside}\t}}\n")
-        refuse += (f"\t\tforward_auth @answer_change {upstream_portal} {{\n"
-                   f"\t\t\turi {GUARD_PATH}\n\t\t}}\n")
+    # the portal holds Argilla's signing key (it mints the sessions of this one origin): it can tell
+    # whose session an answer change carries
+    refusals += (f"\t@answer_change {{\n\t\tpath {' '.join(ANSWER_CHANGES)}\n"
+                 f"\t\tmethod {' '.join(ANSWER_CHANGE_METHODS)}\n{outside}\t}}\n")
+    refuse += f"\t\tforward_auth @answer_change {upstream_portal} {{\n\t\t\turi {GUARD_PATH}\n\t\t}}\n"
     too_big = "\n".join(_too_big(name, limit) for name, limit in (
         ("argilla_hook", ARGILLA_HOOK_MAX_BODY), ("portal_forms", PORTAL_MAX_BODY), ("", ARGILLA_MAX_BODY)))
     return f"""# Written by crowdpref (services/caddy.py) from the settings at every `crowdpref up`: edits are lost.

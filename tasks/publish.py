@@ -13,6 +13,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.config import StudyConfig
 from crowdpref.errors import CrowdprefError
 from crowdpref.release import (
@@ -57,9 +58,10 @@ def release_forbidden(run: RunFolder, settings: Settings, study_name: str) -> li
     """Every account's username and password from the study store, salts and Prolific ids from
     the run's private files, and the settings' credentials (the original participant keys are
     added by the build itself)."""
+    passwords = AccountPasswords.from_secrets(settings.secrets_dir)  # the store keeps none: derived
     store = open_store(settings)
     try:
-        accounts = [(a.username, a.password) for key in ("study1", "study2")
+        accounts = [(a.username, passwords(a.username)) for key in ("study1", "study2")
                     if (info := store.find_collection(study_name, key)) is not None for a in store.accounts(info.id)]
     finally:
         store.close()

@@ -16,17 +16,20 @@ def password(
     username: str = typer.Argument(..., help="A participant's Argilla username."),
     study: Path = typer.Option(..., "--study", help="The study config the participant belongs to."),
 ) -> None:
-    """Print one participant account's password (from the study store; for the study owner)."""
+    """Print one participant account's password (derived from the state folder's account key,
+    for the study owner: the store keeps none)."""
+    from crowdpref.account_passwords import AccountPasswords
     from crowdpref.config import load_study
     from crowdpref.store import open_store
 
     config = load_study(study)
-    store = open_store(_settings())
+    settings = _settings()
+    store = open_store(settings)
     for key in ("study1", "study2"):
         info = store.find_collection(config.name, key)
         account = next((a for a in store.accounts(info.id) if a.username == username), None) if info else None
         if account is not None:
-            print(account.password)
+            print(AccountPasswords.from_secrets(settings.secrets_dir)(account.username))
             return
     raise CrowdprefError(f"no account '{username}' in study '{config.name}': check the username (crowdpref demo prints one)")
 

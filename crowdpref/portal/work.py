@@ -103,7 +103,7 @@ class Work:
     def _password_sign_in(self, collection: Collection, participant: ParticipantState) -> str:
         """Argilla's sign-in page with the participant's credentials (the laptop stack's work
         frame opens it; never logged)."""
-        password = collection.store.password(participant.account_id)
+        password = collection.owner.passwords(participant.username)
         auth = base64.b64encode(f"{participant.username}:{password}".encode()).decode()
         return f"{self.settings.argilla_participant_url}/sign-in?auth={auth}"
 

@@ -100,7 +100,9 @@ class DirectDoor:
 
     def come_back(self, key: str) -> Arrival | None:
         result = self.collection.claim(key, "simulated")
-        return Arrival(result.participant, result.password) if isinstance(result, Claimed) else None
+        if not isinstance(result, Claimed):
+            return None
+        return Arrival(result.participant, self.collection.owner.passwords(result.participant.username))
 
     def leave(self, key: str, how: Literal["return", "time-out"]) -> bool:
         return False  # they go quiet: the inactivity window releases their work

@@ -122,7 +122,7 @@ class ClaimsStore(StoreBase):
                         or existing.withdrawn_at is not None):
                     return Refused("released")
                 state = self._participant(conn, existing.id)
-                return Claimed(state, new=False, password=self._password(conn, state.account_id))
+                return Claimed(state, new=False)
             if exclude_collection is not None and conn.execute(select(p.id).where(
                     p.collection_id == exclude_collection.id, p.key_hash == key_hash)).first() is not None:
                 self._event(conn, info.id, "refused", reason="excluded")
@@ -135,8 +135,7 @@ class ClaimsStore(StoreBase):
             account_row = conn.execute(_READY_ACCOUNT, {"cid": info.id}).first()
             if account_row is not None:
                 conn.execute(_BIND_ACCOUNT, {"aid": account_row.id})
-                account = Account(account_row.id, account_row.username, AccountState.BOUND,
-                                  self._password(conn, account_row.id))
+                account = Account(account_row.id, account_row.username, AccountState.BOUND)
                 dataset_id = account_row.dataset_id
             else:
                 account, dataset_id = self._new_account(conn, info, AccountState.CREATING), None
@@ -169,7 +168,7 @@ class ClaimsStore(StoreBase):
                 assignments=tuple(Assignment(item, n, AssignmentStatus.HELD,
                                              None if swapped is None else bool(swapped), None)
                                   for n, (item, swapped) in enumerate(batch)))
-            return Claimed(state, new=True, password=account.password)
+            return Claimed(state, new=True)
 
     def last_claim_at(self, cid: int) -> float | None:
         """When the collection's latest participant claimed (None: nobody yet)."""

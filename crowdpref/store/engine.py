@@ -177,16 +177,11 @@ class StoreBase:
         n = conn.execute(select(func.count()).select_from(t.accounts)
                          .where(t.accounts.c.collection_id == info.id)).scalar_one()
         username = f"{info.username_prefix}-{n + 1:04d}"
-        password = secrets.token_urlsafe(20)
         account_id = conn.execute(insert(t.accounts).values(
             collection_id=info.id, username=username, state=state, created_at=self.clock(),
         )).inserted_primary_key[0]
-        conn.execute(insert(t.credentials).values(account_id=account_id, password=password))
         self._event(conn, info.id, "account_created", username=username)
-        return Account(account_id, username, state, password)
-
-    def _password(self, conn: Connection, account_id: int) -> str:
-        return conn.execute(_PASSWORD, {"aid": account_id}).scalar_one()
+        return Account(account_id, username, state)
 
     def _participant(self, conn: Connection, pid: int) -> ParticipantState:
         return self._participants(conn, [pid])[0]
@@ -256,7 +251,6 @@ class StoreBase:
 # --- engine, migrations --------------------------------------------------------------------------
 _INSERT_EVENT = insert(t.events)
 _COLLECTION = select(t.collections).where(t.collections.c.id == bindparam("cid"))
-_PASSWORD = select(t.credentials.c.password).where(t.credentials.c.account_id == bindparam("aid"))
 
 
 def _cannot_open(url: str, exc: BaseException) -> str:

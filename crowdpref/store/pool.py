@@ -1,9 +1,8 @@
-"""The warm pool: Argilla annotator accounts made ahead of the participants who will use them,
-and their credentials.
+"""The warm pool: Argilla annotator accounts made ahead of the participants who will use them.
 
 An account is ``creating`` (a row; a provisioner builds it in Argilla under a lease), then
-``ready`` (the warm pool), then ``bound`` to a participant at their claim. Passwords live only
-here, in the owner-only store.
+``ready`` (the warm pool), then ``bound`` to a participant at their claim. No password is kept:
+each is derived when needed (:mod:`crowdpref.account_passwords`).
 """
 
 from __future__ import annotations
@@ -14,13 +13,13 @@ import socket
 from sqlalchemy import func, select, update
 
 from crowdpref.store import schema as t
-from crowdpref.store.engine import StoreBase, StoreError
+from crowdpref.store.engine import StoreBase
 from crowdpref.store.results import Account, CollectionInfo, ParticipantState
 from crowdpref.store.statuses import ACTIVE, FINISHED, AccountState
 
 
 class PoolStore(StoreBase):
-    """The warm pool of accounts and their credentials."""
+    """The warm pool of accounts, and the end of their access (:meth:`access_revoked`)."""
 
     def plan_pool(self, info: CollectionInfo, size: int) -> int:
         """Make sure ``size`` unbound accounts exist (ready or being created); returns how many
@@ -44,9 +43,7 @@ class PoolStore(StoreBase):
         a = t.accounts.c
         me = _process_id()
         with self._write(info.id) as conn:
-            rows = conn.execute(select(a.id, a.username, a.state, a.lease_until, a.lease_owner,
-                                       t.credentials.c.password)
-                                .join(t.credentials, t.credentials.c.account_id == a.id)
+            rows = conn.execute(select(a.id, a.username, a.state, a.lease_until, a.lease_owner)
                                 .where(a.collection_id == info.id, a.state == AccountState.CREATING,
                                        ~a.id.in_(select(t.participants.c.account_id)))
                                 .order_by(a.id)).all()
@@ -55,7 +52,7 @@ class PoolStore(StoreBase):
             if free:
                 conn.execute(update(t.accounts).where(a.id.in_([r.id for r in free]))
                              .values(lease_until=now + lease_s, lease_owner=me))
-        return [Account(r.id, r.username, r.state, r.password) for r in free]
+        return [Account(r.id, r.username, r.state) for r in free]
 
     def drop_lease(self, info: CollectionInfo, account_id: int) -> None:
         """Give a lease back (provisioning failed with an error, not a kill): the next refill
@@ -81,18 +78,9 @@ class PoolStore(StoreBase):
     def accounts(self, cid: int) -> list[Account]:
         a = t.accounts.c
         with self._read() as conn:
-            rows = conn.execute(select(a.id, a.username, a.state, t.credentials.c.password)
-                                .join(t.credentials, t.credentials.c.account_id == a.id)
+            rows = conn.execute(select(a.id, a.username, a.state)
                                 .where(a.collection_id == cid).order_by(a.id)).all()
-        return [Account(r.id, r.username, r.state, r.password) for r in rows]
-
-    def password(self, account_id: int) -> str:
-        with self._read() as conn:
-            value = conn.execute(select(t.credentials.c.password)
-                                 .where(t.credentials.c.account_id == account_id)).scalar_one_or_none()
-        if value is None:
-            raise StoreError(f"the study store has no credentials for account {account_id}: the store is damaged")
-        return value
+        return [Account(r.id, r.username, r.state) for r in rows]
 
     def access_revoked(self, cid: int, pid: int) -> None:
         """The participant's Argilla account lost its workspace (their session and API key

@@ -106,11 +106,10 @@ class RetiredRecords:
 @dataclass(frozen=True)
 class Claimed:
     """A claim that holds work. ``new`` is False when the participant had claimed before (the
-    same work comes back). The password is for handing to that participant only."""
+    same work comes back)."""
 
     participant: ParticipantState
     new: bool
-    password: str = field(repr=False)
 
     status: Literal["claimed"] = "claimed"
 
@@ -139,7 +138,6 @@ class Account:
     id: int
     username: str
     state: str
-    password: str = field(repr=False)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ without a migration fails. The values of the state and status columns are the me
 - ``items``        the work items of a collection (questions, answer pairs).
 - ``accounts``     Argilla annotator accounts (user + workspace + dataset). ``creating`` ->
                    ``ready`` (the warm pool) -> ``bound`` (to a participant at their claim).
-- ``credentials``  account passwords; only here, never logged (owner-only store).
 - ``participants`` people who claimed work: salted hash of their key (never the raw
                    external id), source (simulated / prolific / invite), status, activity,
                    the hash of their platform session (the submission webhooks name), the
@@ -96,13 +95,6 @@ accounts = Table(
     UniqueConstraint("collection_id", "username", name="uq_accounts_username"),
     Index("ix_accounts_state", "collection_id", "state"),
     Index("ix_accounts_dataset", "dataset_id"),  # the account a webhook names by its dataset
-)
-
-credentials = Table(
-    "credentials",
-    metadata,
-    Column("account_id", Integer, ForeignKey("accounts.id"), primary_key=True),
-    Column("password", String(200), nullable=False),
 )
 
 participants = Table(

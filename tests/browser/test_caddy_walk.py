@@ -24,6 +24,7 @@ import yaml
 
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import load_study
+from crowdpref.portal import argilla_session
 from crowdpref.portal.app import cookie_name, create_app
 from crowdpref.portal.links import finish_url, prolific_entry_url
 from crowdpref.portal.service import Portal
@@ -39,6 +40,7 @@ from services.process import ProcessManager
 from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.browser.test_portal_ui import ITEMS, _answer_study1, _arrive, _wait_for_url
+from tests.integration.test_caddy import _own_addresses
 from tests.conftest import free_port, isolated_settings
 from tests.integration.test_study1_collection import _questions
 from tests.portal_server import PortalThread
@@ -117,7 +119,7 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     _wait_for_url(page, f"{public}/s/{name}/{key}/work")
                     [participant] = collection.participants()
                     assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
-                    password = store.password(participant.account_id)  # what a password sign-in would carry
+                    password = owner.passwords(participant.username)  # what a password sign-in would carry
                     work = page.frame(name="argilla")
                     work.wait_for_url(f"{public}/dataset/{participant.dataset_id}/annotation-mode")
                     bar, finish = page.locator("#bar"), page.locator("#finish")
@@ -145,6 +147,9 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     expect(page.get_by_role("heading", name="Finished")).to_be_visible()
                     expect(page.locator(".code")).to_have_text(code)
                     shot("done")
+                    # the Argilla session this browser holds (one origin: the portal's page can read it)
+                    session = page.evaluate(f"localStorage.getItem('{argilla_session.TOKEN_KEY}')")
+                    assert session and session.startswith("Bearer ")
                     back = page.get_by_role("link", name="Back to Prolific")
                     expect(back).to_have_attribute("href", prolific_done)
                     try:  # the page forwards by itself after 5 s; a slow machine may get there first
@@ -159,6 +164,8 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                 # the pages came through Caddy: it answered with HSTS
                 assert httpx.get(f"{public}/healthz", verify=False, timeout=10).headers[
                     "strict-transport-security"].startswith("max-age=")
+                _after_finish_the_session_and_api_key_reach_nothing(public, settings, session, owner, collection,
+                                                                    participant, argilla_server)
         finally:
             manager.stop(caddy.NAME)
 
@@ -179,3 +186,48 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
             assert value not in text, (log_name, what)
         for marker in ("PROLIFIC_PID", "SESSION_ID", "STUDY_ID", "auth=", "invite="):
             assert marker not in text, (log_name, marker)
+
+
+def _after_finish_the_session_and_api_key_reach_nothing(public, settings, session, owner, collection, participant,
+                                                        argilla_server) -> None:
+    """What an attacker holding the finished participant's browser could try, from outside this
+    host (another address, through Caddy): the Argilla session from the browser's storage and the
+    permanent API key ``/api/v1/me`` shows get 401/403 for the dataset, its records, a search, a
+    new answer, and a change of an answer (edit, back to draft, delete); the answers are unchanged."""
+    addresses = _own_addresses()
+    if not addresses:
+        pytest.skip("this machine has no non-loopback address to connect from")
+    dataset = collection._dataset_of(participant)
+    record_ids = owner.record_ids(dataset)
+    record_id = record_ids[participant.items[0]]
+    with httpx.Client(base_url=argilla_server.api_url, headers={"X-Argilla-Api-Key": argilla_server.owner_api_key},
+                      timeout=30) as local:
+        [response] = local.get(f"/api/v1/records/{record_id}").json()["responses"]
+    before = sorted((a.record_external_id, a.status, str(a.values)) for a in owner.answers(dataset))
+    remote = httpx.HTTPTransport(local_address=addresses[0], verify=False)
+    with httpx.Client(transport=remote, base_url=public, timeout=30) as outside:
+        me = outside.get("/api/v1/me", headers={"Authorization": session})
+        assert me.status_code == 200  # who they are is still theirs to read; what they did is not
+        api_key = me.json()["api_key"]
+        for headers in ({"Authorization": session}, {"X-Argilla-Api-Key": api_key}):
+            seen = {
+                "dataset": outside.get(f"/api/v1/datasets/{dataset.id}", headers=headers).status_code,
+                "search": outside.post(f"/api/v1/me/datasets/{dataset.id}/records/search", json={},
+                                       headers=headers).status_code,
+                "record": outside.get(f"/api/v1/records/{record_id}", headers=headers).status_code,
+                "new answer": outside.post(f"/api/v1/records/{record_id}/responses", headers=headers,
+                                           json={"values": {"quality": {"value": 1}}, "status": "draft"}).status_code,
+                "bulk": outside.post("/api/v1/me/responses/bulk", headers=headers, json={"items": [
+                    {"record_id": record_id, "status": "draft", "values": {"quality": {"value": 1}}}]}),
+                "edit": outside.put(f"/api/v1/responses/{response['id']}", headers=headers, json={
+                    "values": {"response": {"value": "changed after payment"}, "quality": {"value": 1}},
+                    "status": "submitted"}).status_code,
+                "to draft": outside.put(f"/api/v1/responses/{response['id']}", headers=headers, json={
+                    "values": response["values"], "status": "draft"}).status_code,
+                "delete": outside.delete(f"/api/v1/responses/{response['id']}", headers=headers).status_code,
+            }
+            bulk = seen.pop("bulk")  # Argilla answers a bulk call 200, with an error for each item it refused
+            assert set(seen.values()) <= {401, 403}, (list(headers), seen)
+            assert bulk.status_code in (401, 403) or all(item["error"] for item in bulk.json()["items"]), bulk.text
+    assert sorted((a.record_external_id, a.status, str(a.values)) for a in owner.answers(dataset)) == before
+    assert {status for _, status, _ in before} == {"submitted"}

@@ -376,11 +376,12 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     assert httpx.get(f"{argilla_server.api_url}/api/v1/status").status_code == 200
 
 
-def test_a_sign_in_link_left_in_the_history_logs_nobody_in_after_completion(argilla_server, browser_page, output_dir,
-                                                                            tmp_path, unique):
-    """The ``/sign-in?auth=`` URL the Start button led to stays in the browser's history. It logs
-    in from a fresh browser while the participant works; once they completed (the finish page
-    changed their password), the same URL in a fresh browser logs nobody in."""
+def test_a_sign_in_link_left_in_the_history_opens_nothing_after_completion(argilla_server, browser_page, output_dir,
+                                                                           tmp_path, unique):
+    """The ``/sign-in?auth=`` URL the Start button led to stays in the browser's history. From a
+    fresh browser it opens the participant's work while they work; once they completed (the
+    finish page took their account out of its workspace), the same URL in a fresh browser shows
+    none of it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
@@ -407,7 +408,8 @@ def test_a_sign_in_link_left_in_the_history_logs_nobody_in_after_completion(argi
     page.on("request", lambda request: sign_ins.append(request.url) if "/sign-in?auth=" in request.url else None)
 
     def logs_in(url: str, what: str, timeout_ms: int) -> bool:
-        """Open ``url`` in a fresh browser (no cookies, no storage): does it end up logged in?"""
+        """Open ``url`` in a fresh browser (no cookies, no storage): does it end up in Argilla, showing
+        the participant's dataset?"""
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         try:
             fresh = context.new_page()
@@ -450,7 +452,7 @@ def test_a_sign_in_link_left_in_the_history_logs_nobody_in_after_completion(argi
             expect(page.get_by_role("heading", name="Finished")).to_be_visible()
             assert store.participant(collection.info.id, username).status == COMPLETE
 
-            assert not logs_in(old_url, "after-completion", 15_000)  # the link in the history is dead
+            assert not logs_in(old_url, "after-completion", 15_000)  # the link in the history opens nothing
             # and the invitation link, opened again, only says they are done
             page.goto(link)
             expect(page.get_by_role("heading", name="You are done")).to_be_visible()

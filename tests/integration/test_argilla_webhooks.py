@@ -96,9 +96,9 @@ def _claim(collection, key: str) -> Claimed:
     return claimed
 
 
-def _submit(api_url: str, claimed: Claimed, dataset_name: str, n: int) -> list[str]:
+def _submit(api_url: str, claimed: Claimed, dataset_name: str, n: int, password: str) -> list[str]:
     """The participant submits ``n`` answers as the web UI does; returns their item ids."""
-    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    session = AnnotatorSession(api_url, claimed.participant.username, password)
     try:
         dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
         pending = session.pending_records(dataset["id"])[:n]
@@ -132,7 +132,8 @@ def test_a_submission_reaches_the_store_through_the_webhook_without_a_polling_pa
     collection, store, owner, _, _, _ = stack()
     claimed = _claim(collection, "inv-1")
     owner.take()
-    items = _submit(argilla_server.api_url, claimed, collection.dataset_name, 1)
+    items = _submit(argilla_server.api_url, claimed, collection.dataset_name, 1,
+                    collection.owner.passwords(claimed.participant.username))
     username = claimed.participant.username
     _wait_for(lambda: list(store.participant(collection.info.id, username).submitted) == items,
               "the submitted answer in the store")
@@ -140,7 +141,8 @@ def test_a_submission_reaches_the_store_through_the_webhook_without_a_polling_pa
     events = store.events(collection.info.id, kinds=["submitted"])
     assert [e["item_id"] for e in events] == items
     # the rest, then complete - still without a read
-    rest = _submit(argilla_server.api_url, claimed, collection.dataset_name, 3)
+    rest = _submit(argilla_server.api_url, claimed, collection.dataset_name, 3,
+                    collection.owner.passwords(claimed.participant.username))
     _wait_for(lambda: store.participant(collection.info.id, username).status == COMPLETE,
               "the participant complete in the store")
     assert sorted(store.participant(collection.info.id, username).submitted) == sorted(items + rest)
@@ -193,7 +195,8 @@ def test_an_idle_pass_reads_nobody_and_the_backstop_reads_after_backstop_s(stack
     assert owner.take() == []  # not one HTTP call to Argilla
 
     # one of them works: the webhook names them, the next pass reads them alone
-    _submit(argilla_server.api_url, claims[1], collection.dataset_name, 1)
+    _submit(argilla_server.api_url, claims[1], collection.dataset_name, 1,
+                    collection.owner.passwords(claims[1].participant.username))
     username = claims[1].participant.username
     _wait_for(lambda: store.participant(collection.info.id, username).submitted, "the answer via the webhook")
     active = collection.monitor()
@@ -214,7 +217,8 @@ def test_a_participant_due_for_release_is_read_first_so_a_late_answer_counts(sta
     assert collection.monitor().read_now == 2
     # the webhook is lost (Argilla no longer sends it); the store still expects webhooks
     owner.delete_webhook(store.get_meta(argilla_hooks.ID_META))
-    answered = _submit(argilla_server.api_url, late, collection.dataset_name, 1)
+    answered = _submit(argilla_server.api_url, late, collection.dataset_name, 1,
+                    collection.owner.passwords(late.participant.username))
     time.sleep(2)
     assert store.participant(collection.info.id, late.participant.username).submitted == {}  # nobody told the store
     assert collection.monitor().read_now == 0  # idle by the store: not read
@@ -234,7 +238,8 @@ def test_a_participant_the_webhook_completed_has_their_checks_graded_by_the_next
     assert collection.monitor().read_now == 1
     username = claimed.participant.username
     # they answer everything - the instructed-response item too, like any question (so they fail it)
-    _submit(argilla_server.api_url, claimed, collection.dataset_name, 4)
+    _submit(argilla_server.api_url, claimed, collection.dataset_name, 4,
+                    collection.owner.passwords(claimed.participant.username))
     _wait_for(lambda: store.participant(collection.info.id, username).status == COMPLETE, "complete via the webhook")
     assert store.participant(collection.info.id, username).check_verdict == "unanswered"  # as last read
     progress = collection.monitor()  # reads them once: grades the check, excludes their work

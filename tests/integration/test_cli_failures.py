@@ -176,7 +176,7 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
         old = json.loads(creds.read_text())
         assert works(old["api_key"])
         owner = ArgillaOwner(api, old["api_key"])  # a participant's account, which the reset must keep
-        owner.ensure_annotator("reset-participant", "participant-pass-1234", owner.ensure_workspace("reset-ws"))
+        owner.ensure_annotator("reset-participant", owner.ensure_workspace("reset-ws"))
         owner.close()
         refused = run_cli(cli_env, "up", "--only", "argilla", "--reset-owner")
         one_line_error(refused, 2, "--reset-owner needs the stack down", "crowdpref down")

@@ -35,11 +35,12 @@ import httpx
 import pandas as pd
 import pytest
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.checks import is_check
 from crowdpref.collection import Collection
 from crowdpref.config import parse_study
-from crowdpref.store import ACTIVE, BOUND, COMPLETE, READY, RELEASED, Claimed, Store
+from crowdpref.store import ACTIVE, BOUND, COMPLETE, FINISHED, READY, RELEASED, Claimed, Store
 from crowdpref.study1 import study1_collection
 from crowdpref.tls import shared_context
 from tests.integration.test_study1_collection import _questions as study1_questions
@@ -96,7 +97,8 @@ class Study:
         return f"sqlite:///{self.folder / 'store.sqlite'}"
 
     def open(self, clock: Callable[[], float] | None = None) -> Collection:
-        owner = ArgillaOwner(self.server.api_url, self.server.owner_api_key)
+        owner = ArgillaOwner(self.server.api_url, self.server.owner_api_key,
+                             passwords=AccountPasswords.from_secrets(self.folder / "secrets"))  # every process: one key
         store = Store(self.store_url, clock=clock or self.clock)
         return study1_collection(parse_study(_config_dict(self.name), source="test"), pd.DataFrame(_questions()),
                                  owner, self.folder, store)
@@ -177,9 +179,13 @@ def argilla_vs_store(collection: Collection, server: Any) -> list[str]:
                 continue
             if user["role"] != "annotator":
                 problems.append(f"account {who}: role {user['role']}")
-            if not AnnotatorSession.password_works(server.api_url, who, account.password):
-                problems.append(f"account {who}: the store's password does not log in")
-            if who not in {w["name"] for w in get(f"/api/v1/users/{user['id']}/workspaces")["items"]}:
+            if not AnnotatorSession.password_works(server.api_url, who, collection.owner.passwords(who)):
+                problems.append(f"account {who}: its password does not log in")
+            member = who in {w["name"] for w in get(f"/api/v1/users/{user['id']}/workspaces")["items"]}
+            finished = participant is not None and (participant.status in FINISHED or participant.withdrawn_at)
+            if finished and member:
+                problems.append(f"account {who}: {participant.status} but still in workspace {who}")
+            elif not finished and not member:
                 problems.append(f"account {who}: user is not in workspace {who}")
             workspace = workspaces.get(who)
             if workspace is None:
@@ -228,7 +234,7 @@ def _answer_one(collection: Collection, server: Any, key: str) -> None:
     """The participant answers one of their questions (not the quality check), then goes quiet."""
     participant = collection.store.participant_by_key(collection.info.id, key)
     assert participant is not None
-    session = AnnotatorSession(server.api_url, participant.username, collection.store.password(participant.account_id))
+    session = AnnotatorSession(server.api_url, participant.username, collection.owner.passwords(participant.username))
     dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
     record = next(r for r in session.pending_records(dataset["id"]) if not is_check(r["external_id"]))
     session.submit([(record["id"], {"response": "I would say it kindly and explain why.", "quality": 4})])
@@ -453,7 +459,7 @@ def test_the_check_sees_damage(argilla_server, tmp_path, unique):
     workspace = owner.client.workspaces(pool)
     workspace.remove_user(pool)
     stray = f"{collection.info.username_prefix}-0099"
-    owner.ensure_annotator(stray, "a-stray-password-123", owner.ensure_workspace(stray))
+    owner.ensure_annotator(stray, owner.ensure_workspace(stray))
     problems = "\n".join(argilla_vs_store(collection, argilla_server))
     assert f"account {participant}: dataset holds" in problems
     assert f"account {pool}: dataset holds" in problems
@@ -468,6 +474,7 @@ CHILD = """
 import json, os, sys
 from pathlib import Path
 import pandas as pd
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.argilla_client import ArgillaOwner
 from crowdpref.config import parse_study
 from crowdpref.store import Store
@@ -475,7 +482,8 @@ from crowdpref.study1 import study1_collection
 from tests.integration.test_study1_collection import _questions as study1_questions
 
 args = json.loads(os.environ["FI_ARGS"])
-owner = ArgillaOwner(args["api_url"], os.environ["FI_KEY"])
+owner = ArgillaOwner(args["api_url"], os.environ["FI_KEY"],
+                     passwords=AccountPasswords.from_secrets(Path(args["folder"]) / "secrets"))
 collection = study1_collection(parse_study(args["config"], source="test"), pd.DataFrame(args["questions"]), owner,
                                Path(args["folder"]), Store(args["store_url"]))
 print("provisioning", flush=True)

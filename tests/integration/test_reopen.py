@@ -21,11 +21,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.config import load_study
 from crowdpref.runfolder import write_parquet
 from crowdpref.store import REOPENED, Claimed, Full, Store
 from crowdpref.study1 import study1_collection
+from tests.answer_edits import change_as_author
 from tests.conftest import REPO
 from tests.integration.test_study1_collection import _questions
 
@@ -46,9 +48,9 @@ def _write_study(folder: Path, name: str) -> Path:
     return path
 
 
-def _answer(api_url: str, claimed: Claimed, dataset_name: str, text_for: dict[str, str],
+def _answer(api_url: str, claimed: Claimed, dataset_name: str, text_for: dict[str, str], password: str,
             status: str = "submitted") -> None:
-    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    session = AnnotatorSession(api_url, claimed.participant.username, password)
     try:
         dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
         records = {r["external_id"]: r["id"] for r in session.pending_records(dataset["id"])}
@@ -58,17 +60,14 @@ def _answer(api_url: str, claimed: Claimed, dataset_name: str, text_for: dict[st
         session.close()
 
 
-def _discard(api_url: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: str, item: str,
-             store: Store) -> None:
-    """The participant turns their submitted answer into a discarded one (the UI's Discard). They
-    finished, so their first password was changed: this signs in with the one the store holds now
-    (as an Argilla session they opened before finishing would still be valid)."""
+def _discard(api_url: str, owner_api_key: str, claimed: Claimed, owner: ArgillaOwner, dataset_name: str,
+             item: str) -> None:
+    """The participant turns their submitted answer into a discarded one. They finished, so their
+    account left its workspace; Argilla still lets an answer's author change it
+    (tests/answer_edits.py) - from outside, the public profile's Caddy would refuse it."""
     record_id = owner.record_ids(owner.find_dataset(dataset_name, claimed.participant.username))[item]
-    session = AnnotatorSession(api_url, claimed.participant.username, store.password(claimed.participant.account_id))
-    try:
-        session.submit([(record_id, {"response": "changed my mind", "quality": 4})], status="discarded")
-    finally:
-        session.close()
+    change_as_author(api_url, owner_api_key, record_id, claimed.participant.username,
+                     owner.passwords(claimed.participant.username), {"response": "changed my mind", "quality": 4})
 
 
 class _FlowRunLog(logging.Handler):
@@ -95,7 +94,8 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     write_parquet(questions, run / "questions.parquet")
     q0, q1 = questions["question_id"]
     api = argilla_server.api_url
-    owner = ArgillaOwner(api, argilla_server.owner_api_key)
+    owner = ArgillaOwner(api, argilla_server.owner_api_key,  # the state folder's key, as the flow's
+                         passwords=AccountPasswords.from_secrets(home / "secrets"))
     store = Store(f"sqlite:///{home / 'store.sqlite'}")  # where the CLI finds it (CROWDPREF_HOME)
     collection = study1_collection(config, questions, owner, run, store)
 
@@ -103,10 +103,12 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     b = collection.claim("person-b", "simulated")
     assert isinstance(a, Claimed) and isinstance(b, Claimed)
     assert isinstance(collection.claim("person-c", "simulated"), Full)
-    _answer(api, a, collection.dataset_name, {q0: "I would talk to them kindly.", q1: "   \n  "})
-    _answer(api, b, collection.dataset_name, {q0: "Ask how they feel first.", q1: "Be honest but gentle."})
+    _answer(api, a, collection.dataset_name, {q0: "I would talk to them kindly.", q1: "   \n  "},
+            owner.passwords(a.participant.username))
+    _answer(api, b, collection.dataset_name, {q0: "Ask how they feel first.", q1: "Be honest but gentle."},
+            owner.passwords(b.participant.username))
     assert collection.monitor().complete  # the store counted all four answers
-    _discard(api, b, owner, collection.dataset_name, q0, collection.store)  # ... and then b's q0 is discarded in Argilla
+    _discard(api, argilla_server.owner_api_key, b, owner, collection.dataset_name, q0)  # ... and then b's q0 is discarded in Argilla
 
     # the operator reopens the whitespace-only answer with the real CLI: it reads Argilla to find
     # which counted answer to q1 cannot be used (a's, not b's)
@@ -126,7 +128,8 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     # a newcomer's claim takes exactly the reopened slot (never a or b, who held q1); they answer
     c = collection.claim("person-c", "simulated")
     assert isinstance(c, Claimed) and c.participant.items == [q1]
-    _answer(api, c, collection.dataset_name, {q1: "Say it plainly, with care."})
+    _answer(api, c, collection.dataset_name, {q1: "Say it plainly, with care."},
+            owner.passwords(c.participant.username))
     assert collection.monitor().complete  # the store counts 4 again - b's discarded q0 among them
 
     # the collection run's export finds b's discarded q0 by itself: it reopens it, and the run
@@ -152,7 +155,8 @@ def test_whitespace_and_discarded_answers_go_back_to_the_pool_and_are_collected_
     # with its R usable answers
     d = collection.claim("person-d", "simulated")
     assert isinstance(d, Claimed) and d.participant.items == [q0]
-    _answer(api, d, collection.dataset_name, {q0: "Listen before giving advice."})
+    _answer(api, d, collection.dataset_name, {q0: "Listen before giving advice."},
+            owner.passwords(d.participant.username))
     assert collect_responses(str(study)) == "complete"
     report = json.loads((run / "study1" / "validation.json").read_text())
     assert report["valid"], report["anomalies"]

@@ -100,12 +100,12 @@ def test_study1_claim_time_allocation_release_and_reclaim(argilla_server, tmp_pa
     assert isinstance(first, Claimed) and first.new and len(first.participant.items) == 3
     assert first.participant.username == f"{prefix}-0001"  # a warm account
     from crowdpref.argilla_client import AnnotatorSession
-    session = AnnotatorSession(argilla_server.api_url, first.participant.username, first.password)
+    session = AnnotatorSession(argilla_server.api_url, first.participant.username, owner.passwords(first.participant.username))
     dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
     assert sorted(r["external_id"] for r in session.pending_records(dataset["id"])) == sorted(first.participant.items)
     session.close()
     again = collection.claim("person-1", "simulated")  # idempotent: same account, same work
-    assert not again.new and again.participant.items == first.participant.items and again.password == first.password
+    assert not again.new and again.participant.items == first.participant.items
 
     # three more arrive: 4 x 3 = 12 slots = 6 questions x R=2; the 5th finds the study full
     others = [collection.claim(f"person-{n}", "simulated") for n in (2, 3, 4)]
@@ -129,7 +129,7 @@ def test_study1_claim_time_allocation_release_and_reclaim(argilla_server, tmp_pa
     # the four answer through the annotator API; person-2 answers one, saves a draft, goes quiet
     quitter = others[0].participant.username
     for claimed in [first, *others]:
-        s = AnnotatorSession(argilla_server.api_url, claimed.participant.username, claimed.password)
+        s = AnnotatorSession(argilla_server.api_url, claimed.participant.username, owner.passwords(claimed.participant.username))
         ds = next(d for d in s.datasets() if d["name"] == collection.dataset_name)
         pending = s.pending_records(ds["id"])
         if claimed.participant.username == quitter:
@@ -164,7 +164,7 @@ def test_study1_claim_time_allocation_release_and_reclaim(argilla_server, tmp_pa
     assert isinstance(newcomer, Claimed) and sorted(newcomer.participant.items) == sorted(released_items)
     kinds = [e["kind"] for e in store.events(collection.info.id)]
     assert kinds.count("reallocated") == 2 and kinds.count("released") == 1 and kinds.count("claimed") == 5
-    s = AnnotatorSession(argilla_server.api_url, newcomer.participant.username, newcomer.password)
+    s = AnnotatorSession(argilla_server.api_url, newcomer.participant.username, owner.passwords(newcomer.participant.username))
     ds = next(d for d in s.datasets() if d["name"] == collection.dataset_name)
     s.submit([(r["id"], {"response": "The newcomer's careful answer.", "quality": 5}) for r in s.pending_records(ds["id"])])
     s.close()
@@ -182,7 +182,7 @@ def test_study1_claim_time_allocation_release_and_reclaim(argilla_server, tmp_pa
     # no secrets or usernames in what a stage exports; the store file is owner-only
     exported = (tmp_path / "responses.parquet").read_bytes() + (tmp_path / "study1" / "validation.json").read_bytes()
     for account in store.accounts(collection.info.id):
-        assert account.password.encode() not in exported and account.username.encode() not in exported
+        assert owner.passwords(account.username).encode() not in exported and account.username.encode() not in exported
     assert argilla_server.owner_api_key.encode() not in exported
     assert stat.S_IMODE((tmp_path / "store.sqlite").stat().st_mode) == 0o600
     assert b"person-1" not in (tmp_path / "store.sqlite").read_bytes()  # only salted hashes of keys
@@ -228,7 +228,7 @@ def test_existing_username_with_another_password_is_refused(argilla_server, tmp_
     collection = study1_collection(config, _questions(), owner, tmp_path, _store(tmp_path, Clock()))
     first = f"{config.study1.username_prefix}-0001"
     workspace = owner.ensure_workspace(first)
-    owner.ensure_annotator(first, "someone-elses-password-123", workspace)
+    ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key).ensure_annotator(first, workspace)  # another key
     with pytest.raises(CrowdprefError, match=f"'{first}'.*already exists with another password"):
         collection.refill_pool()
 

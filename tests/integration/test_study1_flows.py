@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from crowdpref.cli import app
 from crowdpref.collection import Collection
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from crowdpref.runfolder import write_parquet
@@ -96,7 +97,7 @@ def test_collect_simulate_drop_reallocate_complete(prefect_harness, study_env, t
     assert checks["failed"] == 0 and checks["failed_participant_keys"] == []
     kinds = [e["kind"] for e in store.events(info.id)]
     assert kinds.count("drop_requested") == 1 and kinds.count("released") == 1 and "reallocated" in kinds
-    passwords = [a.password for a in store.accounts(info.id)]
+    passwords = [AccountPasswords.from_secrets(load_settings().secrets_dir)(a.username) for a in store.accounts(info.id)]
 
     async def artifacts() -> list:
         async with get_client() as client:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner, SubmittedAnswer
+from crowdpref.argilla_client import ArgillaOwner, SubmittedAnswer
 from crowdpref.config import parse_study
 from crowdpref.errors import CrowdprefError
 from crowdpref.pairing import make_pairs
@@ -21,6 +21,7 @@ from crowdpref.simulation.crowd import SimulatedCrowd
 from crowdpref.store import Assignment, Claimed, ParticipantState, Refused, Store
 from crowdpref.study1 import study1_collection
 from crowdpref.study2 import Study2Spec, export_ratings, ratings_frame, study1_complete, study2_collection
+from tests.answer_edits import change_as_author
 from tests.integration.test_study1_collection import Clock, _server_counts
 
 pytestmark = pytest.mark.integration
@@ -109,11 +110,8 @@ def test_study2_end_to_end_with_dropout(argilla_server, tmp_path, unique):
     rater = collection.participants()[0]
     pair_id = next(item for item in rater.items if item in rater.submitted)
     record_id = owner.record_ids(owner.find_dataset(collection.dataset_name, rater.username))[pair_id]
-    session = AnnotatorSession(argilla_server.api_url, rater.username, store.password(rater.account_id))
-    try:
-        session.submit([(record_id, {"preference": 4})], status="discarded")
-    finally:
-        session.close()
+    change_as_author(argilla_server.api_url, argilla_server.owner_api_key, record_id, rater.username,
+                     owner.passwords(rater.username), {"preference": 4})  # their account left its workspace
     with pytest.raises(ItemsReopened) as reopened:
         export_ratings(collection, tmp_path)
     assert reopened.value.items == [pair_id] and "discarded" in str(reopened.value)

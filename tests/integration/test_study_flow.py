@@ -18,6 +18,7 @@ import yaml
 
 import crowdpref.aggregation
 from crowdpref.collection import Collection
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.settings import load_settings
 from crowdpref.store import open_store
 from tests.integration.test_study1_collection import _server_counts
@@ -138,7 +139,8 @@ def test_study_end_to_end_and_retry_from_cache(prefect_harness, study_env, argil
     text = json.dumps([a.model_dump(mode="json") for a in found])
     secrets = [argilla_server.owner_api_key]
     for key in ("study1", "study2"):
-        secrets += [a.password for a in store.accounts(store.find_collection(name, key).id)]
+        secrets += [AccountPasswords.from_secrets(load_settings().secrets_dir)(a.username)
+                    for a in store.accounts(store.find_collection(name, key).id)]
     secrets.append(json.loads((run_dir / "private" / "participant-key-salt.json").read_text())["salt"])
     assert len(secrets) > 10
     leaked = [s for s in secrets if s in text]

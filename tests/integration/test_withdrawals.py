@@ -80,8 +80,10 @@ def _full_collection(argilla_server, home: Path, study: Path):
     assert isinstance(a, Claimed) and isinstance(b, Claimed)
     assert isinstance(collection.claim(PID_C, "prolific"), Full)
     q0, q1 = questions["question_id"]
-    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "I would sit with them.", q1: "Laugh first."})
-    _answer(argilla_server.api_url, b, collection.dataset_name, {q0: "Ask how they feel.", q1: "Be honest, kindly."})
+    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "I would sit with them.", q1: "Laugh first."},
+            collection.owner.passwords(a.participant.username))
+    _answer(argilla_server.api_url, b, collection.dataset_name, {q0: "Ask how they feel.", q1: "Be honest, kindly."},
+            collection.owner.passwords(b.participant.username))
     assert collection.monitor().complete
     return collection, run, a, b, (q0, q1)
 
@@ -116,7 +118,8 @@ def test_a_participant_who_withdraws_during_collection_stops_counting_and_is_rep
     # the next arrival takes exactly the freed slots; the next run exports R answers per question
     c = collection.claim(PID_C, "prolific")
     assert isinstance(c, Claimed) and sorted(c.participant.items) == sorted([q0, q1])
-    _answer(argilla_server.api_url, c, collection.dataset_name, {q0: "Listen before advising.", q1: "Smile at it."})
+    _answer(argilla_server.api_url, c, collection.dataset_name, {q0: "Listen before advising.", q1: "Smile at it."},
+            collection.owner.passwords(c.participant.username))
     assert collect_responses(str(study)) == "complete"
     report = json.loads((run / "study1" / "validation.json").read_text())
     assert report["valid"], report["anomalies"]
@@ -142,7 +145,8 @@ def test_an_active_participant_who_withdraws_is_released_first(argilla_server, s
     q0, q1 = questions["question_id"]
     a = collection.claim(PID_A, "prolific")
     assert isinstance(a, Claimed)
-    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "Half done, then I stop."})
+    _answer(argilla_server.api_url, a, collection.dataset_name, {q0: "Half done, then I stop."},
+            collection.owner.passwords(a.participant.username))
     collection.monitor()
     assert store.participant(collection.info.id, a.participant.username).status == "active"
 
@@ -299,11 +303,11 @@ def test_a_withdrawal_on_postgresql_returns_the_slots_once(postgres_url: str) ->
         store.close()
 
 
-def _rate(api_url: str, claimed: Claimed, dataset_name: str, pairs: list[str]) -> None:
+def _rate(api_url: str, claimed: Claimed, dataset_name: str, pairs: list[str], password: str) -> None:
     """The rater submits a rating for each of ``pairs`` in their Argilla dataset."""
     from crowdpref.argilla_client import AnnotatorSession
 
-    session = AnnotatorSession(api_url, claimed.participant.username, claimed.password)
+    session = AnnotatorSession(api_url, claimed.participant.username, password)
     try:
         dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
         records = {r["external_id"]: r["id"] for r in session.pending_records(dataset["id"])}
@@ -368,7 +372,7 @@ def test_a_writer_who_withdraws_mid_study_2_takes_their_pairs_out_and_the_raters
     for rater in raters:
         mine = rater.participant.items
         _rate(argilla_server.api_url, rater, name, mine if rater is rated_theirs else
-              [p for p in mine if p not in their_pairs])
+              [p for p in mine if p not in their_pairs], collection.owner.passwords(rater.participant.username))
     collection.monitor()
     given = sorted(set(rated_theirs.participant.items) & their_pairs)  # ratings already given to their pairs
     held = sorted(set(holds_theirs.participant.items) & their_pairs)  # unsubmitted pairs holding their answers
@@ -394,7 +398,8 @@ def test_a_writer_who_withdraws_mid_study_2_takes_their_pairs_out_and_the_raters
         if not isinstance(arrival, Claimed):
             break
         assert not set(arrival.participant.items) & their_pairs
-        _rate(argilla_server.api_url, arrival, name, arrival.participant.items)
+        _rate(argilla_server.api_url, arrival, name, arrival.participant.items,
+              collection.owner.passwords(arrival.participant.username))
         collection.monitor()
     progress = collection.monitor()
     assert progress.complete and progress.submitted == 2 * len(staying) and progress.outstanding == 0

@@ -127,7 +127,7 @@ def test_start_on_argillas_origin_hands_over_a_minted_session(rig, caplog):  # n
     assert claims["username"] == participant.username
     assert f'"{claims["exp"] * 1000}"' in start.text  # the expiry as Argilla's frontend keeps it (ms)
     assert "<noscript><p>Argilla needs JavaScript" in start.text  # without scripts, the page says so
-    password = rig.store.password(participant.account_id)
+    password = collection.owner.passwords(participant.username)
     assert password not in start.text and "sign-in" not in start.text
     assert token not in caplog.text and "Bearer" not in caplog.text
     assert token not in repr(portal.sign_in("same", "study1", _cookie(portal, collection, participant)))

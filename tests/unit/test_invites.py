@@ -35,7 +35,7 @@ def test_an_invitation_link_claims_on_its_button_never_on_a_get(rig):
         assert page.status_code == 200 and "set-cookie" not in page.headers
         assert 'method="post"' in page.text and "Accept the invitation" in page.text
     collection = rig.portal.collection(name, "study1")
-    assert rig.store.participants(collection.info.id) == [] and rig.owner.passwords == {}  # nothing claimed
+    assert rig.store.participants(collection.info.id) == [] and rig.owner.created == []  # nothing claimed
     assert rig.store.events(collection.info.id, kinds=["claimed", "entered"]) == []
     action = re.search(r'action="([^"]+)"', page.text).group(1).replace("&amp;", "&")
     assert action == link  # the button posts the link itself

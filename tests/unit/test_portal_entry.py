@@ -24,6 +24,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.config import load_study
 from crowdpref.portal import limits, service
 from crowdpref.portal.app import MAX_BODY_BYTES, create_app
@@ -45,15 +46,16 @@ class NullOwner:
     api_url = "http://argilla.invalid"
 
     def __init__(self) -> None:
-        self.passwords: dict[str, str] = {}
+        self.passwords = AccountPasswords.ephemeral()  # the real derivation, a key of this test
+        self.created: list[str] = []  # the accounts ensure_annotator made
         self.revoked: dict[str, int] = {}  # username -> revoke_access calls
         self.logged = 0
 
     def ensure_workspace(self, name: str) -> Any:
         return SimpleNamespace(name=name)
 
-    def ensure_annotator(self, username: str, password: str, workspace: Any) -> Any:
-        self.passwords[username] = password
+    def ensure_annotator(self, username: str, workspace: Any) -> Any:
+        self.created.append(username)
 
     def ensure_dataset(self, name: str, workspace: Any, settings: Any) -> Any:
         return SimpleNamespace(id=f"ds-{workspace.name}", name=name)
@@ -221,7 +223,7 @@ def test_a_thousand_forged_entries_make_a_handful_of_prolific_calls_and_allocate
     assert rig.prolific.calls == calls
     assert _allocated(rig.store, collection.info.id) == (0, 0)
     assert rig.store.events(collection.info.id, kinds=["claimed"]) == []
-    assert rig.owner.logged == 0 and rig.owner.passwords == {}
+    assert rig.owner.logged == 0 and rig.owner.created == []
     for limiter in rig.portal.limits.values():
         assert len(limiter) <= limiter.max_keys
 

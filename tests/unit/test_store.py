@@ -112,7 +112,6 @@ def _check_new_claim(result: Any, before: dict[str, int], info: CollectionInfo) 
     if unchosen:
         assert min(open_items[item] for item in chosen) >= max(unchosen), (
             f"chose {chosen} (missing {[open_items[i] for i in chosen]}) over items missing {max(unchosen)}")
-    assert result.password
 
 
 @dataclass
@@ -120,7 +119,6 @@ class _Person:
     key: str
     pid: int
     username: str
-    password: str
     items: list[str]
     status: str = ACTIVE
     drop_requested: bool = False
@@ -150,7 +148,7 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
             event(f"new claim: {result.status}")
             if isinstance(result, Claimed):
                 p = result.participant
-                people.append(_Person(key, p.id, p.username, result.password, p.items))
+                people.append(_Person(key, p.id, p.username, p.items))
                 # slots released earlier are taken by the next claim when they are the ones missing most
                 top = max(before.values())
                 takeable = [i for i in pending_released if before[i] == top]
@@ -172,7 +170,6 @@ def _run_operations(store: Store, info: CollectionInfo, ops: list[tuple[Any, ...
                 assert result.participant.id == person.pid
                 assert result.participant.items == person.items  # the same work, in the same order
                 assert result.participant.username == person.username
-                assert result.password == person.password
         elif kind == "submit":
             person = pick(op[1])
             if person is None:

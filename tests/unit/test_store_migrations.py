@@ -42,7 +42,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
 
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0012"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0013"
         columns = {row[1] for row in conn.execute(text("PRAGMA table_info(accounts)"))}
         participant_columns = {row[1] for row in conn.execute(text("PRAGMA table_info(participants)"))}
         tables = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
@@ -57,12 +57,17 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
     assert "item_counts" in tables  # 0009: the per-item counts claims read
     assert "onboarding" in tables  # 0010: onboarding before the claim
     assert "invites" in tables  # 0012: the invitation links issued, each revocable alone
+    assert "credentials" not in tables  # 0013: no participant password is kept (they are derived)
     info = store.find_collection("old", "study1")
     assert info is not None and store.items(info.id) == ["q1", "q2"]
-    assert [(a.username, a.password) for a in store.accounts(info.id)] == [("old-s1-0001", "pw-of-old-account")]
-    assert store.key_hash("x") == Store(url).key_hash("x")  # the old salt is kept: old keys still match
+    assert [a.username for a in store.accounts(info.id)] == ["old-s1-0001"]
+    again = Store(url)
+    assert store.key_hash("x") == again.key_hash("x")  # the old salt is kept: old keys still match
+    again.close()
     claimed = store.claim(info, "someone", "invite")
     assert claimed.status == "claimed" and claimed.participant.items in (["q1"], ["q2"])
+    store.close()  # (and its WAL checkpointed into the file)
+    assert b"pw-of-old-account" not in (tmp_path / "old.sqlite").read_bytes()  # gone, not only unread
 
 
 def test_a_killed_provisioners_lease_is_taken_over_at_once(tmp_path: Path) -> None:

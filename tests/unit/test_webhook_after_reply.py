@@ -25,6 +25,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.config import load_study
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
@@ -51,14 +52,15 @@ class GatedArgilla:
         self.gate = threading.Event()
         self.delete_began = threading.Event()
         self.deleted: list[tuple[str, tuple[str, ...]]] = []
-        self.passwords: dict[str, str] = {}
+        self.passwords = AccountPasswords.ephemeral()  # the real derivation, a key of this test
+        self.created: list[str] = []  # the accounts ensure_annotator made
         self.revoked: dict[str, int] = {}  # username -> revoke_access calls
 
     def ensure_workspace(self, name: str) -> Any:
         return SimpleNamespace(name=name)
 
-    def ensure_annotator(self, username: str, password: str, workspace: Any) -> None:
-        self.passwords[username] = password
+    def ensure_annotator(self, username: str, workspace: Any) -> None:
+        self.created.append(username)
 
     def ensure_dataset(self, name: str, workspace: Any, settings: Any) -> Any:
         return SimpleNamespace(id=f"ds-{workspace.name}", name=name)

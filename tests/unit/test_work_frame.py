@@ -54,7 +54,7 @@ def test_with_an_argilla_crowdpref_did_not_start_the_frame_signs_in_with_the_pas
     collection, participant = _participant(rig, portal, "apart")
     src = pages.frame_target(work.text)
     assert src.startswith(f"{settings.argilla_participant_url}/sign-in?auth=")
-    password = rig.store.password(participant.account_id)
+    password = collection.owner.passwords(participant.username)
     assert password not in caplog.text and "auth=" not in caplog.text
     # the bar: how far they are, and the way to the finish page, on screen from the first item on
     assert "0 of 3 items submitted" in work.text
@@ -69,7 +69,7 @@ def test_on_two_origins_the_frame_hands_argilla_a_minted_session_in_the_fragment
     start = client.post("/s/handed/study1/start", follow_redirects=False)
     assert start.status_code == 303 and start.headers["location"] == "/s/handed/study1/work"
     work = client.get("/s/handed/study1/work")
-    _, participant = _participant(rig, portal, "handed")
+    collection, participant = _participant(rig, portal, "handed")
     src = pages.frame_target(work.text)
     base = f"{rig.settings.argilla_participant_url}{argilla_session.HANDOVER_PATH}#"
     assert src.startswith(base)  # the session in the fragment: no server, proxy or log receives it
@@ -78,7 +78,7 @@ def test_on_two_origins_the_frame_hands_argilla_a_minted_session_in_the_fragment
     fragment = parse_qs(src.split("#", 1)[1])
     assert fragment["to"] == [f"/dataset/{participant.dataset_id}/annotation-mode"]  # their first item
     assert int(fragment["e"][0]) > time.time() * 1000
-    assert "auth=" not in work.text and rig.store.password(participant.account_id) not in work.text
+    assert "auth=" not in work.text and collection.owner.passwords(participant.username) not in work.text
     assert token not in caplog.text
 
 
@@ -98,9 +98,9 @@ def test_on_one_origin_the_frame_opens_the_first_item_with_the_minted_session(ri
     assert start.status_code == 200
     assert 'location.replace("/s/same/study1/work")' in start.text  # the session, then the frame
     work = client.get("/s/same/study1/work")
-    _, participant = _participant(rig, portal, "same")
+    collection, participant = _participant(rig, portal, "same")
     assert pages.frame_target(work.text) == f"{FRONT}/dataset/{participant.dataset_id}/annotation-mode"
-    assert "auth=" not in work.text and rig.store.password(participant.account_id) not in work.text
+    assert "auth=" not in work.text and collection.owner.passwords(participant.username) not in work.text
 
 
 def test_the_bar_turns_to_finish_once_every_item_is_submitted(rig):  # noqa: F811
