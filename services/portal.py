@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from crowdpref.account_passwords import AccountPasswords
 from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok
@@ -66,6 +67,9 @@ def healthy(settings: Settings) -> bool:
 
 
 def spec(settings: Settings) -> ServiceSpec:
+    # the key of participants' account passwords exists before the portal starts (a unit gets it
+    # read-only, through LoadCredential=, and could not make it)
+    AccountPasswords.from_secrets(settings.secrets_dir)
     return ServiceSpec(
         name=NAME,
         argv=[sys.executable, "-m", "crowdpref.portal", "--host", settings.host, "--port", str(settings.portal_port)],

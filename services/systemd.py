@@ -88,6 +88,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crowdpref import account_passwords
 from crowdpref.errors import ConfigError, ServiceError
 from crowdpref.runfolder import write_text
 from crowdpref.settings import DEFAULT_SETTINGS_FILE, Settings
@@ -231,6 +232,7 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         store = _store_folder(settings)
         if store is not None:  # SQLite: the database and its -wal/-shm files beside it
             conf.writes = conf.group_writable = [store]
+        conf.credentials.append(account_passwords.KEY_FILE)  # participants' account passwords (derived)
         if settings.embedded_argilla:
             conf.credentials.append("argilla-auth-secret")  # it signs participants' Argilla sessions
             if settings.argilla_api_key is None:
