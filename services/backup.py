@@ -6,12 +6,13 @@ repository URL), checks its integrity on restore and forgets old snapshots.
 What a snapshot holds (``crowdpref backup``; :func:`create`):
 
 - ``databases/store.*``: the study store (``database_url``, else ``<state>/store.sqlite``), who
-  holds and answered what, who was paid, account passwords;
+  holds and answered what, who was paid;
 - ``databases/argilla.*``: the embedded Argilla's database (every answer), when Argilla is the
   embedded one (a remote ``CROWDPREF_ARGILLA_URL`` is that server's to back up). Its URL comes
   from :func:`argilla_database_url`: ``services.argilla.service.database_url(settings)`` when the
   Argilla service defines it (its PostgreSQL branch), else ``<state>/argilla/argilla.db``;
-- ``secrets/``: the whole secrets folder (the Argilla owner's credentials, its token-signing key);
+- ``secrets/``: the whole secrets folder (the Argilla owner's credentials, its token-signing key,
+  the key participants' account passwords are made from);
 - ``studies/``: the run folders (``settings.runs_dir``), their private salts included;
 - ``crowdpref-backup.json``: the kind of each database (no URL: they may hold passwords).
 
