@@ -57,17 +57,27 @@ class SubmittedAnswer:
     updated_at: datetime | None
 
 
-def check_server(api_url: str, api_key: str, timeout_s: float = 10.0) -> None:
-    """Fail fast, in one line, when the server is unreachable or the key is wrong."""
+MINTED = "minted-owner-session"
+"""The API key :func:`owner_for` gives an :class:`ArgillaOwner` that signs in with minted owner
+sessions (the Argilla SDK requires one; the session's ``auth`` removes it from every request)."""
+
+
+def check_server(api_url: str, api_key: str, timeout_s: float = 10.0, auth: httpx.Auth | None = None) -> None:
+    """Fail fast, in one line, when the server is unreachable or the key (or ``auth``'s session)
+    is wrong."""
     try:
         response = httpx.get(f"{api_url}/api/v1/me", headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s,
-                             verify=shared_context())
+                             verify=shared_context(), auth=auth)
     except httpx.HTTPError as exc:
         raise ArgillaError(
             f"Argilla is unreachable at {api_url} ({exc.__class__.__name__}): run `crowdpref up`, "
             "or fix CROWDPREF_ARGILLA_URL",
             transient=True,
         ) from None
+    if response.status_code == 401 and auth is not None:
+        raise ArgillaError(f"Argilla at {api_url} rejected the owner session signed with its token key: the key in "
+                           "<state>/secrets/argilla-auth-secret is not the one this Argilla runs with - restart the "
+                           "stack (`crowdpref down`, `crowdpref up`)")
     if response.status_code == 401:
         raise ArgillaError(
             f"Argilla at {api_url} rejected the API key: fix CROWDPREF_ARGILLA_API_KEY "
@@ -102,22 +112,25 @@ class ArgillaOwner:
     earlier (possibly crashed) run created and completes it, creating nothing twice."""
 
     def __init__(self, api_url: str, api_key: str, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2,
-                 after_change: Callable[[str], None] | None = None, passwords: AccountPasswords | None = None):
+                 after_change: Callable[[str], None] | None = None, passwords: AccountPasswords | None = None,
+                 auth: httpx.Auth | None = None):
         """``after_change`` is called with "METHOD path" after every call that changes the server
         (SDK calls included): the fault-injection tests crash there, between two calls.
         ``passwords``: the participant accounts' passwords (:mod:`crowdpref.account_passwords`;
         default: a key of this process only - give the state folder's, so that every process
-        derives the same)."""
+        derives the same). ``auth``: how requests sign in instead of ``api_key`` (the portal's
+        :class:`~crowdpref.portal.argilla_session.OwnerSessions`; see :func:`owner_for`)."""
         self.api_url = api_url.rstrip("/")
         self.passwords = passwords or AccountPasswords.ephemeral()
-        check_server(self.api_url, api_key)
+        check_server(self.api_url, api_key, auth=auth)
         hooks = {"response": [self._after_response]}
         self.after_change = after_change
+        signing_in = {"auth": auth} if auth is not None else {}
         self.client = rg.Argilla(api_url=self.api_url, api_key=api_key, timeout=int(timeout_s), retries=retries,
-                                 event_hooks=hooks, verify=shared_context())
+                                 event_hooks=hooks, verify=shared_context(), **signing_in)
         self._http = httpx.Client(
             base_url=self.api_url, headers={"X-Argilla-Api-Key": api_key}, timeout=timeout_s, event_hooks=hooks,
-            transport=StaleConnectionRetry(verify=shared_context()),
+            transport=StaleConnectionRetry(verify=shared_context()), **signing_in,
         )
         self._user_ids: dict[str, str] = {}
 
@@ -336,6 +349,21 @@ class ArgillaOwner:
 
     def close(self) -> None:
         self._http.close()
+
+
+def owner_for(settings: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+              passwords: AccountPasswords | None = None) -> ArgillaOwner:
+    """The owner side of the configured Argilla (``settings``: :class:`crowdpref.settings.Settings`):
+    with ``argilla_owner_session`` (the portal, on the embedded Argilla) it signs in with owner
+    sessions minted with Argilla's signing key and never reads the owner's API key; else with
+    the configured or embedded owner's API key."""
+    if settings.argilla_owner_session:
+        from crowdpref.portal import argilla_session
+
+        auth = argilla_session.OwnerSessions(argilla_session.load_secret(settings.secrets_dir))
+        return ArgillaOwner(settings.argilla_api_url, MINTED, timeout_s=timeout_s, passwords=passwords, auth=auth)
+    return ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key(), timeout_s=timeout_s,
+                        passwords=passwords)
 
 
 class AnnotatorSession:

@@ -147,6 +147,13 @@ class Settings(BaseSettings):
         "then opens a participant's first item with a session it minted, instead of a password sign-in that "
         "lands on Argilla's home. Unset: yes for the embedded Argilla, no for one at CROWDPREF_ARGILLA_URL.",
     )
+    argilla_owner_session: bool = Field(
+        default=False,
+        validation_alias=_env("CROWDPREF_ARGILLA_OWNER_SESSION"),
+        description="Sign in to the embedded Argilla as its owner with sessions minted with Argilla's signing key "
+        "instead of the owner's API key (what the portal does, so it never reads that key: "
+        "crowdpref.portal.argilla_session.OwnerSessions). Set by `crowdpref up` for the portal only.",
+    )
     # --- the public profile (a real study's HTTPS home) ---------------------------------
     public_url: str | None = Field(
         default=None,

@@ -201,14 +201,13 @@ def open_collection(config: StudyConfig, settings: Any, store: Store | None = No
     The first opening records the study's preregistered filter rules in the store
     (:func:`crowdpref.filters.preregister`): aggregation refuses rules changed after that."""
     from crowdpref.account_passwords import AccountPasswords
-    from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.argilla_client import owner_for
     from crowdpref.portal.links import finish_url
     from crowdpref.runfolder import RunFolder, read_parquet
 
     run = RunFolder.for_study(settings.runs_dir, config.name)
     questions = read_parquet(run.questions, needed_by="run the generate-questions flow first")
-    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key(),
-                         passwords=AccountPasswords.from_secrets(settings.secrets_dir))
+    owner = owner_for(settings, passwords=AccountPasswords.from_secrets(settings.secrets_dir))
     store = store or open_store(settings)
     study_paths.remember(store, config)  # the portal finds the config here, wherever it lives
     preregister(store, config.name, config.filters)  # the filter rules as they stand when collection starts

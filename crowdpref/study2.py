@@ -203,15 +203,14 @@ def study1_complete(run: RunFolder) -> pd.DataFrame:
 def open_collection(config: StudyConfig, settings: Any, store: Store | None = None) -> Collection:
     """The study-2 collection on the configured Argilla (reads pairs/responses/questions)."""
     from crowdpref.account_passwords import AccountPasswords
-    from crowdpref.argilla_client import ArgillaOwner
+    from crowdpref.argilla_client import owner_for
     from crowdpref.portal.links import finish_url
 
     run = RunFolder.for_study(settings.runs_dir, config.name)
     pairs = read_parquet(run.pairs, needed_by="run the collect-ratings flow (it builds pairs first)")
     responses = study1_complete(run)
     questions = read_parquet(run.questions, needed_by="run generate-questions first")
-    owner = ArgillaOwner(settings.argilla_api_url, settings.resolved_argilla_api_key(),
-                         passwords=AccountPasswords.from_secrets(settings.secrets_dir))
+    owner = owner_for(settings, passwords=AccountPasswords.from_secrets(settings.secrets_dir))
     store = store or open_store(settings)
     study_paths.remember(store, config)  # the portal finds the config here, wherever it lives
     return study2_collection(config, pairs, responses, questions, owner, run.path, store,

@@ -21,7 +21,8 @@ FAKE_PROLIFIC = "fake-prolific"
 PORTAL_SETTINGS = (
     "home",  # its state folder: the SQLite store, the Argilla owner's credentials, Argilla's signing key
     "host", "portal_port", "argilla_port",  # where it listens; the embedded Argilla's address
-    "argilla_url", "argilla_api_key",  # Argilla: accounts, datasets, webhooks, releases
+    "argilla_url", "argilla_api_key",  # Argilla: accounts, datasets, webhooks, releases (a key: another Argilla's)
+    "argilla_owner_session",  # the embedded Argilla: owner sessions it mints, never the owner's API key
     "argilla_public_url", "portal_url", "public_url",  # the addresses participants and Prolific use
     "argilla_handover",  # whether its work frame hands Argilla a minted session (Argilla's own page)
     "database_url", "postgres_port",  # the study store
@@ -50,11 +51,15 @@ def _env(settings: Settings) -> dict[str, str]:
     """The portal process gets the settings it uses (:data:`PORTAL_SETTINGS`, each under its
     CROWDPREF_* name), so it serves the same state folder, store, Argilla and studies as the
     command that started it, and no other: no Hub token, no LLM key (:data:`NOT_FOR_PORTAL`),
-    not even from a settings file (:func:`settings_file`)."""
+    not even from a settings file (:func:`settings_file`). On the embedded Argilla it signs in as
+    the owner with sessions it mints (``argilla_owner_session``), so no owner API key either."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
     env.update({"PYTHONUNBUFFERED": "1", "HOME": str(settings.state_dir)})
     names = {type(settings).model_fields[name].validation_alias.choices[0] for name in PORTAL_SETTINGS}  # type: ignore[union-attr]
     env.update({k: v for k, v in settings.as_environment().items() if k in names})
+    if settings.embedded_argilla:  # it signs in as the owner with sessions it mints (Argilla's signing key)
+        env["CROWDPREF_ARGILLA_OWNER_SESSION"] = "true"
+        env.pop("CROWDPREF_ARGILLA_API_KEY", None)
     path = settings_file(settings)
     if not path.exists():
         write_text("# The portal's settings come from its environment only (services/portal.py).\n{}\n", path)

@@ -39,8 +39,9 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
   the unit's private credentials folder ``%d``, readable by the unit's user only) and that
   folder bind-mounted read-only over ``<state>/secrets`` (``BindReadOnlyPaths=%d:<state>/secrets``),
   so the library reads them where it always does and sees no other file there: the portal gets
-  Argilla's token-signing key, the owner's credentials (it manages participants' accounts and
-  datasets with the owner's API key) and, in the public profile, the store's PostgreSQL
+  Argilla's token-signing key (it manages participants' accounts and datasets with owner
+  sessions it mints, never the owner's API key), the key of participants' account passwords
+  and, in the public profile, the store's PostgreSQL
   password - not the PostgreSQL superuser's or Argilla's role password, nor the Hub token or
   LLM key (they are in the settings file, hidden too, and the worker's environment file only).
   The Argilla server gets the owner's credentials (its ``ensure-owner`` step); every other unit
@@ -233,10 +234,8 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         if store is not None:  # SQLite: the database and its -wal/-shm files beside it
             conf.writes = conf.group_writable = [store]
         conf.credentials.append(account_passwords.KEY_FILE)  # participants' account passwords (derived)
-        if settings.embedded_argilla:
-            conf.credentials.append("argilla-auth-secret")  # it signs participants' Argilla sessions
-            if settings.argilla_api_key is None:
-                conf.credentials.append(settings.owner_credentials_file.name)  # the owner's API key
+        if settings.embedded_argilla:  # it signs participants' Argilla sessions, and its own as the owner
+            conf.credentials.append("argilla-auth-secret")  # (never the owner's API key: services/portal.py)
         if settings.public and settings.database_url is None:
             from crowdpref.store.engine import public_password_file
 

@@ -32,6 +32,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 
+import httpx
+
 from crowdpref.errors import CrowdprefError
 
 SECRET_FILE = "argilla-auth-secret"
@@ -40,6 +42,10 @@ and gives argilla-server as ``ARGILLA_AUTH_SECRET_KEY``."""
 TOKEN_LIFETIME_S = 24 * 3600
 """How long a minted token lasts: Argilla's own default (``ARGILLA_AUTH_TOKEN_EXPIRATION``), so
 a participant keeps the session a password login would have given them."""
+OWNER_USERNAME = "crowdpref-owner"
+"""The embedded Argilla's owner account (services/argilla/service.py makes it)."""
+OWNER_SESSION_S = 300
+"""How long each owner session :class:`OwnerSessions` mints lasts (one is minted per request)."""
 TOKEN_KEY = "auth._token.local"
 EXPIRATION_KEY = "auth._token_expiration.local"
 
@@ -67,6 +73,29 @@ def mint_token(secret: str, username: str, *, role: str = "annotator", now: floa
     expires = int((time.time() if now is None else now) + lifetime_s)
     claims = {"username": username, "name": username, "role": role, "exp": expires}
     return jwt.encode(claims, secret, algorithm="HS256"), expires
+
+
+class OwnerSessions(httpx.Auth):
+    """Signs each request to Argilla in as its owner with a session minted for it (HS256, as
+    :func:`mint_token`, lasting :data:`OWNER_SESSION_S`), in place of the owner's API key: what
+    the portal uses, so that it needs Argilla's signing key only and never reads the owner's
+    permanent key (``<state>/secrets/argilla-owner.json``). Holding the signing key is holding
+    every account of this Argilla, the owner's included; unlike the API key, a new signing key
+    (delete the file, restart the stack) ends every session signed with the old one. An
+    ``X-Argilla-Api-Key`` header (the Argilla SDK sets one) is removed, so Argilla reads the
+    session only."""
+
+    def __init__(self, secret: str, username: str = OWNER_USERNAME, lifetime_s: int = OWNER_SESSION_S):
+        self._secret, self.username, self.lifetime_s = secret, username, lifetime_s
+
+    def __repr__(self) -> str:  # never the key
+        return f"OwnerSessions({self.username!r})"
+
+    def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
+        request.headers.pop("X-Argilla-Api-Key", None)
+        token, _ = mint_token(self._secret, self.username, role="owner", lifetime_s=self.lifetime_s)
+        request.headers["Authorization"] = f"Bearer {token}"
+        yield request
 
 
 HANDOVER_PATH = "/crowdpref/session"

@@ -149,18 +149,18 @@ class ArgillaWebhooks:
         webhook is found or created on the configured Argilla, its secret kept in the store.
         Idempotent; returns the webhook id."""
         if owner is None:
-            from crowdpref.argilla_client import ArgillaOwner
+            from crowdpref.argilla_client import owner_for
 
-            owner = ArgillaOwner(self.settings.argilla_api_url, self.settings.resolved_argilla_api_key(), timeout_s=10.0)
+            owner = owner_for(self.settings, timeout_s=10.0)
         return argilla_hooks.register(owner, self.store, argilla_hooks.hook_url(self.settings))
 
     def stand_down_argilla_webhook(self) -> None:
         """When the portal stops: :func:`argilla_hooks.stand_down` on the configured Argilla.
         Never raises (Argilla may be down already: monitoring polls either way)."""
-        from crowdpref.argilla_client import ArgillaOwner
+        from crowdpref.argilla_client import owner_for
 
         def disable(webhook_id: str) -> None:
-            owner = ArgillaOwner(self.settings.argilla_api_url, self.settings.resolved_argilla_api_key(), timeout_s=5.0)
+            owner = owner_for(self.settings, timeout_s=5.0)
             try:
                 owner.disable_webhook(webhook_id)
             finally:

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from crowdpref.errors import CrowdprefError, ServiceError, state_file_error
+from crowdpref.portal import argilla_session
 from crowdpref.runfolder import write_json, write_text
 from crowdpref.settings import Settings
 from crowdpref.tls import shared_context
@@ -28,7 +29,7 @@ TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"  # launch.py's (test stacks 
 SERVER = "argilla-server"
 WORKER = "argilla-worker"
 ENGINE_NAME = "crowdpref-sql"
-OWNER_USERNAME = "crowdpref-owner"
+OWNER_USERNAME = argilla_session.OWNER_USERNAME
 LAUNCHER = Path(__file__).with_name("launch.py")
 LAUNCHER_PROBLEM = "crowdpref: "  # launch.PROBLEM_PREFIX: a secret-free line for the operator
 PREPARE_OPTION = "--crowdpref-prepare"  # launch.PREPARE_OPTION

@@ -344,3 +344,35 @@ def test_access_ends_when_a_participant_completes_or_is_released(argilla_server,
     assert collection.revoke_finished_access() == 0 and collection.owner.revoke_access(gone) == 0  # done once
     events = collection.store.events(collection.info.id, kinds=["access_revoked"])
     assert len(events) == 2 and password not in json.dumps(events) and gone_password not in json.dumps(events)
+
+
+def test_the_portal_signs_in_to_argilla_as_the_owner_with_sessions_it_mints(argilla_server, tmp_path, unique):
+    """``argilla_owner_session`` (what ``crowdpref up`` gives the portal on the embedded Argilla):
+    the owner side works with sessions minted with Argilla's signing key - no owner API key, no
+    owner credentials file in the state folder, no X-Argilla-Api-Key on the wire - and a wrong
+    signing key is one line that names it."""
+    from crowdpref.argilla_client import ArgillaError, owner_for
+    from crowdpref.portal import argilla_session
+    from services.argilla.service import auth_secret
+
+    settings = isolated_settings(tmp_path / "home", argilla_port=int(argilla_server.api_url.rsplit(":", 1)[1]),
+                                 argilla_owner_session=True)
+    assert settings.embedded_argilla and not settings.owner_credentials_file.exists()
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text(auth_secret(argilla_server.settings))
+    sent: list[httpx.Request] = []
+    owner = owner_for(settings)
+    owner._http.event_hooks["request"].append(sent.append)
+    owner.client.api.http_client.event_hooks["request"].append(sent.append)
+    try:
+        name = f"minted-{unique}"
+        workspace = owner.ensure_workspace(name)  # the SDK's client
+        owner.ensure_annotator(name, workspace)  # ours, and the SDK's
+        assert owner.revoke_access(name) == 1
+    finally:
+        owner.close()
+    assert sent and all("x-argilla-api-key" not in r.headers and r.headers["authorization"].startswith("Bearer ")
+                        for r in sent)
+    (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("not-the-key-argilla-runs-with" * 2)
+    with pytest.raises(ArgillaError, match="rejected the owner session signed with its token key.*argilla-auth-secret"):
+        owner_for(settings)

@@ -112,8 +112,13 @@ def test_the_portal_gets_no_hub_or_llm_secret_not_even_from_a_settings_file(tmp_
     assert not any(key.startswith(("CROWDPREF_HF_", "CROWDPREF_OPENAI_", "HF_", "OPENAI_")) for key in env)
     # what it uses is there
     assert env["CROWDPREF_PROLIFIC_TOKEN"] == SECRETS["prolific_token"]
-    assert env["CROWDPREF_ARGILLA_API_KEY"] == SECRETS["argilla_api_key"]
     assert env["CROWDPREF_PUBLIC_URL"] == "https://study.example.org"
+    # the embedded Argilla: owner sessions it mints with Argilla's signing key, never the owner's API key
+    assert env["CROWDPREF_ARGILLA_OWNER_SESSION"] == "true" and "CROWDPREF_ARGILLA_API_KEY" not in env
+    assert SECRETS["argilla_api_key"] not in values
+    elsewhere = portal._env(_public(tmp_path, argilla_url="https://argilla.example.org", **SECRETS))
+    assert elsewhere["CROWDPREF_ARGILLA_API_KEY"] == SECRETS["argilla_api_key"]  # another Argilla: its key
+    assert elsewhere.get("CROWDPREF_ARGILLA_OWNER_SESSION", "False") == "False"
     # the portal, started from a folder whose settings file holds the Hub token and the LLM key,
     # loads its settings from its environment and that empty file only
     (tmp_path / "crowdpref.settings.yaml").write_text(yaml.safe_dump(
@@ -128,6 +133,7 @@ def test_the_portal_gets_no_hub_or_llm_secret_not_even_from_a_settings_file(tmp_
     assert loaded.hf_token is None and loaded.openai_api_key is None
     assert loaded.prolific_token is not None and loaded.prolific_token.get_secret_value() == SECRETS["prolific_token"]
     assert loaded.state_dir == settings.state_dir and loaded.public_url == settings.public_url
+    assert loaded.argilla_owner_session and loaded.argilla_api_key is None
 
 
 # --- the proxy the portal trusts --------------------------------------------------------------------------

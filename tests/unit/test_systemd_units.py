@@ -259,7 +259,7 @@ def test_each_service_runs_as_its_own_user_with_only_its_own_secrets(tmp_path: P
     given = {name: {line.split(":", 1)[0] for line in _field(u.text, "LoadCredential")} for name, u in units.items()}
     assert given == {"redis": {"redis.conf"}, "argilla-server": {"argilla-owner.json"}, "argilla-worker": set(),
                      "prefect-server": set(), "prefect-worker": set(),
-                     "portal": {"argilla-account-key", "argilla-auth-secret", "argilla-owner.json"}}
+                     "portal": {"argilla-account-key", "argilla-auth-secret"}}  # no owner key: it mints
     for name, unit in units.items():
         binds, hidden = _field(unit.text, "BindReadOnlyPaths"), _field(unit.text, "InaccessiblePaths")
         if name == "prefect-worker":  # root: it reads the secrets folder and the settings file itself
@@ -278,7 +278,7 @@ def test_each_service_runs_as_its_own_user_with_only_its_own_secrets(tmp_path: P
     public = _public_settings(tmp_path)
     units = {u.service: u for u in systemd.render(public)}
     assert _confinement(units, "portal").credentials == ["argilla-account-key", "argilla-auth-secret",
-                                                         "argilla-owner.json", "postgres-crowdpref"]
+                                                         "postgres-crowdpref"]
     assert not _field(units["portal"].text, "ReadWritePaths")  # its store is PostgreSQL
     caddy = units["caddy"].text
     assert _field(caddy, "User") == ["crowdpref-caddy"]
