@@ -721,17 +721,6 @@ def _check(folder: Path, what: str) -> dict[str, Any]:
     return description
 
 
-@contextmanager
-def _temporary(parent: Path, prefix: str) -> Iterator[Path]:
-    parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    os.chmod(folder, 0o700)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 _RESTORING = re.compile(r"restoring <Snapshot ([0-9a-f]+) of \[.*?\] at (.+?) by ")
 
 

@@ -177,6 +177,7 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
         assert works(old["api_key"])
         owner = ArgillaOwner(api, old["api_key"])  # a participant's account, which the reset must keep
         owner.ensure_annotator("reset-participant", owner.ensure_workspace("reset-ws"))
+        participant_password = owner.passwords("reset-participant")
         owner.close()
         refused = run_cli(cli_env, "up", "--only", "argilla", "--reset-owner")
         one_line_error(refused, 2, "--reset-owner needs the stack down", "crowdpref down")
@@ -198,7 +199,7 @@ def test_lost_owner_credentials_after_setup_are_replaced_by_up_reset_owner(cli_e
         signed_in = httpx.post(f"{api}/api/v1/token", timeout=30,
                                data={"username": new["username"], "password": new["password"]})
         assert signed_in.status_code == 201, signed_in.status_code  # the new password too
-        assert AnnotatorSession.password_works(api, "reset-participant", "participant-pass-1234")
+        assert AnnotatorSession.password_works(api, "reset-participant", participant_password)
 
         assert run_cli(cli_env, "down").returncode == 0
         creds.write_text(json.dumps(old))  # an old copy put back: valid, but not Argilla's key any more

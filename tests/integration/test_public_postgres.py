@@ -224,10 +224,10 @@ def test_argillas_worker_delivers_every_response_webhook_on_postgresql(public_ar
         try:
             claimed = _claim(collection, "inv-pg")
             username = claimed.participant.username
-            first = _submit(api, claimed, collection.dataset_name, 1)
+            first = _submit(api, claimed, collection.dataset_name, 1, owner.passwords(username))
             _wait_for(lambda: list(store.participant(collection.info.id, username).submitted) == first,
                       "the first answer in the store, through the webhook")
-            rest = _submit(api, claimed, collection.dataset_name, 3)
+            rest = _submit(api, claimed, collection.dataset_name, 3, owner.passwords(username))
             _wait_for(lambda: store.participant(collection.info.id, username).status == COMPLETE,
                       "the participant complete in the store, through the webhooks")
             assert sorted(store.participant(collection.info.id, username).submitted) == sorted(first + rest)
