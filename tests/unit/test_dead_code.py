@@ -52,6 +52,9 @@ ALLOWED: dict[str, str] = {
     "crowdpref/argilla_client.py::ArgillaOwner.delete_webhook": (
         "benchmarks/full_scale.py stands the Argilla webhook down with it (argilla_hooks.stand_down)"
     ),
+    "crowdpref/portal/argilla_session.py::OwnerSessions.auth_flow": (
+        "httpx.Auth hook: httpx calls it by name for every request of a client built with the auth"
+    ),
     "crowdpref/portal/pages.py::_Layout.preprocess": (
         "Jinja2 Extension hook: the environment calls it on every template source"
     ),
