@@ -177,10 +177,11 @@ def demo(
     study1 = store.find_collection(config.name, "study1")
     participants = store.participants(study1.id) if study1 is not None else []
     if participants:
+        who = (f"the owner (credentials in {settings.owner_credentials_file})" if settings.embedded_argilla
+               else "an owner or admin")
         console.print(
-            f"Argilla UI:             {settings.argilla_api_url}  - log in as [bold]{participants[0].username}[/] "
-            f"(a simulated participant); `crowdpref password {participants[0].username} --study {study}` "
-            "prints the password",
+            f"Argilla UI:             {settings.argilla_api_url}  - log in as {who} to see every participant's "
+            f"dataset, e.g. [bold]{participants[0].username}[/]'s; their own access ended when they finished",
             highlight=False,
             soft_wrap=True,
         )

@@ -71,7 +71,9 @@ def up(
                       highlight=False)
     if "prefect" in components:
         console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
-        console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}", highlight=False)
+        auth = (f'; export PREFECT_API_AUTH_STRING="$(cat {settings.prefect_auth_string_file})"'
+                if settings.prefect_requires_auth else "")
+        console.print(f"For flows in this shell: export PREFECT_API_URL={settings.prefect_url}{auth}", highlight=False)
 
 
 def _reset_owner(settings: Any) -> None:
