@@ -22,7 +22,8 @@ from typing import Any
 
 import argilla as rg
 import httpx
-from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ArgillaError as SDKError
+from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ConflictError
+from argilla._exceptions import ArgillaError as SDKError
 
 from crowdpref.account_passwords import AccountPasswords
 from crowdpref.errors import CrowdprefError
@@ -141,19 +142,35 @@ class ArgillaOwner:
 
     # --- accounts and workspaces -------------------------------------------------------------
     def ensure_workspace(self, name: str) -> rg.Workspace:
-        with _quiet_lookup():
-            found = self.client.workspaces(name)
-        return found or rg.Workspace(name=name, client=self.client).create()
+        """The workspace, created if missing. Created first, looked up only when Argilla says it
+        exists (a rerun after a crash): the SDK finds a workspace by name by listing them all,
+        which grows with every participant."""
+        try:
+            return rg.Workspace(name=name, client=self.client).create()
+        except ConflictError:
+            with _quiet_lookup():
+                found = self.client.workspaces(name)
+            if found is None:
+                raise
+            return found
 
     def ensure_annotator(self, username: str, workspace: rg.Workspace) -> rg.User:
         """The annotator account, created with its password (:attr:`passwords`) if missing. An
         existing account must accept that password (else someone else's account would receive
-        our records)."""
+        our records). Created first, looked up only when Argilla says it exists (as
+        :meth:`ensure_workspace`: the SDK finds a user by name by listing them all)."""
         password = self.passwords(username)
-        with _quiet_lookup():
-            user = self.client.users(username)
-        if user is None:
+        try:
             user = rg.User(username=username, password=password, role="annotator", client=self.client).create()
+            created = True
+        except ConflictError:
+            with _quiet_lookup():
+                user = self.client.users(username)
+            if user is None:
+                raise
+            created = False
+        if created:
+            workspace.add_user(user)  # a new account belongs to no workspace yet
         else:
             if user.role != "annotator":
                 raise ArgillaError(
@@ -166,8 +183,8 @@ class ArgillaOwner:
                     "delete that user, restore the state folder's secrets (the account-password key), "
                     "or choose another username_prefix"
                 )
-        if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
-            workspace.add_user(user)
+            if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
+                workspace.add_user(user)
         self._user_ids[username] = str(user.id)
         return user
 
@@ -186,24 +203,37 @@ class ArgillaOwner:
             self._user_ids[username] = str(user.id)
         return self._user_ids[username]
 
-    def revoke_access(self, username: str) -> int:
+    def revoke_access(self, username: str, dataset_id: str | None = None) -> int:
         """Take the account out of every workspace it belongs to (``DELETE
         /api/v1/workspaces/{id}/users/{user_id}``, the owner's right; no bcrypt): from then on
         its session and its permanent API key get 403 from Argilla for its datasets, records and
         searches, and it can add no answer. (An answer's author may still edit it through
         ``PUT /api/v1/responses/{id}`` - Argilla's own rule; on the public profile Caddy asks the
-        portal first, :mod:`crowdpref.portal.answer_guard`.) Returns how many memberships were
-        removed; 0 when none was left (called again, it changes nothing)."""
+        portal first, :mod:`crowdpref.portal.answer_guard`.) With ``dataset_id`` (the account's
+        dataset) its workspace is found through it, three calls that do not grow with the number
+        of accounts; else through the user (the SDK lists every user to find one by name).
+        Returns how many memberships were removed; 0 when none was left (called again, it
+        changes nothing)."""
+        if dataset_id is not None:
+            dataset = self._http.get(f"/api/v1/datasets/{dataset_id}")
+            if dataset.status_code != 404:  # (a dataset deleted meanwhile: through the user below)
+                _raise_for_status(dataset, self.api_url, f"dataset {dataset_id} of user '{username}'")
+                workspace_id = dataset.json()["workspace_id"]
+                members = self._http.get(f"/api/v1/workspaces/{workspace_id}/users")
+                _raise_for_status(members, self.api_url, f"members of the workspace of user '{username}'")
+                ids = [m["id"] for m in members.json()["items"] if m["username"] == username]
+                return sum(self._leave(username, workspace_id, user_id) for user_id in ids)
         user_id = self.user_id(username)
         response = self._http.get(f"/api/v1/users/{user_id}/workspaces")
         _raise_for_status(response, self.api_url, f"workspaces of user '{username}'")
-        removed = 0
-        for item in response.json()["items"]:
-            gone = self._http.delete(f"/api/v1/workspaces/{item['id']}/users/{user_id}")
-            if gone.status_code != 404:  # 404: removed meanwhile (a second pass, another process)
-                _raise_for_status(gone, self.api_url, f"removing user '{username}' from workspace '{item['name']}'")
-                removed += 1
-        return removed
+        return sum(self._leave(username, item["id"], user_id) for item in response.json()["items"])
+
+    def _leave(self, username: str, workspace_id: str, user_id: str) -> int:
+        gone = self._http.delete(f"/api/v1/workspaces/{workspace_id}/users/{user_id}")
+        if gone.status_code == 404:  # removed meanwhile (a second pass, another process)
+            return 0
+        _raise_for_status(gone, self.api_url, f"removing user '{username}' from workspace {workspace_id}")
+        return 1
 
     # --- datasets and records ----------------------------------------------------------------
     def ensure_dataset(self, name: str, workspace: rg.Workspace, settings: rg.Settings) -> rg.Dataset:

@@ -400,7 +400,7 @@ class Collection:
         withdrew; called again it changes nothing. Raises
         :class:`~crowdpref.argilla_client.ArgillaError` when Argilla refuses (the store is
         unchanged, and :meth:`revoke_finished_access` tries again)."""
-        self.owner.revoke_access(participant.username)
+        self.owner.revoke_access(participant.username, participant.dataset_id)
         self.store.access_revoked(self.info.id, participant.id)
 
     def revoke_finished_access(self) -> int:

@@ -68,7 +68,7 @@ class GatedArgilla:
     def log_records(self, dataset: Any, records: list[Any]) -> None:
         pass
 
-    def revoke_access(self, username: str) -> int:
+    def revoke_access(self, username: str, dataset_id: str | None = None) -> int:
         self.revoked[username] = self.revoked.get(username, 0) + 1
         return int(self.revoked[username] == 1)
 
