@@ -9,7 +9,7 @@ it is made of one part per domain:
 - :mod:`~crowdpref.store.claims`      collections, their items, and claims;
 - :mod:`~crowdpref.store.counts`      the per-item counts a claim reads in order, kept in step
                                       with the assignments;
-- :mod:`~crowdpref.store.pool`        the warm pool of Argilla accounts and their credentials;
+- :mod:`~crowdpref.store.pool`        the warm pool of Argilla accounts, and the end of their access;
 - :mod:`~crowdpref.store.lifecycle`   participants from claim to complete or released, checks,
                                       exclusion, reopening, withdrawal, releases;
 - :mod:`~crowdpref.store.platform`    platform sessions and studies (Prolific), webhook
