@@ -183,15 +183,16 @@ class ArgillaOwner:
                     "delete that user, restore the state folder's secrets (the account-password key), "
                     "or choose another username_prefix"
                 )
-            if workspace.name not in {ws.name for ws in self._user_workspaces(user)}:
+            if workspace.name not in {ws["name"] for ws in self._user_workspaces(str(user.id), username)}:
                 workspace.add_user(user)
         self._user_ids[username] = str(user.id)
         return user
 
-    def _user_workspaces(self, user: rg.User) -> list[Any]:
-        response = self._http.get(f"/api/v1/users/{user.id}/workspaces")
-        _raise_for_status(response, self.api_url, f"workspaces of user '{user.username}'")
-        return [rg.Workspace(name=item["name"], id=item["id"]) for item in response.json()["items"]]
+    def _user_workspaces(self, user_id: str, username: str) -> list[dict[str, Any]]:
+        """The workspaces the user belongs to, as Argilla lists them (``id``, ``name``, ...)."""
+        response = self._http.get(f"/api/v1/users/{user_id}/workspaces")
+        _raise_for_status(response, self.api_url, f"workspaces of user '{username}'")
+        return list(response.json()["items"])
 
     def user_id(self, username: str) -> str:
         """The account's id (cached): answers count only when they are this user's."""
@@ -224,9 +225,7 @@ class ArgillaOwner:
                 ids = [m["id"] for m in members.json()["items"] if m["username"] == username]
                 return sum(self._leave(username, workspace_id, user_id) for user_id in ids)
         user_id = self.user_id(username)
-        response = self._http.get(f"/api/v1/users/{user_id}/workspaces")
-        _raise_for_status(response, self.api_url, f"workspaces of user '{username}'")
-        return sum(self._leave(username, item["id"], user_id) for item in response.json()["items"])
+        return sum(self._leave(username, item["id"], user_id) for item in self._user_workspaces(user_id, username))
 
     def _leave(self, username: str, workspace_id: str, user_id: str) -> int:
         gone = self._http.delete(f"/api/v1/workspaces/{workspace_id}/users/{user_id}")

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 import jwt
 
 from crowdpref.errors import CrowdprefError
-from crowdpref.portal import argilla_session
 
 GUARD_PATH = "/guard/answer-change"
 """The portal's route Caddy's ``forward_auth`` calls (never routed to the portal from outside:
@@ -29,8 +28,8 @@ Caddy sends only ``/s/*``, ``/hooks/*`` and ``/healthz`` there)."""
 
 
 class AnswerGuard:
-    """Mixin of :class:`crowdpref.portal.service.Portal` (``settings``, ``store``,
-    ``_argilla_secret``)."""
+    """Mixin of :class:`crowdpref.portal.service.Portal` (its ``store`` and, from
+    :class:`~crowdpref.portal.session.Sessions`, ``signing_key``)."""
 
     def answer_change_allowed(self, headers: Mapping[str, str]) -> int:
         """204 when the request's Argilla session (``Authorization: Bearer <jwt>``, verified
@@ -41,13 +40,12 @@ class AnswerGuard:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return 403
-        if self._argilla_secret is None:  # type: ignore[has-type]
-            try:
-                self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)  # type: ignore[attr-defined]
-            except CrowdprefError:
-                return 503
         try:
-            claims = jwt.decode(token.strip(), self._argilla_secret, algorithms=["HS256"])
+            secret = self.signing_key()  # type: ignore[attr-defined]
+        except CrowdprefError:
+            return 503
+        try:
+            claims = jwt.decode(token.strip(), secret, algorithms=["HS256"])
         except jwt.InvalidTokenError:
             return 403
         username = claims.get("username")

@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import jwt
-
 import httpx
+import jwt
 
 from crowdpref.errors import CrowdprefError
 

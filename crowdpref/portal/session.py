@@ -81,15 +81,21 @@ class Sessions:
         lasts no longer than the study's maximum time (its inactivity window, which is the
         Prolific study's ``maximum_allowed_time``), at most a day: Argilla checks only a session's
         signature and expiry, so a session that outlived the place would still open the work."""
-        if self._argilla_secret is None:
-            try:
-                self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
-            except CrowdprefError as exc:
-                raise unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
-                                   "again.") from None
+        try:
+            secret = self.signing_key()
+        except CrowdprefError as exc:
+            raise unavailable(str(exc), "We cannot open your work right now. Please wait a minute and try "
+                               "again.") from None
         lifetime_s = min(argilla_session.TOKEN_LIFETIME_S, max(60, int(collection.spec.inactive_after_s)))
-        return argilla_session.mint_token(self._argilla_secret, participant.username, now=self.clock(),
-                                          lifetime_s=lifetime_s)
+        return argilla_session.mint_token(secret, participant.username, now=self.clock(), lifetime_s=lifetime_s)
+
+    def signing_key(self) -> str:
+        """Argilla's token-signing key, read from the secrets folder once (what the sessions the
+        portal mints and the sessions :mod:`crowdpref.portal.answer_guard` verifies are signed
+        with); :class:`CrowdprefError` while it cannot be read."""
+        if self._argilla_secret is None:
+            self._argilla_secret = argilla_session.load_secret(self.settings.secrets_dir)
+        return self._argilla_secret
 
     def _first_item_url(self, participant: ParticipantState) -> str:
         """Argilla's page of the participant's first pending item (their dataset's annotation
