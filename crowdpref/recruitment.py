@@ -218,14 +218,16 @@ def _completers_group(config: StudyConfig, store: Any, client: Any, settings: An
 
 
 def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, client: Any, *,
-                          publish: bool = True) -> Any:
+                          publish: bool = True, before_publish: Any = None) -> Any:
     """The collection's Prolific study, created at most once and published. Idempotent: the
     store's record first; else a Prolific study with our internal name (a run killed between
     creating and recording adopts it); else a new one (a creation whose reply was lost is looked
     up again and adopted; not there: a one-line error, run again). Study 1's completion code adds its
     completers to a participant group (created once, its id kept in the store before any use)
     that study 2 blocklists; study 2 creates that group when study 1 was not recruited yet.
-    Publishing is a transition only from UNPUBLISHED. Returns the store's PlatformStudy."""
+    Publishing is a transition only from UNPUBLISHED, and ``before_publish`` (the pre-flight's
+    gate, :func:`crowdpref.preflight.gate.publish_guard`) is called just before it: it may refuse.
+    Returns the store's PlatformStudy."""
     from crowdpref.prolific import ProlificAmbiguous, ProlificError
 
     store, cid, key = collection.store, collection.info.id, collection.spec.key
@@ -262,6 +264,8 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
     if publish and platform.state in ("draft", "unpublished"):
         study = client.get_study(platform.external_id)
         if study.status == "UNPUBLISHED":
+            if before_publish is not None:
+                before_publish()
             study = client.publish_study(platform.external_id)
             store.log_event(cid, "platform_study_published", platform="prolific", places=study.total_available_places)
         platform = store.save_platform_study(cid, "prolific", platform.external_id, study.status.lower(),

@@ -14,7 +14,8 @@ from tasks.prolific import publish_prolific_study
 
 
 @flow(name="recruit", log_prints=True)
-def recruit(study: str = "studies/demo.yaml", key: Literal["auto", "study1", "study2"] = "auto") -> dict[str, Any]:
+def recruit(study: str = "studies/demo.yaml", key: Literal["auto", "study1", "study2"] = "auto",
+            skip_preflight: bool = False, skipped_by: str | None = None) -> dict[str, Any]:
     """Create the collection's Prolific study and publish it - once: a second run finds the
     study it recorded (or, after a run killed mid-way, the one with its internal name) and
     never creates another. The external URL is the portal's entry with Prolific's
@@ -27,10 +28,12 @@ def recruit(study: str = "studies/demo.yaml", key: Literal["auto", "study1", "st
     summary: key, Prolific study id, state and places.
 
     Needs PROLIFIC_TOKEN and `prolific.enabled: true` (a simulation recruits on the fake
-    Prolific that `crowdpref demo` starts)."""
+    Prolific that `crowdpref demo` starts). On the real Prolific, publishing waits for a passed
+    pre-flight less than a day old (`crowdpref preflight STUDY.yaml`); `skip_preflight` goes
+    ahead and records who skipped it (`skipped_by`, else the OS user) in the study's events."""
     if key == "auto":
         config = load_study(study)
         key = auto_key(RunFolder.for_study(load_settings().runs_dir, config.name))  # type: ignore[assignment]
-    summary = publish_prolific_study(study, key)
+    summary = publish_prolific_study(study, key, skip_preflight, skipped_by)
     print(f"{key}: Prolific study {summary['state']}, {summary['places']} places")
     return summary

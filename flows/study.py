@@ -20,6 +20,7 @@ from flows.screen_responses import screen_responses
 from flows.simulate_crowd import simulate_crowd
 from tasks.artifacts import artifact_key
 from tasks.collection import wait_for_release
+from tasks.preflight import show_preflight
 
 
 @flow(name="study", log_prints=True, persist_result=True)
@@ -28,6 +29,8 @@ def study(
     simulate: bool = False,
     max_wait_s: float = 0.0,
     max_visits: int = 25,
+    skip_preflight: bool = False,
+    skipped_by: str | None = None,
 ) -> dict[str, Any]:
     """Run a study end to end: generate questions -> study 1 (written answers) -> hate-speech
     screening -> study 2 (pairwise ratings) -> aggregation -> publishing.
@@ -52,6 +55,9 @@ def study(
             dropped out (their work then returns to the pool); 0 = never wait.
         max_visits: with simulate, how many crowd visits per collection in one run (each visit
             brings crowd.arrivals_per_visit new participants, who claim their work).
+        skip_preflight: publish on the real Prolific without a passed pre-flight (recorded in
+            the study's events with ``skipped_by``, else the OS user).
+        skipped_by: who skips the pre-flight.
     """
     config = load_study(study)
     stages: list[dict[str, Any]] = []
@@ -67,8 +73,11 @@ def study(
 
     def collection(key: str, collect: Any) -> str:
         return timed(f"collect ({key})",
-                     lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits, on_prolific))
+                     lambda: _advance(study, key, collect, simulate, max_wait_s, max_visits, on_prolific,
+                                      (skip_preflight, skipped_by)))
 
+    if on_prolific and config.participants == "prolific":  # the real Prolific: its gate reads the report
+        print(f"pre-flight: {show_preflight(config.name)}")
     timed("generate-questions", lambda: generate_questions(study))
     if collection("study1", collect_responses) != "complete":
         return _finish(config.name, "waiting", stages)
@@ -82,14 +91,14 @@ def study(
 
 
 def _advance(study: str, key: str, collect: Any, simulate: bool, max_wait_s: float, max_visits: int,
-             on_prolific: bool) -> str:
+             on_prolific: bool, preflight_skip: tuple[bool, str | None] = (False, None)) -> str:
     """One collection: provision and read back (on Prolific, also reconcile its submissions);
     on Prolific, make sure its Prolific study is published (once); with a simulated crowd, let
     it visit (and wait for drop-outs to be released when that is due soon) until complete or
     out of visits."""
     status = collect(study)
     if on_prolific and status != "complete":
-        recruit(study, key)
+        recruit(study, key, *preflight_skip)
     for visit in range(max_visits):
         if status == "complete" or not simulate:
             break

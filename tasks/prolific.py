@@ -34,13 +34,19 @@ def prolific_study_link(target: Any, study_id: str) -> str:
 
 
 @task(name="publish-prolific-study", **NETWORK)
-def publish_prolific_study(study: str, key: StudyKey) -> dict[str, Any]:
+def publish_prolific_study(study: str, key: StudyKey, skip_preflight: bool = False,
+                           skipped_by: str | None = None) -> dict[str, Any]:
     """Create (at most once) and publish the collection's Prolific study; returns its id,
-    state and places."""
+    state and places. On the real Prolific, publishing waits for a passed pre-flight less than a
+    day old (:mod:`crowdpref.preflight.gate`); ``skip_preflight`` goes ahead and records
+    ``skipped_by`` (default: the OS user) in the study's events."""
+    from crowdpref.preflight.gate import Skip, publish_guard
+
     config, settings = load_study(study), load_settings()
     collection = open_collection(study, key)
+    guard = publish_guard(config, settings, collection, Skip.of(skipped_by) if skip_preflight else None)
     with prolific_client(config, settings) as client:
-        platform = ensure_prolific_study(collection, config, settings, client)
+        platform = ensure_prolific_study(collection, config, settings, client, before_publish=guard)
     target = prolific_target(config, settings)  # not None: prolific_client refused a study without one
     create_link_artifact(
         key=artifact_key(config.name, f"{key}-prolific-study"),

@@ -17,13 +17,14 @@ typer :data:`app` of :mod:`crowdpref.cli.common`; they are imported here in the 
 - :mod:`~crowdpref.cli.recruitment`: ``prolific-webhooks``, ``invite``, ``revoke-invite``;
 - :mod:`~crowdpref.cli.participants`: ``password``, ``withdraw``;
 - :mod:`~crowdpref.cli.release`: ``privacy-review``;
-- :mod:`~crowdpref.cli.backup`: ``backup``, ``restore``.
+- :mod:`~crowdpref.cli.backup`: ``backup``, ``restore``;
+- :mod:`~crowdpref.cli.preflight`: ``preflight``.
 """
 
 from __future__ import annotations
 
 # each module registers its commands on `app` when imported: this is the order of `crowdpref --help`
-from crowdpref.cli import services, studies, runs, work, recruitment, participants, release, backup  # noqa: F401
+from crowdpref.cli import services, studies, runs, work, recruitment, participants, release, backup, preflight  # noqa: F401
 from crowdpref.cli.common import app, console, err_console, explain, friendly_errors
 
 __all__ = ["app", "console", "err_console", "explain", "friendly_errors", "main"]
