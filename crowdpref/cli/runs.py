@@ -52,6 +52,11 @@ FLOWS = {
 def run_flow(
     flow_name: str = typer.Argument(..., help=f"One of: {', '.join(FLOWS)}."),
     study: Path = typer.Argument(..., help="The study config, e.g. studies/demo.yaml."),
+    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="study, recruit: publish on the real "
+                                        "Prolific without a passed pre-flight; who skipped it is recorded in the "
+                                        "study's events."),
+    skipped_by: str = typer.Option("", "--skipped-by", help="With --skip-preflight: who skips it (default: the "
+                                   "OS user)."),
 ) -> None:
     """Run one stage flow now, recorded by the configured Prefect server."""
     import importlib
@@ -60,6 +65,14 @@ def run_flow(
 
     if flow_name not in FLOWS:
         raise typer.BadParameter(f"unknown flow '{flow_name}': choose one of {', '.join(FLOWS)}")
+    extra: dict[str, Any] = {}
+    if skip_preflight:
+        if flow_name not in ("study", "recruit"):
+            raise typer.BadParameter(f"--skip-preflight: only the study and recruit flows publish on Prolific, "
+                                     f"not {flow_name}")
+        from crowdpref.preflight.gate import Skip
+
+        extra = {"skip_preflight": True, "skipped_by": Skip.of(skipped_by).by}
     config = load_study(study)  # one-line error before Prefect starts
     settings = _settings()
     _use_prefect(settings)
@@ -68,7 +81,7 @@ def run_flow(
     module, attribute = FLOWS[flow_name]
     use_project()
     result, run_url = _call_flow(getattr(importlib.import_module(module), attribute), settings, flow_name,
-                                 study=str(study))
+                                 study=str(study), **extra)
     console.print(result_view(flow_name, result))
     console.print(f"Prefect UI, this run: {run_url}", highlight=False, soft_wrap=True)
 

@@ -54,6 +54,7 @@ from crowdpref.contracts import SCREENING_BASE, SOURCES
 from crowdpref.errors import CrowdprefError, first_line
 from crowdpref.filters import EXCLUDED, FILTERED_BY
 from crowdpref.filters import RULES as FILTER_RULES
+from crowdpref.preflight.gate import card_line, read_decisions
 from crowdpref.release.card import dataset_card
 from crowdpref.release.ids import PUBLISHED_IDS_FILE, published_ids
 from crowdpref.release.privacy import PRIVACY_FILE, PrivacyReport, apply_privacy, check_card_text
@@ -303,7 +304,8 @@ def build_release(
                 item.file_bytes = path.stat().st_size
             card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
                                 collection=collection, repo_id=repo_id, filters=filters,
-                                privacy=privacy, withdrawn=withdrawn.participants)
+                                privacy=privacy, withdrawn=withdrawn.participants,
+                                preflight=card_line(read_decisions(run.path)))
             check_card_text(card, config.source)
             (staging / "README.md").write_text(card, encoding="utf-8")
             hits = scan_for_secrets(staging, forbidden)

@@ -237,12 +237,14 @@ def dataset_card(
     filters: Mapping[str, Any] | None = None,
     privacy: PrivacyReport | None = None,
     withdrawn: int = 0,
+    preflight: str | None = None,
 ) -> str:
     """The README.md: YAML header + the card text (written for this project, in its own words;
     the template ``crowdpref/release/templates/dataset_card.md.j2``). ``filters``:
     ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the preregistered
     filters did not run. ``withdrawn``: participants who withdrew (counted, their rows already
-    left out)."""
+    left out). ``preflight``: the sentence of :func:`crowdpref.preflight.gate.card_line` (a
+    pre-flight passed, and when, before publishing on Prolific; or that it was skipped)."""
     pb = config.publish
     s2 = config.study2
     sources = facts.sources
@@ -270,6 +272,7 @@ def dataset_card(
         description=config.description.strip() if config.description else None,
         provenance=provenance_text(facts.answer_sources, facts.rating_sources),
         withdrawn=withdrawn,
+        preflight=preflight,
         people="participants" if "simulated" in sources else "people",
         scale=", ".join(f"{i} {lower_first(label)}" for i, label in enumerate(s2.scale_labels, start=1)),
         order_text=display_order_text(balance, facts.swapped_share),
