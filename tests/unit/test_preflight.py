@@ -203,6 +203,7 @@ class Answers(BaseHTTPRequestHandler):
 
     open_paths: tuple[str, ...] = ()
     redirect = False
+    scheme = "https"
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -210,7 +211,7 @@ class Answers(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         if self.redirect:
             self.send_response(308)
-            self.send_header("Location", f"https://{self.headers['Host']}{self.path}")
+            self.send_header("Location", f"{self.scheme}://{self.headers['Host']}{self.path}")
         else:
             self.send_response(200 if self.path in self.open_paths else 403)
         self.send_header("Content-Length", "0")
@@ -244,16 +245,19 @@ def test_a_closed_route_left_open_fails_naming_it() -> None:
 
 
 def test_http_must_redirect_to_https() -> None:
-    plain, redirecting = _server(open_paths=("/",)), _server(redirect=True)
+    plain, redirecting, to_http = _server(open_paths=("/",)), _server(redirect=True), _server(redirect=True,
+                                                                                              scheme="http")
     try:
         with httpx.Client(timeout=5.0) as client:
             check = public.https_redirect(f"http://127.0.0.1:{plain.server_port}/", "study.test", client)
             assert check.status == FAIL and "answered 200" in check.detail
+            assert public.https_redirect(f"http://127.0.0.1:{to_http.server_port}/", "study.test",
+                                         client).status == FAIL  # a redirect, but not to HTTPS
             assert public.https_redirect(f"http://127.0.0.1:{redirecting.server_port}/", "study.test",
                                          client).status == OK
     finally:
-        plain.shutdown()
-        redirecting.shutdown()
+        for server in (plain, redirecting, to_http):
+            server.shutdown()
 
 
 def test_dns_that_does_not_resolve_or_points_elsewhere() -> None:
@@ -464,3 +468,33 @@ def test_the_fake_prolific_of_a_simulation_is_not_gated() -> None:
         fake = True
 
     assert gate.required(Target()) is False and gate.required(None) is False
+
+
+def test_public_profile_lines_run_against_the_address(tmp_path: Path) -> None:
+    """The public profile's four lines, wired to a local TLS server (a valid certificate for the
+    name) and a local HTTP server that does not redirect: DNS OK, certificate OK with its days,
+    redirect FAIL; on a machine with only loopback the closed routes cannot be tried from here,
+    and the line says so (WARN), never a silent OK."""
+    from crowdpref.preflight import Probes, _public
+    from tests.conftest import isolated_settings
+
+    ca, cert, key = _certificates(tmp_path, "study.test", (-1, 90))
+    tls, plain = TlsServer(cert, key), _server(open_paths=("/",))
+    settings = isolated_settings(tmp_path / "home", public_url="https://study.test", public_tls="internal",
+                                 https_port=tls.port, http_port=plain.server_port)
+    probes = Probes(services=list, rq_workers=None, prefect=None, store=None, portal_log=list,  # type: ignore[arg-type]
+                    prolific_client=None, hub_whoami=None, backups=None, disk_free=None,  # type: ignore[arg-type]
+                    clock_offset=None, http_client=lambda: httpx.Client(timeout=5.0),  # type: ignore[arg-type]
+                    tls_context=lambda: ssl.create_default_context(cafile=str(ca)),
+                    resolver=lambda host: ["127.0.0.1"], local_addresses=lambda: {"127.0.0.1", "::1"})
+    try:
+        checks = {c.name: c for c in _public(settings, probes)}
+    finally:
+        tls.close()
+        plain.shutdown()
+    assert checks["DNS resolves to this host"].status == OK
+    assert checks["certificate valid for the name"].status == OK and "(90 days)" in checks[
+        "certificate valid for the name"].detail
+    assert checks["HTTP redirects to HTTPS"].status == FAIL
+    routes = checks["only participant routes answer from outside"]
+    assert routes.status == WARN and "cannot be tried from here" in routes.detail
