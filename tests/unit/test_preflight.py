@@ -379,6 +379,7 @@ def test_command_prints_every_line_and_exits_1_on_a_fail(tmp_path: Path, monkeyp
     assert "FAIL  Argilla worker does its jobs: 5 failed job(s)" in result.output
     assert "argilla-worker.log" in result.output
     assert result.output.count("laptop profile: no public address") == 4
+    assert "SKIP  Prolific token valid: the study does not recruit on Prolific (participants: simulated" in result.output
     saved = json.loads((home / "studies" / "demo" / "preflight.json").read_text())
     assert saved["passed"] is False and saved["profile"] == "laptop"
 
@@ -498,3 +499,35 @@ def test_public_profile_lines_run_against_the_address(tmp_path: Path) -> None:
     assert checks["HTTP redirects to HTTPS"].status == FAIL
     routes = checks["only participant routes answer from outside"]
     assert routes.status == WARN and "cannot be tried from here" in routes.detail
+
+
+def test_the_card_says_the_preflight_passed_and_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release built after the gate let study 1 through: its card says the pre-flight passed
+    and when (a release with no gate decision says nothing of it: the golden cards). The
+    privacy review's recognisers (seconds to load) are left out: the card's text is the point."""
+    import crowdpref.release.build as release_build
+    from tests.unit.test_publish import build, small_config, write_study_run
+
+    monkeypatch.setattr(release_build, "review_privacy", lambda *args, **kwargs: None)
+
+    config = small_config("pub-preflight")
+    planted = write_study_run(tmp_path / "pub-preflight", config, source="prolific")
+    runs_dir, ran_at = planted.run.path.parent, 1_795_000_000.0
+    write_report(_passing(config.name, ran_at), runs_dir)
+    gate.before_publish(runs_dir, config.name, "study1", lambda kind, **detail: None, now=ran_at + 60)
+    card = (build(planted) / "README.md").read_text(encoding="utf-8")
+    assert "Before study 1 was published on Prolific, a pre-flight of the server passed (2026-11-18 " in card
+
+
+def test_the_study_flow_shows_the_report_as_an_artifact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tasks.preflight as task_module
+    from tests.conftest import isolated_settings
+
+    settings = isolated_settings(tmp_path / "home")
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(task_module, "load_settings", lambda: settings)
+    monkeypatch.setattr(task_module, "create_markdown_artifact", lambda **kwargs: made.append(kwargs))
+    assert task_module.show_preflight.fn("s").startswith("no pre-flight report yet")
+    write_report(_passing("s", time.time(), Check("clock in time", WARN, "+8.0 s", "NTP")), settings.runs_dir)
+    assert task_module.show_preflight.fn("s") == "GO: no FAIL (1 WARN) of 1 checks"
+    assert made[0]["key"] == "s-preflight" and "| WARN | clock in time | +8.0 s | NTP |" in made[0]["markdown"]
