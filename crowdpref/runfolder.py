@@ -73,10 +73,27 @@ class RunFolder:
         return self.file("private")
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o077  # unknown: the strict choice
+
+
 @contextmanager
 def _atomic_target(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path``, renamed over it when the block ends without error. It
+    gets the mode a plain ``open`` would give (``0666`` less the umask), not mkstemp's 0600: the
+    portal reads stage outputs the flows write, as its own user on a server
+    (services/privileges.py); what must stay the writer's own is written ``private``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -154,6 +154,20 @@ class Settings(BaseSettings):
         "instead of the owner's API key (what the portal does, so it never reads that key: "
         "crowdpref.portal.argilla_session.OwnerSessions). Set by `crowdpref up` for the portal only.",
     )
+    service_users: Literal["auto", "per-service", "off"] = Field(
+        default="auto",
+        validation_alias=_env("CROWDPREF_SERVICE_USERS"),
+        description="Who the services run as when crowdpref up runs as root: per-service (each as its own "
+        "unprivileged system user, as the systemd units do: services/privileges.py), off (as root, unconfined: "
+        "only for a throw-away machine), or auto (per-service in the public profile, off on the laptop stack). "
+        "Run by another user, every service runs as that user.",
+    )
+    secrets_folder: Path | None = Field(
+        default=None,
+        validation_alias=_env("CROWDPREF_SECRETS_DIR"),
+        description="Where this process reads its secrets (default: <state>/secrets). Set by crowdpref up for a "
+        "service it runs as its own user: a folder with copies of the secrets that service may read only.",
+    )
     # --- the public profile (a real study's HTTPS home) ---------------------------------
     public_url: str | None = Field(
         default=None,
@@ -288,7 +302,7 @@ class Settings(BaseSettings):
 
     @property
     def secrets_dir(self) -> Path:
-        return self.state_dir / "secrets"
+        return self.secrets_folder if self.secrets_folder is not None else self.state_dir / "secrets"
 
     @property
     def runs_dir(self) -> Path:

@@ -35,6 +35,8 @@ NOT_FOR_PORTAL = (
     "openai_base_url", "openai_api_key", "openai_model",  # question expansion, the simulated crowd
     "prefect_port", "prefect_api_url",  # flows: the portal runs none
     "redis_port", "redis_bin", "argilla_venv", "argilla_workers",  # how the stack runs Argilla
+    "service_users",  # who up runs the services as
+    "secrets_folder",  # as its own user, up gives it its own (services/privileges.py), not the command's
     "public_tls", "acme_email", "https_port", "http_port",  # Caddy's
     "backup_retention_days", "backup_repository", "backup_password_file",  # backups: the backup flow and command only
 )

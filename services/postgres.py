@@ -96,6 +96,16 @@ def _as_server_user(argv: Sequence[str]) -> list[str]:
     return [shutil.which("runuser") or "runuser", "-u", SERVER_USER, "--", *argv] if _is_root() else list(argv)
 
 
+def _exec_as_server_user(argv: Sequence[str]) -> list[str]:
+    """``argv`` as the server user under root, for the long-running server: ``setpriv`` (util-linux)
+    sets the user and execs it, so no root process stays behind as its parent (``runuser`` does),
+    with no capability and ``--no-new-privs``."""
+    if not _is_root():
+        return list(argv)
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={SERVER_USER}", f"--regid={SERVER_USER}", "--init-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+
+
 def _run(argv: Sequence[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` (as the server user under root), output merged; cwd is a folder that user
     may enter, or initdb/pg_ctl complain about the current directory."""
@@ -293,7 +303,7 @@ def spec(settings: Settings) -> ServiceSpec:
     bin_dir = _service_bin_dir()
     folder = data_folder(settings)
     socket_dir = str(folder) if len(str(folder / f".s.PGSQL.{settings.postgres_port}")) <= _SOCKET_PATH_MAX else ""
-    argv = _as_server_user([
+    argv = _exec_as_server_user([
         str(bin_dir / "postgres"), "-D", str(folder / "data"), "-p", str(settings.postgres_port),
         "-c", f"listen_addresses={settings.host}", "-c", f"unix_socket_directories={socket_dir}",
         "-c", f"max_connections={max_connections(settings)}", "-c", "password_encryption=scram-sha-256",

@@ -107,9 +107,11 @@ def port_in_use(host: str, port: int) -> bool:
 class ProcessManager:
     """Pid records and process groups under one state folder."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, launch_as: Callable[[ServiceSpec], ServiceSpec] | None = None):
         self.pids_dir = state_dir / "run"
         self.logs_dir = state_dir / "logs"
+        # how a spec is started: as its own user where `crowdpref up` runs as root (services/privileges.py)
+        self.launch_as = launch_as or (lambda spec: spec)
 
     def record_path(self, name: str) -> Path:
         return self.pids_dir / f"{name}.json"
@@ -133,6 +135,7 @@ class ProcessManager:
         """Start ``spec`` unless it already runs; wait until healthy. Refuses a port taken by a
         process that is not ours. With ``spec.restart_on_change``, a running one started with
         other settings is stopped and started again (``restarted``)."""
+        spec = self.launch_as(spec)
         current = self.running(spec.name)
         restarted = False
         if current is not None:

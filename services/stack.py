@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import caddy, portal, postgres, redis, supervision
+from services import caddy, portal, postgres, privileges, redis, supervision
 from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager, ServiceSpec
@@ -162,7 +162,8 @@ def up(
     unknown = wanted - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
-    manager = ProcessManager(settings.state_dir)
+    # run as root: each service as its own user (services/privileges.py), its accounts made first
+    manager = privileges.manager(settings)
     if settings.public:  # Argilla's database and the study store: first (and stopped last)
         on_step("postgres")
         postgres.start_service(settings, manager)
@@ -204,7 +205,7 @@ def up(
             on_note(f"no Prefect worker started: {SERVE} runs the deployments (deployments/serve.py)")
         else:
             on_step("prefect worker")
-            _deploy().start_worker(settings)  # the pool first (created if missing); needs the server
+            _deploy().start_worker(settings, manager)  # the pool first (created if missing); needs the server
     # the public profile's front door, once what it forwards to is healthy
     if "caddy" in wanted and settings.public:
         on_step("caddy (HTTPS)")

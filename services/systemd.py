@@ -26,11 +26,12 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
   (the Prefect server), ``crowdpref-portal``, ``crowdpref-caddy`` (which gets
   ``CAP_NET_BIND_SERVICE`` and nothing else, for ports 80 and 443); PostgreSQL runs as Debian's
   ``postgres`` (its prepare and provision steps run as root, ``+`` prefix, as ``up`` runs them).
-  The exception is the **Prefect worker**: it runs the flows, which read and write what the
-  ``crowdpref`` command does as root (run folders the command made, the store, backups of the
-  whole secrets folder, the Hub token and LLM key of the settings file), so it runs as root -
-  hardened like the rest, with ``CAP_DAC_OVERRIDE``/``CAP_FOWNER``/``CAP_CHOWN`` as its only
-  capabilities (to reach files the other users own). ``crowdpref service install`` (as root,
+  The exception is the **Prefect worker** (``crowdpref-worker``): it runs the flows, which read
+  and write what the ``crowdpref`` command does as root (run folders the command made, the store,
+  backups of the whole secrets folder, the Hub token and LLM key of the settings file), so it
+  keeps ``CAP_DAC_OVERRIDE``/``CAP_FOWNER``/``CAP_CHOWN`` (ambient, and its only capabilities):
+  it can read and write any file, as root could, but cannot bind a low port, change user, load a
+  module, trace another process or mount anything. Treat it as trusted as the operator. ``crowdpref service install`` (as root,
   into /etc/systemd/system) runs :func:`account_commands`: it creates the missing users
   (``useradd --system``) and gives each its folders (``chown -R``, 0700); with ``--dir`` it
   prints those commands instead.
@@ -53,7 +54,8 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
   group and /proc protections, ``RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6``, no
   namespaces, realtime, SUID or personality changes, ``MemoryDenyWriteExecute`` (not for
   PostgreSQL, whose JIT needs it), ``SystemCallFilter=@system-service`` minus ``@privileged`` and
-  ``@resources`` (failing with EPERM), an empty capability set, ``UMask=0077`` and, for the
+  ``@resources`` (failing with EPERM), an empty capability set, ``UMask=0077`` (the worker's
+  ``0027``: the portal's group reads what it writes) and, for the
   services only this host talks to (PostgreSQL, Redis, the Argilla units, the Prefect server),
   ``IPAddressAllow=localhost``. ``systemd-analyze security --offline=yes`` rates the portal,
   the Argilla units, Caddy and Redis 2.5 or lower and every unit 5.0 or lower (a test holds it).
@@ -62,7 +64,12 @@ The state folder: the services' users pass through it (``o+x``, no listing); the
 profile's SQLite store is a file in its root, so there the folder's group is
 ``crowdpref-portal`` with write access (the public profile's store is PostgreSQL: the portal
 writes nothing in the state folder); Caddy writes its access log itself, so the logs folder's
-group is ``crowdpref-caddy`` in the public profile.
+group is ``crowdpref-caddy`` in the public profile. The run folders (``<state>/studies``) belong
+to ``crowdpref-portal``'s group (setgid folders, no access for others): the portal reads the
+stage outputs the flows write (questions, pairs), never a run folder's ``private/``.
+
+``crowdpref up`` run as root starts the services as these same users, from the same
+confinements, where no systemd does it (services/privileges.py).
 
 :func:`verify` runs ``systemd-analyze verify`` on the written units where that program exists.
 It needs no running systemd (it works in a container whose PID 1 is not systemd): it parses
@@ -108,7 +115,7 @@ USERS = {
     "prefect-server": "crowdpref-prefect",
     "portal": "crowdpref-portal",
     "caddy": "crowdpref-caddy",
-    "prefect-worker": ROOT,  # runs the flows: what the crowdpref command does as root (see above)
+    "prefect-worker": "crowdpref-worker",  # runs the flows: with capabilities to reach the operator's files (above)
 }
 # services only this host talks to: IPAddressAllow=localhost (and the stack's own address)
 LOCAL_ONLY = frozenset({postgres.NAME, "redis", "argilla-server", "argilla-worker", "prefect-server"})
@@ -127,6 +134,7 @@ class Confinement:
     writes: list[Path] = field(default_factory=list)  # ReadWritePaths=
     owned: list[Path] = field(default_factory=list)  # folders chowned (recursively) to the user, 0700
     group_writable: list[Path] = field(default_factory=list)  # folders whose group is the user's, g+rwx
+    group_readable: list[Path] = field(default_factory=list)  # folders whose group is the user's, g+rX (setgid)
     credentials: list[str] = field(default_factory=list)  # file names in <state>/secrets (LoadCredential=)
     capabilities: tuple[str, ...] = ()
     local_only: bool = False
@@ -230,6 +238,7 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         conf.writes = conf.owned = [settings.prefect_home]
     elif name == "portal":
         conf.proc_subset = True
+        conf.group_readable = [settings.runs_dir]  # the stage outputs it serves (questions, pairs)
         store = _store_folder(settings)
         if store is not None:  # SQLite: the database and its -wal/-shm files beside it
             conf.writes = conf.group_writable = [store]
@@ -333,13 +342,14 @@ def hardening(settings: Settings, conf: Confinement, home: str) -> list[str]:
         *([] if conf.write_execute else ["MemoryDenyWriteExecute=yes"]),
         "SystemCallArchitectures=native",
         "SystemCallFilter=@system-service",
-        # (the worker keeps @chown and the set-id calls its capabilities allow: SQLite as root chowns its journal)
-        "SystemCallFilter=~@privileged @resources" if not root else
+        # (the worker keeps @chown, which its capabilities allow)
+        "SystemCallFilter=~@privileged @resources" if not root and not conf.all_secrets else
         "SystemCallFilter=~@resources @mount @swap @reboot @module @raw-io @clock @cpu-emulation @debug @obsolete",
         "SystemCallErrorNumber=EPERM",
         f"CapabilityBoundingSet={' '.join(conf.capabilities)}",
         f"AmbientCapabilities={' '.join(conf.capabilities) if not root else ''}",
-        "UMask=0077",
+        # (the worker's files: read by the portal's group where it reads them, see account_commands)
+        f"UMask={'0027' if conf.all_secrets else '0077'}",
     ]
     if not root and not conf.capabilities:
         lines.append("PrivateUsers=yes")  # (not Caddy: a capability in a user namespace binds no port)
@@ -381,11 +391,11 @@ def _post_start(settings: Settings, spec: ServiceSpec) -> list[tuple[str, list[s
 
 
 def _start_argv(spec: ServiceSpec) -> list[str]:
-    """The spec's argv without ``runuser -u USER --`` (``up`` as root runs PostgreSQL so; the
-    unit's ``User=`` does it)."""
+    """The spec's argv without ``runuser -u USER --`` or ``setpriv ... --`` (``up`` as root runs
+    PostgreSQL so; the unit's ``User=`` does it)."""
     argv = [str(a) for a in spec.argv]
-    if os.path.basename(argv[0]) == "runuser" and len(argv) > 4 and argv[1] == "-u" and argv[3] == "--":
-        return argv[4:]
+    if os.path.basename(argv[0]) in ("runuser", "setpriv") and "--" in argv:
+        return argv[argv.index("--") + 1:]
     return argv
 
 
@@ -486,6 +496,16 @@ def account_commands(settings: Settings, units: list[Unit]) -> list[list[str]]:
         for folder in conf.group_writable:
             commands += [["mkdir", "-p", str(folder)], ["chgrp", conf.user, str(folder)],
                          ["chmod", "g+rwx,o+x", str(folder)]]
+        for folder in conf.group_readable:
+            # the group reads what is there and, through the setgid folders, what is written later
+            # (files get a plain open's mode, 0644 less the umask); never a `private` folder (0700: key
+            # salts, participants' key mappings), and nobody else enters (o-rwx)
+            commands += [["mkdir", "-p", str(folder)], ["chgrp", "-R", conf.user, str(folder)],
+                         ["chmod", "o-rwx", str(folder)],
+                         ["find", str(folder), "-name", "private", "-prune", "-o", "-type", "d", "-exec", "chmod",
+                          "g+rxs", "{}", "+"],
+                         ["find", str(folder), "-name", "private", "-prune", "-o", "-type", "f", "-exec", "chmod",
+                          "g+r", "{}", "+"]]
     return commands
 
 
@@ -502,16 +522,17 @@ def run_commands(commands: list[list[str]], log: Callable[[str], None] = lambda 
             raise ServiceError(f"{shlex.join(argv)} failed: {reason[:300]}")
 
 
-def unreachable(settings: Settings, units: list[Unit]) -> list[str]:
+def unreachable(settings: Settings, units: list[Unit], private_tmp: bool = True) -> list[str]:
     """Why the units' own users could not run them, one line each (empty: nothing found): the
-    state folder under /tmp (each unit gets a private one: ``PrivateTmp=yes``), or a folder
+    state folder under /tmp (each unit gets a private one: ``PrivateTmp=yes``; ``private_tmp``
+    False: not asked, ``crowdpref up`` gives its services none), or a folder
     on the way to the state folder, the checkout or a program they run that others cannot pass
     through (no ``o+x``: /root, a pyenv interpreter under /root, a 0700 home)."""
     from crowdpref.project import project_root
 
     problems = []
     state = settings.state_dir
-    for tmp in ("/tmp", "/var/tmp"):
+    for tmp in ("/tmp", "/var/tmp") if private_tmp else ():
         if state.is_relative_to(tmp):
             problems.append(f"{state}: the state folder is under {tmp}, which every unit sees as its own empty "
                             "folder (PrivateTmp=yes): move it (CROWDPREF_HOME=/srv/crowdpref)")

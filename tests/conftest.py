@@ -36,6 +36,12 @@ os.environ[TEST_BCRYPT_ROUNDS] = "4"
 # schedules to fill every 5 s instead of Prefect's 60 (test_deployments waits for the scheduler
 # to create runs).
 os.environ["PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"] = "5"
+# `crowdpref up` as root runs the public profile's services as their own users (services/privileges.py),
+# which needs every folder from / to the checkout, its interpreter and the state folder open to
+# others: the tests' state folders live in pytest's private (0700) temp folder, and the checkout may
+# be a clone in a 0700 folder (an interpreter under /root). So the test stacks run their services as
+# the test's user; tests/integration/test_service_users.py runs them as their own users.
+os.environ.setdefault("CROWDPREF_SERVICE_USERS", "off")
 # Prefect makes an API client for every task run, and each loads a CA bundle for TLS (certifi's:
 # ~25-37 ms of CPU), although the tests' Prefect API is plain HTTP on 127.0.0.1: a bundle of one
 # certificate (a self-signed one whose key was thrown away) costs ~0.5 ms. Tests only (set before
@@ -85,6 +91,7 @@ def cli_environment(home: Path) -> dict[str, str]:
         COLUMNS="200",
     )
     env[TEST_BCRYPT_ROUNDS] = os.environ[TEST_BCRYPT_ROUNDS]  # test stacks hash cheaply (see above)
+    env["CROWDPREF_SERVICE_USERS"] = os.environ["CROWDPREF_SERVICE_USERS"]  # the test's user (see above)
     return env
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from crowdpref.errors import CrowdprefError, ServiceError, state_file_error
@@ -139,14 +140,19 @@ def masked(secret: str) -> str:
     return secret[:6] + "..." if len(secret) > 12 else "***"
 
 
-def _run_launcher(settings: Settings, *args: str, what: str) -> None:
+def _run_launcher(settings: Settings, *args: str, what: str,
+                  launch_as: Callable[[ServiceSpec], ServiceSpec] | None = None) -> None:
+    """``launch.py ARGS`` (``launch_as``: run as the server's own user, services/privileges.py)."""
     log = settings.logs_dir / f"{SERVER}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    step = ServiceSpec(SERVER, [str(server_python(settings)), str(LAUNCHER), *args], env(settings), health=lambda: True)
+    if launch_as is not None:
+        step = launch_as(step)
     with open(log, "ab") as handle:
         start = handle.tell()
         result = subprocess.run(
-            [str(server_python(settings)), str(LAUNCHER), *args],
-            env=env(settings),
+            list(step.argv),
+            env=dict(step.env),
             stdout=handle,
             stderr=subprocess.STDOUT,
             timeout=180,
@@ -169,13 +175,14 @@ def _launcher_problem(log: Path, offset: int) -> str:
     return said[-1] if said else ""
 
 
-def prepare(settings: Settings) -> None:
+def prepare(settings: Settings, launch_as: Callable[[ServiceSpec], ServiceSpec] | None = None) -> None:
     """Migrate the database and make sure the owner exists (both idempotent), in one launcher
-    process (``ensure-owner --migrate``: argilla-server's import, seconds of CPU, paid once)."""
+    process (``ensure-owner --migrate``: argilla-server's import, seconds of CPU, paid once);
+    ``launch_as``: as the server's own user (services/privileges.py)."""
     settings.argilla_home.mkdir(parents=True, exist_ok=True)
     ensure_owner_credentials(settings)
     _run_launcher(settings, "ensure-owner", "--migrate", str(settings.owner_credentials_file),
-                  what="database migration or owner creation")
+                  what="database migration or owner creation", launch_as=launch_as)
 
 
 def prepares_in_server(settings: Settings) -> bool:
@@ -194,7 +201,7 @@ def start_server(settings: Settings, manager: ProcessManager, *, prepare_first: 
     migration or owner problem is the launcher's one line, as :func:`prepare` says it."""
     folded = prepare_first and prepares_in_server(settings) and manager.running(SERVER) is None
     if prepare_first and not folded:
-        prepare(settings)
+        prepare(settings, manager.launch_as)
     elif folded:
         settings.argilla_home.mkdir(parents=True, exist_ok=True)
         ensure_owner_credentials(settings)

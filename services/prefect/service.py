@@ -41,9 +41,13 @@ def env(settings: Settings) -> dict[str, str]:
 
 
 def server_env(settings: Settings) -> dict[str, str]:
-    """The server's environment: :func:`env`, and in the public profile the auth string it requires."""
+    """The server's environment: :func:`env`, and in the public profile the auth string it requires.
+    The UI's files are copied into the Prefect home (``PREFECT_UI_STATIC_DIRECTORY``): by default
+    the server writes them into its own package, which a server run as its own user
+    (services/privileges.py) cannot, and then serves no UI."""
     auth = ensure_auth_string(settings)
-    return {**env(settings), SERVER_AUTH: auth} if auth is not None else env(settings)
+    ui = {"PREFECT_UI_STATIC_DIRECTORY": str(settings.prefect_home / "ui")}
+    return {**env(settings), **ui, SERVER_AUTH: auth} if auth is not None else {**env(settings), **ui}
 
 
 def healthy(settings: Settings) -> bool:

@@ -48,7 +48,8 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if reason:
         pytest.skip(f"!!! PUBLIC-PROFILE SUPERVISOR TEST SKIPPED: no PostgreSQL server: {reason} !!!")
     for name in list(os.environ):
-        if name.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_", "PROLIFIC_")):
+        if name.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_", "HF_", "OPENAI_", "PROLIFIC_")) and \
+                name != "CROWDPREF_SERVICE_USERS":  # the test's user (tests/conftest.py)
             monkeypatch.delenv(name)
     studies = tmp_path / "studies"
     studies.mkdir()

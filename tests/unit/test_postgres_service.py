@@ -107,7 +107,9 @@ def test_service_runs_postgres_in_the_foreground_keeping_data_on_host_and_port_o
     assert not any("fsync" in arg or "synchronous_commit" in arg or "full_page_writes" in arg for arg in argv)
     assert spec.port == 6999 and spec.port_setting == "CROWDPREF_POSTGRES_PORT" and spec.name == "postgres"
     if postgres._is_root():
-        assert [Path(argv[0]).name, *argv[1:4]] == ["runuser", "-u", "postgres", "--"] and Path(argv[0]).is_absolute()
+        # setpriv execs the server as postgres: no root parent stays behind (runuser would), no capability
+        assert Path(argv[0]).name == "setpriv" and Path(argv[0]).is_absolute() and argv.index("--") < argv.index(binary)
+        assert {"--reuid=postgres", "--regid=postgres", "--bounding-set=-all", "--no-new-privs"} <= set(argv)
 
 
 def test_max_connections_leave_room_for_every_argilla_worker(tmp_path):

@@ -245,7 +245,8 @@ def _confinement(units: dict[str, systemd.Unit], service: str) -> systemd.Confin
 
 def test_each_service_runs_as_its_own_user_with_only_its_own_secrets(tmp_path: Path):
     """Redis, Argilla, the Prefect server, the portal and Caddy each run as their own system
-    user; the worker (it runs the flows) as root, confined. A unit that needs secret files gets
+    user; the worker (it runs the flows) too, with the three capabilities that reach the operator's
+    files as its only ones (never uid 0). A unit that needs secret files gets
     them with LoadCredential=, that folder bound over the secrets folder; the others see no
     secrets folder and no settings file (the Hub token, the LLM key). The portal never gets the
     PostgreSQL superuser's or Argilla's role password."""
@@ -254,7 +255,7 @@ def test_each_service_runs_as_its_own_user_with_only_its_own_secrets(tmp_path: P
     users = {name: _field(u.text, "User") for name, u in units.items()}
     assert users == {"redis": ["crowdpref-redis"], "argilla-server": ["crowdpref-argilla"],
                      "argilla-worker": ["crowdpref-argilla"], "prefect-server": ["crowdpref-prefect"],
-                     "portal": ["crowdpref-portal"], "prefect-worker": []}
+                     "portal": ["crowdpref-portal"], "prefect-worker": ["crowdpref-worker"]}
     secrets = str(settings.secrets_dir)
     given = {name: {line.split(":", 1)[0] for line in _field(u.text, "LoadCredential")} for name, u in units.items()}
     assert given == {"redis": {"redis.conf"}, "argilla-server": {"argilla-owner.json"}, "argilla-worker": set(),
@@ -262,9 +263,9 @@ def test_each_service_runs_as_its_own_user_with_only_its_own_secrets(tmp_path: P
                      "portal": {"argilla-account-key", "argilla-auth-secret"}}  # no owner key: it mints
     for name, unit in units.items():
         binds, hidden = _field(unit.text, "BindReadOnlyPaths"), _field(unit.text, "InaccessiblePaths")
-        if name == "prefect-worker":  # root: it reads the secrets folder and the settings file itself
-            assert not binds and not hidden and _field(unit.text, "CapabilityBoundingSet") == [
-                "CAP_DAC_OVERRIDE CAP_FOWNER CAP_CHOWN"]
+        if name == "prefect-worker":  # it reads the secrets folder and the settings file itself
+            assert not binds and not hidden and _field(unit.text, "CapabilityBoundingSet") == _field(
+                unit.text, "AmbientCapabilities") == ["CAP_DAC_OVERRIDE CAP_FOWNER CAP_CHOWN"]
             continue
         assert (binds == [f"%d:{secrets}"]) if given[name] else (f"-{secrets}" in hidden), name
         assert f"-{REPO / 'crowdpref.settings.yaml'}" in hidden, name
@@ -291,7 +292,7 @@ def test_account_commands_make_the_users_and_give_each_its_folders(tmp_path: Pat
     monkeypatch.setattr(systemd, "_user_exists", lambda name: name == "crowdpref-redis")
     commands = systemd.account_commands(settings, systemd.render(settings))
     made = [argv[-1] for argv in commands if argv[0] == "useradd"]
-    assert made == ["crowdpref-argilla", "crowdpref-portal", "crowdpref-prefect"]  # not the existing one, not root
+    assert made == ["crowdpref-argilla", "crowdpref-portal", "crowdpref-prefect", "crowdpref-worker"]  # not the existing one
     assert all(argv[:5] == ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir"] and
                argv[-2:-1] == ["/usr/sbin/nologin"] for argv in commands if argv[0] == "useradd")
     assert ["chown", "-R", "crowdpref-redis:crowdpref-redis", str(settings.redis_dir)] in commands
@@ -319,7 +320,7 @@ def test_unreachable_names_what_a_service_user_cannot_reach(tmp_path: Path):
 # that passes a target (other versions weigh the lines differently: the targets alone)
 MEASURED_ON = "systemd 252 "
 MEASURED = {"redis": 1.1, "argilla-server": 1.1, "argilla-worker": 1.1, "prefect-server": 1.1, "portal": 1.2,
-            "prefect-worker": 2.3, "postgres": 1.1, "caddy": 1.6}
+            "prefect-worker": 2.0, "postgres": 1.1, "caddy": 1.6}
 
 
 @needs_analyze
