@@ -21,8 +21,20 @@ from typing import Any
 import httpx
 import pytest
 
-from crowdpref.preflight import FAIL, OK, SKIP, WARN, Report, read_report, write_report
-from crowdpref.preflight import gate, host, prolific, public, stack
+from crowdpref.preflight import (
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    Report,
+    gate,
+    host,
+    prolific,
+    public,
+    read_report,
+    stack,
+    write_report,
+)
 from crowdpref.preflight.report import Check
 from crowdpref.prolific import ProlificClient
 from crowdpref.simulation.prolific_server import FakeProlific
@@ -115,7 +127,7 @@ def _certificates(tmp_path: Path, name: str, days: tuple[int, int]) -> tuple[Pat
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "preflight test CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
@@ -217,7 +229,7 @@ class Answers(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    do_GET = do_POST = _answer  # noqa: N815
+    do_GET = do_POST = _answer
 
 
 def _server(**attributes: Any) -> ThreadingHTTPServer:
@@ -315,7 +327,7 @@ def test_clock_beyond_the_webhook_tolerance_margin_fails() -> None:
     assert host.clock(45.0, "api").status == FAIL
     assert host.clock(-8.0, "api").status == WARN
     assert host.clock(0.4, "api").status == OK
-    theirs = dt.datetime(2026, 11, 28, 17, 0, tzinfo=dt.timezone.utc).timestamp()
+    theirs = dt.datetime(2026, 11, 28, 17, 0, tzinfo=dt.UTC).timestamp()
     assert host.http_date_offset("Sat, 28 Nov 2026 17:00:00 GMT", theirs + 9, theirs + 11) == pytest.approx(10.0)
     assert host.http_date_offset(None, theirs, theirs) is None
 
@@ -363,7 +375,7 @@ def test_command_prints_every_line_and_exits_1_on_a_fail(tmp_path: Path, monkeyp
         return Probes(services=lambda: [("redis", True), ("portal", True)],
                       rq_workers=lambda: stack.read_rq_workers(workers),
                       prefect=lambda: ([{"last_heartbeat_time": time.time()}], 1, 0),
-                      store=lambda: Store(store_url), portal_log=lambda: [],
+                      store=lambda: Store(store_url), portal_log=list,
                       prolific_client=lambda config: None, hub_whoami=None,
                       backups=lambda: host.BackupState(time.time() - 60, "ab12cd34", readable=True),
                       disk_free=lambda path: 10**12, clock_offset=lambda: (0.1, "test"),
@@ -439,8 +451,8 @@ def test_publishing_on_prolific_waits_for_the_gate(tmp_path: Path) -> None:
     stays UNPUBLISHED; skipped explicitly, it is published and the skip is in the events."""
     from crowdpref.recruitment import ensure_prolific_study
     from crowdpref.store import Store, default_url
-    from tests.unit.test_recruitment import _config, _study1
     from tests.conftest import isolated_settings
+    from tests.unit.test_recruitment import _config, _study1
 
     config = _config()
     settings = isolated_settings(tmp_path / "home", portal_url="https://portal.example.org",
@@ -531,3 +543,24 @@ def test_the_study_flow_shows_the_report_as_an_artifact(tmp_path: Path, monkeypa
     write_report(_passing("s", time.time(), Check("clock in time", WARN, "+8.0 s", "NTP")), settings.runs_dir)
     assert task_module.show_preflight.fn("s") == "GO: no FAIL (1 WARN) of 1 checks"
     assert made[0]["key"] == "s-preflight" and "| WARN | clock in time | +8.0 s | NTP |" in made[0]["markdown"]
+
+
+def test_run_passes_an_explicit_skip_to_the_flows_that_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from crowdpref.cli import app, runs
+    from tests.conftest import cli_environment
+
+    called: list[dict[str, Any]] = []
+    monkeypatch.setattr(runs, "_use_prefect", lambda settings: None)
+    monkeypatch.setattr(runs, "_needs_argilla", lambda *args: False)
+    monkeypatch.setattr(runs, "_call_flow", lambda flow, settings, name, **params: (called.append(params) or
+                                                                                   ("done", "http://ui/run")))
+    study = str(Path(__file__).resolve().parents[2] / "studies" / "demo.yaml")
+    env = cli_environment(tmp_path / "home")
+    result = CliRunner().invoke(app, ["run", "recruit", study, "--skip-preflight", "--skipped-by", "Ada"], env=env)
+    assert result.exit_code == 0, result.output
+    assert called == [{"study": study, "skip_preflight": True, "skipped_by": "Ada"}]
+    result = CliRunner().invoke(app, ["run", "collect-ratings", study, "--skip-preflight"], env=env)
+    assert result.exit_code == 2 and "only the study and recruit flows publish" in result.output
+    assert len(called) == 1
