@@ -70,7 +70,7 @@ class Probes:
 def _guarded(name: str, fix: str, run: Callable[[], Check | list[Check]]) -> list[Check]:
     try:
         result = run()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a probe that breaks is a FAIL line, never a traceback
         return [fail(name, f"could not be checked: {first_line(exc, 200, with_type=True)}", fix)]
     return result if isinstance(result, list) else [result]
 
@@ -90,7 +90,7 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
     def argilla_worker() -> Check:
         try:
             worker_state.append(probes.rq_workers())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             return stack.argilla_worker(None, why_unread=first_line(exc, 160, with_type=True))
         return stack.argilla_worker(worker_state[0], f"{settings.logs_dir}/argilla-worker.log")
 
@@ -99,7 +99,7 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
     def prefect_worker() -> Check:
         try:
             workers, picked, late = probes.prefect()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             return stack.prefect_worker(None, None, 0, probes.pool, now(), why_unread=first_line(exc, 160))
         return stack.prefect_worker(workers, picked, late, probes.pool, now())
 
@@ -113,7 +113,7 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
     def backups() -> Check:
         try:
             state = probes.backups()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             return host.backups(None, now(), why_unread=first_line(exc, 200))
         return host.backups(state, now())
 
@@ -141,7 +141,7 @@ def _participants(config: Any) -> int:
     try:
         n = config.questions.expected_questions
         plan = config.plan(n) if n else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - a plan that cannot be made: no estimate
         return 0
     return int(plan.study1.participants + plan.study2.participants) if plan is not None else 0
 
@@ -242,7 +242,7 @@ def _prolific(config: Any, settings: Any, probes: Probes) -> list[Check]:
     fake = bool(target is not None and target.fake)  # (never for participants: prolific; kept for a rehearsal)
     try:
         client = probes.prolific_client(config)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - no token: the token line says so
         return [fail(names[0], first_line(exc, 200), prolific.TOKEN_FIX)] + [
             skip(n, "no Prolific client (see the token line)") for n in names[1:]]
     with client:

@@ -54,7 +54,7 @@ class Skip:
 def _os_user() -> str:
     try:
         return getpass.getuser()
-    except Exception:
+    except Exception:  # noqa: BLE001 - no user name in this environment
         return "unknown"
 
 

@@ -40,7 +40,7 @@ def hub(repo_id: str | None, token_set: bool, whoami: Callable[[], Mapping[str, 
                     "export HF_TOKEN=<a write token> (huggingface.co: Settings > Access Tokens)")
     try:
         me = whoami()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a 401 or the Hub unreachable: the finding
         return fail(name, f"the Hub refused or did not answer ({first_line(exc, 120)})",
                     "create a write token on huggingface.co and export HF_TOKEN=...")
     access = (me.get("auth") or {}).get("accessToken") or {}
@@ -158,7 +158,7 @@ def config_valid(study_path: Path, load: Callable[[Path], Any], capacity: Mappin
     name = "study config valid for this server"
     try:
         config = load(study_path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - ConfigError: the one line of `validate`
         return fail(name, first_line(exc, 300), f"fix {study_path} and check it with `crowdpref validate`"), None
     if capacity is None:
         return warn(name, f"{study_path} is valid; no capacity measured on this server, the default "

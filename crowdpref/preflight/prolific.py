@@ -30,7 +30,7 @@ def token(client: Any) -> Check:
     except ProlificAuthError as exc:
         return fail(name, f"refused by Prolific ({exc.status}): the token is wrong, deleted or of another "
                     "workspace", TOKEN_FIX)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - unreachable, 5xx: the finding
         return fail(name, f"Prolific cannot be read: {first_line(exc, 160)}",
                     "check the network and CROWDPREF_PROLIFIC_API_URL, then try again")
     return ok(name, f"accepted ({len(studies)} studies visible)")
@@ -54,7 +54,7 @@ def workspace(client: Any, workspace_id: str | None, fake: bool) -> Check:
     except ProlificAuthError as exc:
         return fail(name, f"workspace {workspace_id} refused ({exc.status}): the token belongs to another workspace",
                     "use a token of this workspace, or set CROWDPREF_PROLIFIC_WORKSPACE_ID to the token's workspace")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         return fail(name, f"cannot be read: {first_line(exc, 160)}", "try again; check CROWDPREF_PROLIFIC_API_URL")
     return ok(name, f"workspace {workspace_id} ({str(found.get('title') or '?')[:60]})")
 
@@ -72,7 +72,7 @@ def webhooks(client: Any, workspace_id: str | None, fake: bool, secret_kept: boo
         return ok(name, "secret and subscription recorded (the fake Prolific lists no subscriptions)")
     try:
         listed = client._request("GET", "hooks/subscriptions/", params={"workspace_id": workspace_id or ""})
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         return fail(name, f"the subscriptions cannot be read: {first_line(exc, 160)}", WEBHOOK_FIX)
     rows = listed.get("results", listed) if isinstance(listed, dict) else listed
     mine = next((s for s in rows or [] if isinstance(s, Mapping) and str(s.get("id")) == subscription_id), None)
@@ -104,7 +104,7 @@ def study_terms(config: Any, on_prolific: Sequence[tuple[str, str, str]], client
     for key, study_id, code in on_prolific:
         try:
             study = client.get_study(study_id)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             problems.append(f"{key}: cannot be read ({first_line(exc, 120)})")
             continue
         part = parts[key]
@@ -134,7 +134,7 @@ def balance(client: Any, workspace_id: str | None, fake: bool, cost: Any) -> Che
     try:
         found = client._request("GET", f"workspaces/{workspace_id}/balance/")
         available = int(found["available_balance"])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the API may not show it: say so
         return warn(name, f"the API did not show the balance ({first_line(exc, 120)})",
                     f"check it in Prolific: it must cover {cost.planned:,.2f} (at most {cost.at_cap:,.2f})")
     currency = str(found.get("currency_code") or "")
