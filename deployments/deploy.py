@@ -313,12 +313,10 @@ def start_worker(settings: Settings, manager: ProcessManager | None = None) -> R
     """Start a process worker on the ``crowdpref`` pool as the background service
     ``prefect-worker`` (the pool is created if missing); wait for its first heartbeat. One that
     already runs (``crowdpref up`` starts it as a service of the stack) is returned as it is:
-    never a second worker. ``manager``: the one ``up`` starts the stack with (default: as
-    ``up`` would, as its own user where it runs as root: services/privileges.py)."""
-    from services import privileges
-
+    never a second worker. ``manager``: the one ``up`` starts the stack with (as its own user
+    where it runs as root: services/privileges.py); default: as the caller's user."""
     ensure_work_pool(settings)
-    return (manager or privileges.manager(settings)).start(worker_spec(settings), settings.host)
+    return (manager or ProcessManager(settings.state_dir)).start(worker_spec(settings), settings.host)
 
 
 def stop_worker(settings: Settings, timeout_s: float = 30.0) -> bool:

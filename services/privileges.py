@@ -83,11 +83,6 @@ class Privileges:
         self.confinements = confinements
         self.setpriv = shutil.which(SETPRIV) or SETPRIV
 
-    def user_of(self, name: str) -> str | None:
-        """The account service ``name`` runs as (None: it is not one of the stack's, or runs as root)."""
-        conf = self.confinements.get(name)
-        return None if conf is None or conf.user == systemd.ROOT else conf.user
-
     def _copy_credentials(self, name: str, conf: systemd.Confinement, account: pwd.struct_passwd) -> Path:
         """The service's secrets, copied into its own folder (0500, files 0400), as its unit gets them."""
         folder = credentials_folder(self.settings, name)

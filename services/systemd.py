@@ -1,7 +1,7 @@
 """systemd units for the stack: ``crowdpref service install``.
 
 One unit per long-running service of the profile, taken from the stack's own
-:class:`~services.process.ServiceSpec` list (:func:`services.stack.unit_specs`: PostgreSQL in
+:class:`~services.process.ServiceSpec` list (:func:`services.units.unit_specs`: PostgreSQL in
 the public profile, Redis, the Argilla server and worker, the Prefect server, the portal, the
 Prefect worker, Caddy in the public profile), so a unit runs the argv ``crowdpref up`` would.
 Each unit ``crowdpref-<service>.service``:
@@ -401,13 +401,13 @@ def _start_argv(spec: ServiceSpec) -> list[str]:
 
 def render(settings: Settings, user: str | None = None,
            specs: list[tuple[ServiceSpec, tuple[str, ...]]] | None = None) -> list[Unit]:
-    """The units of this profile (``specs``: default :func:`services.stack.unit_specs`);
+    """The units of this profile (``specs``: default :func:`services.units.unit_specs`);
     ``user``: one account every service runs as (``User=``; PostgreSQL's stays ``postgres``)
     instead of one account per service (:data:`USERS`)."""
     if specs is None:
-        from services import stack
+        from services import units
 
-        specs = stack.unit_specs(settings)
+        specs = units.unit_specs(settings)
     present = {spec.name for spec, _needs in specs}
     home = protect_home(settings, [spec for spec, _ in specs])
     units = []

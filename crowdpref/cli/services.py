@@ -108,6 +108,7 @@ def deploy(
     never a second one; `crowdpref down` stops it."""
     use_project()
     from deployments.deploy import WORKER_NAME, deploy_all, start_worker
+    from services import privileges
     from services.process import ProcessManager
 
     settings = _settings()
@@ -118,7 +119,8 @@ def deploy(
     if worker:
         already = ProcessManager(settings.state_dir).running(WORKER_NAME) is not None
         with console.status("starting a worker on pool 'crowdpref'..."):
-            running = start_worker(settings)  # one that already runs is kept: never a second worker
+            # one that already runs is kept: never a second worker; as root, as its own user (as `up` starts it)
+            running = start_worker(settings, privileges.manager(settings))
         console.print(f"worker {'already ' if already else ''}running (pid {running.pid}); "
                       f"deployments: {settings.prefect_ui_url}/deployments", highlight=False, soft_wrap=True)
 

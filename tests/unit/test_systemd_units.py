@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from crowdpref.errors import ServiceError
-from services import stack, systemd
+from services import systemd
 from services.process import ServiceSpec
+from services.units import unit_specs
 from tests.conftest import REPO, cli_environment, isolated_settings
 
 ANALYZE = systemd.analyzer()
@@ -52,7 +53,7 @@ def test_units_for_every_service_of_the_profile(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("CROWDPREF_HF_TOKEN", "hf_env_token_789")  # the command's own environment
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-012")
     settings = _settings(tmp_path)
-    specs = stack.unit_specs(settings)
+    specs = unit_specs(settings)
     paths = systemd.install(settings, tmp_path / "units")
 
     by_service = {spec.name: spec for spec, _ in specs}
@@ -111,7 +112,7 @@ def test_a_service_the_profile_adds_gets_its_unit(tmp_path: Path):
     the profile is left out."""
     settings = _settings(tmp_path)
     extra = ServiceSpec(name="postgres", argv=["/bin/sleep", "1000"], env={"PGDATA": "/x"}, health=lambda: True)
-    specs = [(extra, ()), *stack.unit_specs(settings)]
+    specs = [(extra, ()), *unit_specs(settings)]
     specs = [(spec, (*needs, "postgres", "caddy") if spec.name == "portal" else needs) for spec, needs in specs]
     units = {u.service: u for u in systemd.render(settings, user="crowdpref", specs=specs)}
     assert "postgres" in units and "caddy" not in units
@@ -212,7 +213,7 @@ def test_the_public_profile_gets_a_postgres_unit_that_prepares_and_provisions(tm
     pre = pre.removeprefix("+")  # systemd's "run as root, unconfined": as `up` runs it
     assert subprocess.run(_unquote(pre), check=False, cwd="/", timeout=120).returncode == 0
     manager = ProcessManager(settings.state_dir)
-    spec = next(spec for spec, _ in stack.unit_specs(settings) if spec.name == "postgres")
+    spec = next(spec for spec, _ in unit_specs(settings) if spec.name == "postgres")
     try:
         manager.start(spec, settings.host)
         assert subprocess.run(_unquote(post.removeprefix("+")), check=False, cwd="/", timeout=120).returncode == 0
