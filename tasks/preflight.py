@@ -8,6 +8,8 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactCreate
 
 from crowdpref.preflight import Report, read_report
 from crowdpref.settings import load_settings
@@ -15,13 +17,23 @@ from tasks.artifacts import artifact_key
 
 
 def preflight_artifact(report: Report) -> Any:
-    """A markdown artifact of ``report`` (also outside a flow run: the CLI makes one when the
-    Prefect server answers); returns its id."""
-    return create_markdown_artifact(
-        key=artifact_key(report.study, "preflight"),
-        markdown=report.to_markdown(),
-        description=f"Pre-flight of the server for {report.study}: {report.verdict()}",
-    )
+    """A markdown artifact of ``report``; returns its id. Outside a flow run (the CLI makes one
+    when the Prefect server answers) through the API client: Prefect deprecates
+    ``create_markdown_artifact`` there."""
+    key, markdown = artifact_key(report.study, "preflight"), report.to_markdown()
+    description = f"Pre-flight of the server for {report.study}: {report.verdict()}"
+    if get_run_context() is not None:
+        return create_markdown_artifact(key=key, markdown=markdown, description=description)
+    with get_client(sync_client=True) as client:
+        return client.create_artifact(ArtifactCreate(key=key, type="markdown", data=markdown,
+                                                     description=description)).id
+
+
+def get_run_context() -> Any:
+    """The flow or task run this runs in (None: none)."""
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return TaskRunContext.get() or FlowRunContext.get()
 
 
 @task(name="preflight-report")
