@@ -539,6 +539,7 @@ def test_the_study_flow_shows_the_report_as_an_artifact(tmp_path: Path, monkeypa
     made: list[dict[str, Any]] = []
     monkeypatch.setattr(task_module, "load_settings", lambda: settings)
     monkeypatch.setattr(task_module, "create_markdown_artifact", lambda **kwargs: made.append(kwargs))
+    monkeypatch.setattr(task_module, "get_run_context", lambda: "a task run of the study flow")
     assert task_module.show_preflight.fn("s").startswith("no pre-flight report yet")
     write_report(_passing("s", time.time(), Check("clock in time", WARN, "+8.0 s", "NTP")), settings.runs_dir)
     assert task_module.show_preflight.fn("s") == "GO: no FAIL (1 WARN) of 1 checks"
