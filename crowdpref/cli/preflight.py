@@ -30,6 +30,11 @@ STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "di
 def preflight(
     study: Path = typer.Argument(..., help="The study config to check the server for, e.g. studies/my-study.yaml."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of lines."),
+    rehearse: int = typer.Option(0, "--rehearse", min=0, max=500, metavar="N", help="Then a dress rehearsal: N "
+                                 "simulated participants through the participant address (entry, onboarding, "
+                                 "Argilla, Finish) on a copy of the study recruited on the FAKE Prolific; reports "
+                                 "the time to the first item, webhooks, worker jobs and the capacity "
+                                 "(<state>/capacity.json), then removes the copy."),
 ) -> None:
     """Check the running stack (laptop or public profile) for a real study: services doing their
     job, the public address, Prolific, the Hub, backups, disk, clock, the config. One line per
@@ -42,7 +47,10 @@ def preflight(
 
         raise ConfigError(f"{study}: no such study config: give the path of its YAML file")
     settings = _settings()
-    report = run_preflight(settings, study, real_probes(settings))
+    probes = real_probes(settings)
+    report = run_preflight(settings, study, probes)
+    if rehearse:
+        report.add(*_rehearse(settings, study, rehearse, probes))
     path = write_report(report, settings.runs_dir)
     artifact = _artifact(settings, report)
     if as_json:
@@ -57,6 +65,47 @@ def preflight(
                       highlight=False, soft_wrap=True)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _rehearse(settings: Settings, study: Path, participants: int, probes: Any) -> list[Any]:
+    """The dress rehearsal (crowdpref.preflight.rehearsal) on the running stack: the fake Prolific
+    started as ``crowdpref demo`` starts it, the stack's own CA trusted (public profile, internal
+    TLS) by this process's TLS context. Its lines; the portal not answering is one FAIL line."""
+    from crowdpref.preflight.rehearsal import Readers, rehearse
+    from crowdpref.preflight.report import fail
+    from crowdpref.project import use_project
+
+    use_project()
+    from services import portal, stack
+
+    trust_stack_ca(settings)
+    if not portal.healthy(settings):
+        return [fail("rehearsal: participants through the stack", f"the participant portal does not answer at "
+                     f"{settings.portal_public_url}", "start the stack with `crowdpref up`")]
+    with console.status("starting the fake Prolific..."):
+        stack.start_fake_prolific(settings)
+    outcome = rehearse(settings, study, participants, Readers(probes.portal_log, probes.rq_workers),
+                       say=lambda line: err_console.print(line, highlight=False, soft_wrap=True))
+    return outcome.checks
+
+
+def trust_stack_ca(settings: Settings) -> Path | None:
+    """Public profile with Caddy's internal CA: add its root to the process's TLS context
+    (crowdpref.tls.shared_context, which every client of the simulated participants uses), so
+    the rehearsal verifies the stack's certificate without SSL_CERT_FILE. Returns the root used."""
+    if not (settings.public and settings.public_tls == "internal"):
+        return None
+    from crowdpref.project import use_project
+    from crowdpref.tls import shared_context
+
+    use_project()
+    from services import caddy
+
+    root = caddy.internal_root(settings)
+    if not root.exists():
+        return None
+    shared_context().load_verify_locations(cafile=str(root))
+    return root
 
 
 def _artifact(settings: Settings, report: Any) -> str | None:

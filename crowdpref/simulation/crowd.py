@@ -54,7 +54,7 @@ from crowdpref.onboarding import ChoiceItem, OnboardingConfig, grade, onboarding
 from crowdpref.errors import ConfigError, CrowdprefError
 from crowdpref.runfolder import write_parquet
 from crowdpref.settings import Settings
-from crowdpref.simulation.arrivals import DirectDoor, Door, ScreenedOut
+from crowdpref.simulation.arrivals import Arrival, DirectDoor, Door, ScreenedOut
 from crowdpref.store import ParticipantState
 
 TRUTH_COLUMNS = ["username", "item_id", "kind", "hidden_quality", "text"]
@@ -439,54 +439,55 @@ class SimulatedCrowd:
                 arrival = door.come_back(key)  # a returning participant: same account, same work
                 if arrival is None or arrival.participant.status != "active":
                     continue
-                participant = arrival.participant
-                self.bind(key, participant.username)  # bookkeeping: the key's behaviour follows them
-                session = AnnotatorSession(api_url, participant.username, arrival.password, token=arrival.token)
-                try:
-                    dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
-                    if dataset is None:
-                        continue
-                    report.participants_played += 1
-                    pending = session.pending_records(dataset["id"])
-                    budget = len(pending)
-                    dropping = self.drops_out(key)
-                    if dropping:
-                        report.dropouts.append(participant.username)
-                        answered = len(participant.assignments) - len(pending)
-                        # 1 .. Q-1 answers over all their records (Q: their study items, the quality
-                        # checks not counted), so at least one study item stays undone whatever order
-                        # the queue shows (a check may be among the records answered). Simulator
-                        # bookkeeping only: what a check asks is never looked up.
-                        items = sum(not is_check(a.item_id) for a in participant.assignments)
-                        leave_after = self.answers_before_leaving(key, items)
-                        budget = max(0, leave_after - answered)
-                    submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
-                    report.answers_submitted += session.submit(submissions) if submissions else 0
-                finally:
-                    session.close()
-                if dropping:
-                    report.left += int(door.leave(key, "return"))
-                elif door.finish(key) is not None:
-                    report.finished += 1
+                self.work(collection, api_url, answer, key, arrival, door, report)
         finally:
             door.close()
         return report
 
-    def play_study1(
-        self,
-        collection: Collection,
-        api_url: str,
-        questions: pd.DataFrame,
-        truth_path: Path,
-        arrivals: int | None = None,
-        door: Door | None = None,
-    ) -> CrowdReport:
-        """Writers arrive, claim and answer their pending questions as Argilla shows them (the
-        question text of the record; a careful writer follows an instruction it reads there);
-        each answer's hidden quality goes to the truth file (``truth_path``, appended).
-        ``questions`` is kept for callers; the crowd reads the records."""
-        truth: list[dict[str, object]] = []
-        kinds: Counter[str] = Counter()
+    def work(self, collection: Collection, api_url: str, answer: Callable[[ParticipantState, dict], dict], key: str,
+             arrival: Arrival, door: Door, report: CrowdReport,
+             on_queue: Callable[[list[dict]], None] | None = None) -> None:
+        """One participant who got in (``arrival``) works: opens Argilla at ``api_url`` with what
+        their browser holds, answers what is pending with ``answer`` (a drop-out only their
+        share, then returns the study), and finishes through the door. ``on_queue``: called with
+        their queue as soon as Argilla answered it (the dress rehearsal times it)."""
+        participant = arrival.participant
+        self.bind(key, participant.username)  # bookkeeping: the key's behaviour follows them
+        session = AnnotatorSession(api_url, participant.username, arrival.password, token=arrival.token)
+        try:
+            dataset = next((d for d in session.datasets() if d["name"] == collection.dataset_name), None)
+            if dataset is None:
+                return
+            report.participants_played += 1
+            pending = session.pending_records(dataset["id"])
+            if on_queue is not None:
+                on_queue(pending)
+            budget = len(pending)
+            dropping = self.drops_out(key)
+            if dropping:
+                report.dropouts.append(participant.username)
+                answered = len(participant.assignments) - len(pending)
+                # 1 .. Q-1 answers over all their records (Q: their study items, the quality
+                # checks not counted), so at least one study item stays undone whatever order
+                # the queue shows (a check may be among the records answered). Simulator
+                # bookkeeping only: what a check asks is never looked up.
+                items = sum(not is_check(a.item_id) for a in participant.assignments)
+                leave_after = self.answers_before_leaving(key, items)
+                budget = max(0, leave_after - answered)
+            submissions = [(record["id"], answer(participant, record)) for record in pending[:budget]]
+            report.answers_submitted += session.submit(submissions) if submissions else 0
+        finally:
+            session.close()
+        if dropping:
+            report.left += int(door.leave(key, "return"))
+        elif door.finish(key) is not None:
+            report.finished += 1
+
+    def study1_writer(self, truth: list[dict[str, object]],
+                      kinds: Counter[str]) -> Callable[[ParticipantState, dict], dict]:
+        """How this crowd's writers answer a study-1 record as Argilla shows it (the question
+        text; a careful writer follows an instruction it reads there); each written answer's
+        hidden quality is appended to ``truth`` and its kind counted in ``kinds``."""
 
         def write(participant: ParticipantState, record: dict) -> dict:
             item = record["external_id"]
@@ -504,6 +505,24 @@ class SimulatedCrowd:
             kinds[written.kind] += 1
             return {"response": written.text, "quality": rating}
 
+        return write
+
+    def play_study1(
+        self,
+        collection: Collection,
+        api_url: str,
+        questions: pd.DataFrame,
+        truth_path: Path,
+        arrivals: int | None = None,
+        door: Door | None = None,
+    ) -> CrowdReport:
+        """Writers arrive, claim and answer their pending questions as Argilla shows them (the
+        question text of the record; a careful writer follows an instruction it reads there);
+        each answer's hidden quality goes to the truth file (``truth_path``, appended).
+        ``questions`` is kept for callers; the crowd reads the records."""
+        truth: list[dict[str, object]] = []
+        kinds: Counter[str] = Counter()
+        write = self.study1_writer(truth, kinds)
         report = self.visit(collection, api_url, write, arrivals=arrivals, door=door)
         report.kinds = dict(kinds)
         _append_truth(truth_path, truth)

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from sqlalchemy import Connection, Row, bindparam, exists, func, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from crowdpref.contracts import SOURCES
@@ -82,6 +82,42 @@ class ClaimsStore(StoreBase):
             return None
         return CollectionInfo(row.id, row.study, row.key, row.copies, row.per_participant, row.seed,
                               bool(row.counterbalance), row.username_prefix)
+
+    PER_COLLECTION_META = ("prolific-places-capped",)
+    """Meta entries named ``<prefix>:<collection id>`` (crowdpref.recruitment.CAP_META); a study's
+    own entries are named ``<prefix>:<study name>`` (its config path, Prolific group, filters)."""
+
+    def delete_study(self, study: str) -> dict[str, int]:
+        """Remove every row of the study ``study`` (both collections) in ONE transaction: its
+        collections, items, item counts, accounts, participants, assignments, releases, events,
+        onboarding, Prolific study records, pending webhook deliveries acting on it, invitation
+        links and its meta entries. For throw-away studies (the pre-flight's dress rehearsal);
+        nothing in Argilla or on disk is touched. Returns the rows removed per table (all 0 for
+        a study the store does not know)."""
+        c, p = t.collections.c, t.participants.c
+        removed: dict[str, int] = {}
+        with self._write() as conn:
+            cids = list(conn.execute(select(c.id).where(c.study == study)).scalars())
+            by_collection = [
+                (t.releases, t.releases.c.participant_id.in_(select(p.id).where(p.collection_id.in_(cids)))),
+                (t.assignments, t.assignments.c.collection_id.in_(cids)),
+                (t.onboarding, t.onboarding.c.collection_id.in_(cids)),
+                (t.item_counts, t.item_counts.c.collection_id.in_(cids)),
+                (t.events, t.events.c.collection_id.in_(cids)),
+                (t.platform_studies, t.platform_studies.c.collection_id.in_(cids)),
+                (t.webhook_deliveries, t.webhook_deliveries.c.collection_id.in_(cids)),
+                (t.participants, p.collection_id.in_(cids)),
+                (t.accounts, t.accounts.c.collection_id.in_(cids)),
+                (t.items, t.items.c.collection_id.in_(cids)),
+                (t.collections, c.id.in_(cids)),
+                (t.invites, t.invites.c.study == study),
+                (t.meta, or_(t.meta.c.name.like(f"%:{_like_literal(study)}", escape="\\"),
+                             t.meta.c.name.in_([f"{prefix}:{cid}" for prefix in self.PER_COLLECTION_META
+                                                for cid in cids]))),
+            ]
+            for table, where in by_collection:
+                removed[table.name] = int(conn.execute(delete(table).where(where)).rowcount or 0)
+        return removed
 
     def items(self, cid: int) -> list[str]:
         """The collection's items in order, without retired ones (:meth:`retire_items`): the
@@ -284,3 +320,8 @@ def _open_items(conn: Connection, info: CollectionInfo, key_hash: str) -> list[R
 
 def _tiebreak(*parts: object) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
+
+
+def _like_literal(text: str) -> str:
+    """``text`` for a LIKE pattern, its wildcards taken literally (escape character: backslash)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
