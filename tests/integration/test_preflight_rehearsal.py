@@ -113,3 +113,15 @@ def test_rehearsal_reports_measures_and_leaves_nothing(study_env: Path, argilla_
             assert not (settings.runs_dir / name).exists() and not (settings.runs_dir / f"{name}.yaml").exists()
     finally:
         store.close()
+
+
+def test_delete_study_on_postgresql(postgres_url: str) -> None:
+    """Store.delete_study in one transaction on PostgreSQL too (its foreign keys are enforced)."""
+    from crowdpref.store import Store
+    from tests.unit.test_preflight_rehearsal import check_delete_study
+
+    store = Store(postgres_url)
+    try:
+        check_delete_study(store)
+    finally:
+        store.close()
