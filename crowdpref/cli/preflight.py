@@ -48,9 +48,11 @@ def preflight(
         raise ConfigError(f"{study}: no such study config: give the path of its YAML file")
     settings = _settings()
     probes = real_probes(settings)
+    # the rehearsal first, so that the checks see the work it sent (jobs, webhooks, the capacity);
+    # its lines come after theirs
+    rehearsed = _rehearse(settings, study, rehearse, probes) if rehearse else []
     report = run_preflight(settings, study, probes)
-    if rehearse:
-        report.add(*_rehearse(settings, study, rehearse, probes))
+    report.add(*rehearsed)
     path = write_report(report, settings.runs_dir)
     artifact = _artifact(settings, report)
     if as_json:

@@ -86,7 +86,7 @@ class Entry:
                 log.warning("study '%s' is an UNVERIFIED pilot (prolific.verify: false): arrivals are not checked "
                             "with Prolific, anyone who forms a link gets work", study)
             return Visitor(pid, source, session_id, study_id)
-        external_id = self._prolific_study_id(self.collection(study, key).info.id)
+        external_id = self._prolific_study_id(self.collection(study, key).info.id, study)
         if external_id is None:
             raise Refusal(409, "Not open yet", "This study is not open yet. " + RETURN_WORDING)
         if external_id != study_id:  # no Prolific call: counted against nothing
@@ -106,15 +106,17 @@ class Entry:
                           f"Prolific says your submission is {submission.status.lower()}, so it cannot continue.")
         return Visitor(pid, source, session_id, study_id)
 
-    def _prolific_study_id(self, cid: int) -> str | None:
+    def _prolific_study_id(self, cid: int, study: str) -> str | None:
         """The Prolific study of collection ``cid`` (None: not published yet), read from the
-        store until it has one, then kept (the store never changes it: one per collection)."""
-        known = self._prolific_studies.get(cid)
+        store until it has one, then kept (the store never changes it: one per collection). Kept
+        by study name too: a deleted study's collection id can come back (SQLite reuses the
+        highest id; the pre-flight's rehearsals are deleted)."""
+        known = self._prolific_studies.get((study, cid))
         if known is None:
             platform = self.store.platform_study(cid)
             if platform is None:
                 return None
-            known = self._prolific_studies[cid] = platform.external_id
+            known = self._prolific_studies[(study, cid)] = platform.external_id
         return known
 
     def _invitation(self, study: str, key: Key, params: Mapping[str, str], config: StudyConfig) -> str:

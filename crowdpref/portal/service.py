@@ -86,7 +86,7 @@ class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWe
         self._person_locks = [threading.Lock() for _ in range(64)]
         self.limits = entry_limiters()
         self.submission_lists = SubmissionLists()  # past the budget of look-ups: arrivals checked here
-        self._prolific_studies: dict[int, str] = {}  # collection id -> its Prolific study (never changes)
+        self._prolific_studies: dict[tuple[str, int], str] = {}  # (study, collection id) -> its Prolific study
         self._unverified_logged: set[str] = set()
         self.after_reply = AfterReply(self.run_delivery, after_reply_workers)
         # screen-out payments after the screened-out page's reply (one thread; none with 0 workers:
