@@ -14,7 +14,8 @@ returns a :class:`StudyProgress` with:
   the work excluded for failed checks, and the participants flagged too fast
   (:func:`crowdpref.work_quality.time_on_task`; None when the study's ``too_fast_seconds`` is 0);
 - **places on Prolific**: the store's record of the collection's Prolific study (its state and
-  places), and, with ``ask_prolific``, what Prolific says now (status, places, places taken,
+  places), the pacing of its places as the last collection run or sync decided it
+  (:class:`Pacing`: open / needed / cap, and the next step), and, with ``ask_prolific``, what Prolific says now (status, places, places taken,
   submissions per status) - one call each, no retry, a short timeout; when Prolific cannot be
   reached, :attr:`LivePlaces.error` says why in one line;
 - **spend so far** (studies that recruit on Prolific): participants whose approval the store
@@ -71,6 +72,23 @@ class Places:
     platform: str  # prolific
     state: str  # as recorded at the last recruit or sync: unpublished, active, paused...
     places: int | None
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How the study's places open, as the last collection run or sync decided
+    (:func:`crowdpref.recruitment.raise_places`): None fields are what it did not record."""
+
+    pace: str  # e.g. "paced: 10 places per step, at least 10 s apart (capacity 1 arrival/s, ...)"
+    open: int | None  # places open after that run
+    needed: int | None  # places the work needed then
+    cap: int | None  # the budget cap (max_places)
+    next_step: str  # what happens next, in words
+    at: float | None = None  # when (the store's clock)
+
+    def describe(self) -> str:
+        numbers = "/".join("?" if n is None else str(n) for n in (self.open, self.needed, self.cap))
+        return f"{numbers} open/needed/cap; next: {self.next_step}"
 
 
 @dataclass(frozen=True)
@@ -152,6 +170,7 @@ class PartProgress:
     withdrawn_participants: int = 0
     checks: Checks | None = None
     platform: Places | None = None  # the store's record of its Prolific study
+    pacing: Pacing | None = None  # how its places open (None: no decision recorded yet)
     live: LivePlaces | None = None  # what Prolific said now (None: not asked)
     spend: Spend | None = None  # None: the study does not recruit on Prolific
     onboarding: Onboarding | None = None  # None: the study has no onboarding
@@ -295,6 +314,7 @@ def _part(config: StudyConfig, store: Store | None, key: StudyKey) -> PartProgre
         withdrawn_participants=sum(p.withdrawn_at is not None for p in participants),
         checks=_checks(section, participants, report),
         platform=_places(store.platform_study(info.id)),
+        pacing=_pacing(store, info.id),
         spend=_spend(config, key, len(items), participants, approved, rejected),
         onboarding=_onboarding(store, info.id) if section.onboarding is not None else None,
     )
@@ -305,6 +325,24 @@ def _onboarding(store: Store, cid: int) -> Onboarding:
     by = Counter(r.status for r in records)
     return Onboarding(len(records), by["in_progress"], by["passed"], by["screened_out"],
                       sum(r.attempts_used for r in records))
+
+
+def _pacing(store: Store, cid: int) -> Pacing | None:
+    """The last pacing decision the store keeps (a JSON meta value); None when there is none or
+    it cannot be read."""
+    import json
+
+    from crowdpref.launch_pacing import PACING_META
+
+    raw = store.get_meta(PACING_META.format(cid=cid))
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return Pacing(str(data.get("pace", "")), data.get("open"), data.get("needed"), data.get("cap"),
+                  str(data.get("next", "")), data.get("at"))
 
 
 def _places(record: PlatformStudy | None) -> Places | None:
@@ -397,5 +435,5 @@ def describe_percent(part: PartProgress) -> str:
     return f"{part.submitted}/{needed}" + ("" if percent is None else f" ({percent:g}%)")
 
 
-__all__ = ["Checks", "LivePlaces", "PartProgress", "Spend", "StudyProgress", "describe_percent",
+__all__ = ["Checks", "LivePlaces", "Pacing", "PartProgress", "Spend", "StudyProgress", "describe_percent",
            "open_for_reading", "store_url", "study_progress"]

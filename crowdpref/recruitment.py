@@ -115,14 +115,17 @@ def screen_out_terms(config: StudyConfig, key: str, places: int) -> tuple[int, i
 
 def study_payload(config: StudyConfig, key: str, settings: Any, completion_code: str, *, places: int,
                   completers_group: str | None = None, blocklist_group: str | None = None,
-                  screen_out_code: str | None = None) -> dict[str, Any]:
+                  screen_out_code: str | None = None, open_places: int | None = None) -> dict[str, Any]:
     """The body of ``POST /studies/`` for one collection. With an onboarding quiz and a
     ``screen_out_code`` (:meth:`~crowdpref.store.Store.screen_out_code`), a second completion code
     (``SCREENED_OUT``, action ``FIXED_SCREEN_OUT_PAYMENT``: :func:`screen_out_terms`) pays the
     people the quiz turns away; its actor is ``researcher``, so only crowdpref can give it, through
     the API (:func:`pay_screen_out`). ``maximum_allowed_time`` is the study's
     ``inactive_after_minutes`` (at least Prolific's least for the estimated time): crowdpref never
-    releases for inactivity someone whom Prolific still gives time."""
+    releases for inactivity someone whom Prolific still gives time. ``places``: the planned first
+    places (the screen-out slots follow them); ``open_places``: the places it opens with (a paced
+    launch's first step, :mod:`crowdpref.launch_pacing`; default ``places``).
+    ``launch.max_concurrent_submissions``, when set, goes into ``submissions_config``."""
     from crowdpref.portal.links import prolific_entry_url
 
     part = config.prolific.study1 if key == "study1" else config.prolific.study2
@@ -149,6 +152,9 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
         # gives it through the API to exactly the submissions its quiz screened out
         codes.append({"code": screen_out_code, "code_type": "SCREENED_OUT", "actor": "researcher", "actions": [
             {"action": "FIXED_SCREEN_OUT_PAYMENT", "fixed_screen_out_reward": reward, "slots": slots}]})
+    submissions_config: dict[str, Any] = {"max_submissions_per_participant": 1}
+    if part.launch.max_concurrent_submissions is not None:
+        submissions_config["max_concurrent_submissions"] = part.launch.max_concurrent_submissions
     what = ("write short answers to questions about everyday social situations" if key == "study1"
             else "compare pairs of answers to questions about everyday social situations")
     return {
@@ -159,13 +165,26 @@ def study_payload(config: StudyConfig, key: str, settings: Any, completion_code:
         "external_study_url": prolific_entry_url(settings, config.name, key),
         "prolific_id_option": "url_parameters",
         "completion_codes": codes,
-        "total_available_places": places,
+        "total_available_places": places if open_places is None else open_places,
         "estimated_completion_time": part.estimated_completion_minutes,
         "maximum_allowed_time": max_minutes,
         "reward": part.reward,
         "filters": filters,
-        "submissions_config": {"max_submissions_per_participant": 1},
+        "submissions_config": submissions_config,
     }
+
+
+def _record_first_step(store: Any, cid: int, pace: Any, opened: int, planned: int, cap: int) -> None:
+    """What ``crowdpref progress`` shows before the first sync: the places the study opened with."""
+    import json
+
+    from crowdpref.launch_pacing import PACING_META
+
+    left = planned - opened
+    store.set_meta(PACING_META.format(cid=cid), json.dumps({
+        "open": opened, "needed": planned, "cap": cap, "pace": pace.describe(), "at": store.clock(),
+        "next": f"+{min(pace.step, left)} as people take these and claim their work" if left > 0
+        else f"none: all {planned} first places are open"}))
 
 
 def group_name(config: StudyConfig) -> str:
@@ -218,7 +237,7 @@ def _completers_group(config: StudyConfig, store: Any, client: Any, settings: An
 
 
 def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, client: Any, *,
-                          publish: bool = True, before_publish: Any = None) -> Any:
+                          publish: bool = True, before_publish: Any = None, pace: Any = None) -> Any:
     """The collection's Prolific study, created at most once and published. Idempotent: the
     store's record first; else a Prolific study with our internal name (a run killed between
     creating and recording adopts it); else a new one (a creation whose reply was lost is looked
@@ -227,6 +246,9 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
     that study 2 blocklists; study 2 creates that group when study 1 was not recruited yet.
     Publishing is a transition only from UNPUBLISHED, and ``before_publish`` (the pre-flight's
     gate, :func:`crowdpref.preflight.gate.publish_guard`) is called just before it: it may refuse.
+    ``pace`` (:class:`crowdpref.launch_pacing.Pace`, what the recruit task passes): a paced
+    launch's new study opens only its first step (:func:`~crowdpref.launch_pacing.first_places`);
+    None opens every planned place at once (for callers that drive arrivals themselves).
     Returns the store's PlatformStudy."""
     from crowdpref.prolific import ProlificAmbiguous, ProlificError
 
@@ -237,13 +259,16 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
         study = next((s for s in client.list_studies() if s.internal_name == wanted), None)
         group = store.get_meta(GROUP_META.format(study=config.name))
         if study is None:
+            from crowdpref.launch_pacing import UNPACED, first_places
+
             group = _completers_group(config, store, client, settings)
-            places = (config.prolific.study1 if key == "study1" else config.prolific.study2).places
-            payload = study_payload(config, key, settings, store.completion_code(cid),
-                                    places=places or default_places(collection),
+            part = config.prolific.study1 if key == "study1" else config.prolific.study2
+            planned = part.initial_places(default_places(collection))
+            opening = first_places(planned, part.places_cap(default_places(collection)), pace or UNPACED)
+            payload = study_payload(config, key, settings, store.completion_code(cid), places=planned,
                                     completers_group=group if key == "study1" else None,
                                     blocklist_group=group if key == "study2" else None,
-                                    screen_out_code=store.screen_out_code(cid))
+                                    screen_out_code=store.screen_out_code(cid), open_places=opening)
             try:
                 study = client.create_study(payload)
             except ProlificAmbiguous:  # sent, reply lost: it may exist - adopt it, never create twice
@@ -256,7 +281,9 @@ def ensure_prolific_study(collection: Any, config: StudyConfig, settings: Any, c
                                 after="a lost reply")
             else:
                 store.log_event(cid, "platform_study_created", platform="prolific",
-                                places=study.total_available_places)
+                                places=study.total_available_places, planned=planned)
+            _record_first_step(store, cid, pace or UNPACED, study.total_available_places, planned,
+                               part.places_cap(default_places(collection)))
         else:
             store.log_event(cid, "platform_study_adopted", platform="prolific", status=study.status)
         platform = store.save_platform_study(cid, "prolific", study.id, study.status.lower() or "unpublished",
@@ -305,8 +332,6 @@ def setup_webhooks(settings: Any, store: Any, client: Any, workspace_id: str | N
 # --- reconciliation ----------------------------------------------------------------------------------------
 # statuses that give the place back: the participant's unfinished work returns to the pool
 FREEING = ("RETURNED", "TIMED-OUT", "REJECTED")
-# study statuses whose places can still be raised (not COMPLETED / AWAITING REVIEW)
-RAISABLE = ("UNPUBLISHED", "SCHEDULED", "ACTIVE", "PAUSED")
 
 
 @dataclass
@@ -504,16 +529,117 @@ def review_decision(participant: Any | None, config: StudyConfig, key: str, auto
     return ReviewDecision("review", "complete: approve")
 
 
-def places_needed(places: int, submissions: list[Any], unclaimed: int, per_participant: int) -> int | None:
-    """The places a study needs so that work nobody holds can be claimed: every unclaimed slot
-    needs a place (``per_participant`` slots per person) that no submission holds (a RETURNED,
-    TIMED-OUT or REJECTED one gave its place back). The new total, or None when the free places
-    suffice. Pure."""
-    if unclaimed <= 0:
+def holding(submissions: list[Any]) -> list[Any]:
+    """The submissions that hold a place: not RETURNED, TIMED-OUT or REJECTED (they gave it back)
+    nor SCREENED OUT (paid the screen-out reward; its place is free again). Pure."""
+    return [s for s in submissions if s.status not in FREEING + ("SCREENED OUT",)]
+
+
+def _started_s_ago(started_at: str | None, now: float) -> float | None:
+    """Seconds since a submission's ``started_at`` (ISO 8601, Z or an offset); None when it is
+    missing or not a time."""
+    from datetime import UTC, datetime
+
+    if not started_at:
         return None
-    needed = math.ceil(unclaimed / max(1, per_participant))
-    free = max(0, places - sum(1 for s in submissions if s.status not in FREEING + ("SCREENED OUT",)))
-    return places + (needed - free) if needed > free else None
+    try:
+        when = datetime.fromisoformat(str(started_at))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return now - when.timestamp()
+
+
+def places_state(collection: Any, config: StudyConfig, study: Any, submissions: list[Any], unclaimed: int) -> Any:
+    """What the pace decides from (:class:`crowdpref.launch_pacing.PlacesNow`), read now from
+    Prolific's study and submissions and the store - never from a counter kept in memory: the
+    places needed are the people holding a place who claimed work, plus one person per
+    ``per_participant`` slots nobody holds (``unclaimed``; at least the config's first places
+    while work waits); ``arriving``: people who took a place in the last
+    :data:`~crowdpref.launch_pacing.ARRIVING_FOR_S` s and are not in the portal yet (neither
+    claimed nor began the onboarding); the time since the last raise (or the publish) from the
+    store's event log."""
+    from crowdpref.launch_pacing import (
+        ARRIVING_FOR_S,
+        PUBLISH_EVENT,
+        RAISE_EVENT,
+        PlacesNow,
+    )
+
+    store, cid, key = collection.store, collection.info.id, collection.spec.key
+    part = config.prolific.study1 if key == "study1" else config.prolific.study2
+    batches = default_places(collection)
+    holders = holding(submissions)
+    claimed = store.key_hashes(cid)
+    seen = claimed | {o.key_hash for o in store.onboarding_records(cid)}
+    now = store.clock()
+    holders_with_work, arriving = 0, 0
+    for submission in holders:
+        person = store.key_hash(submission.participant_id.lower())  # as the portal hashes the entry's id
+        if person in claimed:
+            holders_with_work += 1
+        elif person not in seen:
+            ago = _started_s_ago(submission.started_at, now)
+            arriving += ago is not None and ago < ARRIVING_FOR_S
+    needed = study.total_available_places
+    if unclaimed > 0:
+        people = math.ceil(unclaimed / max(1, collection.info.per_participant))
+        needed = max(holders_with_work + people, part.initial_places(batches))
+    raises = store.events(cid, kinds=[RAISE_EVENT, PUBLISH_EVENT])
+    since = now - float(raises[-1]["at"]) if raises else None
+    return PlacesNow(needed=needed, cap=part.places_cap(batches), open=study.total_available_places,
+                     taken=len(holders), arriving=arriving, since_last_raise_s=since)
+
+
+def raise_places(collection: Any, config: StudyConfig, client: Any, study: Any, submissions: list[Any],
+                 pace: Any = None) -> Any:
+    """Apply the pace (:func:`crowdpref.launch_pacing.places_now`) to the collection's Prolific
+    study, read just now (``study``, ``submissions``): raise its places through the API when
+    the decision says so, record the raise (``places_raised`` event, the store's places) and
+    keep the decision for ``crowdpref progress`` (store meta). None, nothing sent, when nothing
+    may be raised: the work is complete, or the study's status forbids it
+    (:func:`~crowdpref.launch_pacing.may_raise`). ``pace`` None: all at once."""
+    import json
+
+    from crowdpref.launch_pacing import (
+        PACING_META,
+        RAISE_EVENT,
+        UNPACED,
+        may_raise,
+        places_now,
+    )
+
+    store, cid = collection.store, collection.info.id
+    pace = pace or UNPACED
+    taken = len(holding(submissions))
+    meta = PACING_META.format(cid=cid)
+    progress = collection.progress()
+    if progress.complete:
+        if store.get_meta(meta):
+            store.set_meta(meta, "")
+        return None
+    if not may_raise(study.status, study.total_available_places, taken):
+        stopped = " with places open: a person stopped it, and crowdpref does not reopen it (raise its places " \
+                  "on Prolific to)" if study.status == "COMPLETED" else ""
+        store.set_meta(meta, json.dumps({"status": study.status, "open": study.total_available_places,
+                                         "taken": taken, "pace": pace.describe(), "at": store.clock(),
+                                         "next": f"none while the study is {study.status.lower()}{stopped}"}))
+        return None
+    now = places_state(collection, config, study, submissions, progress.unclaimed)
+    decision = places_now(now, pace)
+    state = study.status.lower()
+    if decision.raise_to is not None:
+        raised = client.increase_places(study.id, decision.total)
+        state = raised.status.lower() or state
+        store.save_platform_study(cid, "prolific", study.id, state, places=decision.total)
+        store.log_event(cid, RAISE_EVENT, places=decision.total, before=decision.open, in_flight=decision.in_flight,
+                        needed=decision.needed, paced=pace.paced, status=study.status)
+    store.set_meta(meta, json.dumps({
+        "status": state.upper(), "open": decision.total, "taken": now.taken, "arriving": now.arriving,
+        "needed": decision.needed, "cap": decision.cap, "target": decision.target, "in_flight": decision.in_flight,
+        "pace": pace.describe(), "reason": decision.reason, "next": decision.next_step, "at": store.clock()}))
+    return decision
 
 
 # --- screen-outs and return requests ------------------------------------------------------------------------
@@ -569,14 +695,16 @@ def ask_to_return(store: Any, cid: int, client: Any, submission_id: str, partici
 
 
 def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_approve: bool | None = None,
-                  private_dir: Path | str | None = None) -> SyncReport:
+                  private_dir: Path | str | None = None, pace: Any = None) -> SyncReport:
     """Reconcile the collection's Prolific submissions with the store: release the work of
     RETURNED / TIMED-OUT / REJECTED participants still active here (the backstop for lost
     webhooks); approve AWAITING REVIEW submissions whose work crowdpref verified
     (:func:`review_decision`; ``auto_approve``, default ``prolific.auto_approve``; one bulk call,
     recorded as sent before it is sent and never repeated: a lost reply is read back by the next
     sync) or list them for review; raise places when work waits that nobody can claim, up to the
-    budget cap (``prolific.studyN.max_places``; the report says when it stops there).
+    budget cap (``prolific.studyN.max_places``; the report says when it stops there), at the
+    ``pace`` (:class:`crowdpref.launch_pacing.Pace`: steps as the people who took the last ones
+    arrive; None: all at once) - :func:`raise_places`.
 
     Screen-outs: a submission still RESERVED / ACTIVE whose person the store recorded as screened
     out by the onboarding quiz gets the researcher-actor screen-out code (:func:`pay_screen_out`:
@@ -740,26 +868,19 @@ def sync_prolific(collection: Any, config: StudyConfig, client: Any, *, auto_app
             report.approved_now += len(to_approve)
             report.approved += len(to_approve)
             report.awaiting_review -= len(to_approve)
-    # places: work nobody holds needs someone to take it (a finished study takes nobody), up to
-    # the budget cap (prolific.studyN.max_places)
+    # places: work nobody holds needs someone to take it (a finished study takes nobody), at the
+    # launch's pace, up to the budget cap (prolific.studyN.max_places)
     report.places = study.total_available_places
-    progress = collection.progress()
-    total = None if progress.complete or study.status not in RAISABLE else places_needed(
-        study.total_available_places, submissions, progress.unclaimed, collection.info.per_participant)
     note = ""
-    if total is not None:
-        part = config.prolific.study1 if key == "study1" else config.prolific.study2
-        cap = part.places_cap(default_places(collection))
-        allowed = min(total, max(cap, study.total_available_places))
-        if allowed < total:
-            report.places_capped_at, report.places_short = cap, total - allowed
-            note = cap_note(key, cap, total - allowed)
+    decision = raise_places(collection, config, client, study, submissions, pace)
+    if decision is not None:
+        report.places = max(report.places, decision.total)
+        if decision.raise_to is not None:
+            report.places_raised_to = decision.total
+        if decision.short:
+            report.places_capped_at, report.places_short = decision.cap, decision.short
+            note = cap_note(key, decision.cap, decision.short)
             log.warning("%s: %s", key, note)
-        if allowed > study.total_available_places:
-            client.increase_places(platform.external_id, allowed)
-            report.places = report.places_raised_to = allowed
-            store.save_platform_study(cid, "prolific", platform.external_id, platform.state, places=allowed)
-            store.log_event(cid, "places_raised", places=allowed, unclaimed=progress.unclaimed)
     if note or store.get_meta(CAP_META.format(cid=cid)):
         store.set_meta(CAP_META.format(cid=cid), note)  # what the collection's monitoring shows
     if private_dir is not None:

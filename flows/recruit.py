@@ -20,7 +20,9 @@ def recruit(study: str = "studies/demo.yaml", key: Literal["auto", "study1", "st
     study it recorded (or, after a run killed mid-way, the one with its internal name) and
     never creates another. The external URL is the portal's entry with Prolific's
     placeholders; the completion code is the collection's. Study 1's completers join a
-    participant group that study 2 blocklists.
+    participant group that study 2 blocklists. A paced launch (`prolific.studyN.launch`, the
+    default) opens only its first step of places; each collection run and `sync-prolific` opens
+    the next as people arrive, at the pace the server's measured capacity allows.
 
     `key: auto` (what `crowdpref run recruit STUDY` uses) recruits the collection that is
     being collected: study 2 once its pairs exist, else study 1 while its answers are not all

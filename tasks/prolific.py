@@ -25,6 +25,15 @@ from tasks.artifacts import artifact_key
 from tasks.retries import NETWORK
 
 
+def launch_pace(config: Any, key: StudyKey, settings: Any) -> Any:
+    """The study's launch pace on this server: ``prolific.studyN.launch`` against the capacity
+    the dress rehearsal measured (``<state>/capacity.json``; the default without one)."""
+    from crowdpref.launch_pacing import study_pace
+    from crowdpref.preflight.host import read_capacity
+
+    return study_pace(config, key, read_capacity(settings.state_dir))
+
+
 def prolific_study_link(target: Any, study_id: str) -> str:
     """Where a person sees the study: Prolific's researcher app, or the fake Prolific of a
     simulation (it has no researcher pages: its address)."""
@@ -39,14 +48,16 @@ def publish_prolific_study(study: str, key: StudyKey, skip_preflight: bool = Fal
     """Create (at most once) and publish the collection's Prolific study; returns its id,
     state and places. On the real Prolific, publishing waits for a passed pre-flight less than a
     day old (:mod:`crowdpref.preflight.gate`); ``skip_preflight`` goes ahead and records
-    ``skipped_by`` (default: the OS user) in the study's events."""
+    ``skipped_by`` (default: the OS user) in the study's events. A paced launch opens its first
+    step only (:func:`launch_pace`); the collection runs and the sync open the rest."""
     from crowdpref.preflight.gate import Skip, publish_guard
 
     config, settings = load_study(study), load_settings()
     collection = open_collection(study, key)
     guard = publish_guard(config, settings, collection, Skip.of(skipped_by) if skip_preflight else None)
     with prolific_client(config, settings) as client:
-        platform = ensure_prolific_study(collection, config, settings, client, before_publish=guard)
+        platform = ensure_prolific_study(collection, config, settings, client, before_publish=guard,
+                                         pace=launch_pace(config, key, settings))
     target = prolific_target(config, settings)  # not None: prolific_client refused a study without one
     create_link_artifact(
         key=artifact_key(config.name, f"{key}-prolific-study"),
@@ -60,13 +71,14 @@ def publish_prolific_study(study: str, key: StudyKey, skip_preflight: bool = Fal
 @task(name="sync-prolific-submissions", **NETWORK)
 def sync_prolific_submissions(study: str, key: StudyKey) -> dict[str, Any]:
     """Reconcile one collection's Prolific submissions with the store (see
-    :func:`crowdpref.recruitment.sync_prolific`); a table artifact with the counts."""
+    :func:`crowdpref.recruitment.sync_prolific`), places raised at the launch's pace
+    (:func:`launch_pace`); a table artifact with the counts."""
     config, settings = load_study(study), load_settings()
     collection = open_collection(study, key)
     run = RunFolder.for_study(settings.runs_dir, config.name)
     with prolific_client(config, settings) as client:
         report = sync_prolific(collection, config, client, auto_approve=config.prolific.auto_approve,
-                               private_dir=run.private_dir)
+                               private_dir=run.private_dir, pace=launch_pace(config, key, settings))
     notes = [note for note in (
         report.budget_note(),
         f"the approval of {report.approvals_unconfirmed} submission(s) was sent and got no reply: not repeated, "

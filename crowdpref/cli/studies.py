@@ -21,15 +21,22 @@ def validate(study: Path = typer.Argument(..., help="A study config, e.g. studie
 def _validate(study: Path) -> None:
     from crowdpref.config import load_study
     from crowdpref.config.explain import dropout_warnings, validation_rows
+    from crowdpref.launch_pacing import launch_report
+    from crowdpref.preflight.host import read_capacity
+    from crowdpref.recruitment import recruits_on_prolific
 
     config = load_study(study)
+    launch_rows: list[tuple[str, str]] = []
+    launch_warnings: list[str] = []
+    if recruits_on_prolific(config):  # the pace against this server's measured capacity (<state>/capacity.json)
+        launch_rows, launch_warnings = launch_report(config, read_capacity(_settings().state_dir))
     table = Table(title=f"{study}: valid")
     table.add_column("setting")
     table.add_column("value")
-    for label, value in validation_rows(config):
+    for label, value in validation_rows(config) + launch_rows:
         table.add_row(label, str(value))
     console.print(table)
-    for line in dropout_warnings(config):  # a warning, not an error: the config is valid
+    for line in dropout_warnings(config) + launch_warnings:  # warnings, not errors: the config is valid
         print(line, file=sys.stderr)
 
 

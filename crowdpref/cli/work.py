@@ -161,6 +161,9 @@ def _print_progress(result: Any) -> None:
         table.add_section()
         row("Prolific study (store)", lambda p: "not created" if p.platform is None
             else f"{p.platform.state}, {p.platform.places if p.platform.places is not None else '?'} places")
+        if any(p.pacing is not None for p in result.parts):  # a published study: how its places open
+            row("launch", lambda p: "-" if p.pacing is None else p.pacing.pace)
+            row("places open/needed/cap", lambda p: "-" if p.pacing is None else p.pacing.describe())
         if any(p.live is not None for p in result.parts):
             row("Prolific now", _live_text)
         row("approved / awaiting / rejected", lambda p: "-" if p.spend is None

@@ -26,6 +26,7 @@ The package, each module importing only those above it:
   field/problem/fix validation error;
 - :mod:`crowdpref.config.plan`: the arithmetic (:class:`Batches`, :class:`StudyPlan`,
   :class:`ProlificCost`);
+- :mod:`crowdpref.config.launch`: how a Prolific study's places open (``prolific.studyN.launch``);
 - :mod:`crowdpref.config.sections`: one model per YAML section and its own checks;
 - :mod:`crowdpref.config.explain`: the wording of the summary ``crowdpref validate`` prints;
 - :mod:`crowdpref.config.study`: :class:`StudyConfig` and the checks that compare sections;
@@ -34,6 +35,7 @@ The package, each module importing only those above it:
 """
 
 from crowdpref.config.base import slugify
+from crowdpref.config.launch import LaunchConfig
 from crowdpref.config.load import load_study, parse_study
 from crowdpref.config.plan import Batches, ProlificCost, StudyPlan
 from crowdpref.config.sections import (
@@ -72,6 +74,7 @@ __all__ = [
     "InstructedChecks",
     "InviteConfig",
     "LLMExpansion",
+    "LaunchConfig",
     "ProlificConfig",
     "ProlificCost",
     "ProlificFilters",

@@ -9,7 +9,8 @@ checks that need only that section.
     filters:      :class:`FiltersConfig`
     publish:      :class:`PublishConfig`
     crowd:        :class:`CrowdConfig`
-    prolific:     :class:`ProlificConfig` (:class:`ProlificStudy`, :class:`ProlificFilters`)
+    prolific:     :class:`ProlificConfig` (:class:`ProlificStudy` with :class:`LaunchConfig`,
+                  :class:`ProlificFilters`)
     invites:      :class:`InviteConfig`
 
 Checks that compare sections (prefixes, Prolific against ``participants``, question and pair
@@ -39,8 +40,9 @@ from crowdpref.config.base import (
     _Section,
     slugify,
 )
-from crowdpref.config.plan import Batches
+from crowdpref.config.launch import LaunchConfig
 from crowdpref.config.onboarding import Study1Onboarding, Study2Onboarding
+from crowdpref.config.plan import Batches
 
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 LICENSE_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
@@ -743,6 +745,9 @@ class ProlificStudy(_Section):
     """Budget guard: the most places the sync may raise this study to; None: twice the first
     places. At the cap the sync stops raising and the collection artifact says so (raise the
     cap, or let the pool wait)."""
+    launch: LaunchConfig = Field(default_factory=LaunchConfig)
+    """How the places open once the study is published: paced in steps (the default) or all at
+    once."""
 
     def initial_places(self, batches: int) -> int:
         """The places opened at first: ``places``, else one per participant batch."""

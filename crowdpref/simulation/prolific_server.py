@@ -7,7 +7,8 @@ Part of the simulation: the demo runs it, and the tests use it.
         client = ProlificClient(fake.base_url, fake.token)
 
 Serves ``/api/v1/`` (token auth) on 127.0.0.1: studies (draft -> ACTIVE -> PAUSED / COMPLETED,
-places only up once published, paginated lists), submissions with their statuses (RESERVED,
+AWAITING REVIEW while no place is open - Prolific's oddity - and ACTIVE again with more places,
+places only up once published, ``submissions_config.max_concurrent_submissions``, paginated lists), submissions with their statuses (RESERVED,
 ACTIVE, TIMED-OUT, AWAITING REVIEW, APPROVED, RETURNED, REJECTED; SCREENED OUT through a
 FIXED_SCREEN_OUT_PAYMENT code, paid and counted against its slots), completion codes with their
 ``actor`` (a participant enters only a ``participant`` code; a ``researcher`` code is given
@@ -87,8 +88,9 @@ COUNTED = ("ACTIVE", "APPROVED", "AWAITING REVIEW", "REJECTED", "RESERVED", "RET
 STUDY_SHORT = ("id", "name", "internal_name", "status", "study_type", "estimated_completion_time",
                "total_available_places", "places_taken", "number_of_submissions", "reward", "total_cost",
                "published_at", "publish_at", "date_created", "credential_pool_id", "is_ready_to_publish")
-TRANSITIONS = {"PUBLISH": ({"UNPUBLISHED"}, "ACTIVE"), "PAUSE": ({"ACTIVE"}, "PAUSED"),
-               "START": ({"PAUSED"}, "ACTIVE"), "STOP": ({"ACTIVE", "PAUSED"}, "COMPLETED")}
+# (AWAITING REVIEW: a running study whose places are all taken, see FakeProlific._places_changed)
+TRANSITIONS = {"PUBLISH": ({"UNPUBLISHED"}, "ACTIVE"), "PAUSE": ({"ACTIVE", "AWAITING REVIEW"}, "PAUSED"),
+               "START": ({"PAUSED"}, "ACTIVE"), "STOP": ({"ACTIVE", "PAUSED", "AWAITING REVIEW"}, "COMPLETED")}
 PLACEHOLDERS = ("{{%PROLIFIC_PID%}}", "{{%STUDY_ID%}}", "{{%SESSION_ID%}}")
 
 
@@ -114,7 +116,7 @@ def error_detail(status: int, detail: str) -> dict[str, Any]:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # UTC, as the Z says
 
 
 def submission_short(sub: dict[str, Any]) -> dict[str, Any]:
@@ -456,17 +458,27 @@ class FakeProlific:
         return []
 
     def _patch_study(self, study: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        # The document's update-study: once published, only internal_name, total_available_places
+        # (increase only: "a completed study will become active again and resume recruiting") and
+        # submissions_config (among the fields the fake knows) may change.
         if study["status"] != "UNPUBLISHED":
-            extra = set(body) - {"internal_name", "total_available_places"}
+            extra = set(body) - {"internal_name", "total_available_places", "submissions_config"}
             if extra:
-                raise ApiError(400, f"a published study can only change internal_name and places, not {sorted(extra)}")
+                raise ApiError(400, f"a published study can only change internal_name, places and "
+                                    f"submissions_config, not {sorted(extra)}")
             if "total_available_places" in body and int(body["total_available_places"]) < study["total_available_places"]:
                 raise ApiError(400, "places can only increase once a study is published")
         if "total_available_places" in body:
             places = body["total_available_places"]
             if not isinstance(places, int) or isinstance(places, bool) or places < 1:
                 raise ApiError(400, "total_available_places must be an integer of at least 1")
+        raised = body.get("total_available_places", 0) > study["total_available_places"]
+        if isinstance(body.get("submissions_config"), dict):
+            body = {**body, "submissions_config": {**(study.get("submissions_config") or {}),
+                                                   **body["submissions_config"]}}
         study.update(body)
+        if raised and study["status"] in ("AWAITING REVIEW", "COMPLETED"):
+            study["status"] = "ACTIVE"  # more places: recruiting again
         return study
 
     def _transition(self, study: dict[str, Any], action: str) -> dict[str, Any]:
@@ -475,6 +487,7 @@ class FakeProlific:
         if action not in TRANSITIONS or study["status"] not in TRANSITIONS[action][0]:
             raise ApiError(400, f"cannot {action} a study that is {study['status']}")
         study["status"] = TRANSITIONS[action][1]
+        self._places_changed(study)  # started again while full: awaiting review at once
         return study
 
     def _review(self, sub: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -522,11 +535,26 @@ class FakeProlific:
     def _taken(self, study_id: str) -> int:
         return sum(1 for s in self.submissions.values() if s["study_id"] == study_id and s["status"] not in NOT_HOLDING)
 
+    def _places_changed(self, study: dict[str, Any]) -> None:
+        """Prolific's oddity (Mephisto's notes on its API): when a study's open places reach zero
+        it moves to AWAITING REVIEW; a place given back (or more places, :meth:`_patch_study`)
+        makes it ACTIVE again. The fake does both at once: the flip lasts while it is full."""
+        study["places_taken"] = self._taken(study["id"])
+        full = study["places_taken"] >= int(study["total_available_places"])
+        if full and study["status"] == "ACTIVE":
+            study["status"] = "AWAITING REVIEW"
+        elif not full and study["status"] == "AWAITING REVIEW":
+            study["status"] = "ACTIVE"
+
+    def _concurrent(self, study_id: str) -> int:
+        return sum(1 for s in self.submissions.values()
+                   if s["study_id"] == study_id and s["status"] in ("RESERVED", "ACTIVE"))
+
     # --- participants (test control) ------------------------------------------------------------------
     def arrive(self, study_id: str, participant_id: str | None = None) -> dict[str, Any]:
         with self.lock:
             study = self._get(self.studies, study_id, "study")
-            if study["status"] != "ACTIVE":
+            if study["status"] not in ("ACTIVE", "AWAITING REVIEW"):  # the latter: full (no places, below)
                 raise ApiError(409, "not active")
             pid = participant_id or _hex_id()
             for f in study.get("filters") or []:
@@ -537,11 +565,16 @@ class FakeProlific:
                 raise ApiError(409, "this participant already has a submission for this study")
             if self._taken(study_id) >= int(study["total_available_places"]):
                 raise ApiError(409, "no places")
+            # submissions_config.max_concurrent_submissions: -1 (the default) unlimited; N: at most
+            # N reserved or active submissions at once
+            limit = (study.get("submissions_config") or {}).get("max_concurrent_submissions")
+            if isinstance(limit, int) and limit >= 1 and self._concurrent(study_id) >= limit:
+                raise ApiError(409, "too many people in the study at once (max_concurrent_submissions)")
             session = _hex_id()
             self.submissions[session] = {"id": session, "participant_id": pid, "study_id": study_id,
                                          "status": "ACTIVE", "started_at": _now(), "completed_at": None,
                                          "study_code": None, "return_requested": None}
-            study["places_taken"] = self._taken(study_id)
+            self._places_changed(study)
             url = study["external_study_url"]
             for placeholder, value in zip(PLACEHOLDERS, (pid, study_id, session)):
                 url = url.replace(placeholder, value)
@@ -635,7 +668,7 @@ class FakeProlific:
         sub["status"] = status
         study = self.studies.get(sub["study_id"])
         if study is not None:
-            study["places_taken"] = self._taken(study["id"])
+            self._places_changed(study)
         # The document has no schema for a hook's payload (SubscriptionEventPayload is an empty
         # object): this follows Prolific's prose docs on webhooks (resource_id - the submission -,
         # participant_id, status), with the event type and the study id beside them.

@@ -39,7 +39,7 @@ from crowdpref.recruitment import (
     auto_key,
     ensure_prolific_study,
     internal_name,
-    places_needed,
+    holding,
     prolific_state,
     setup_webhooks,
     study_payload,
@@ -539,17 +539,11 @@ def test_the_sync_report_never_carries_a_prolific_id(settings, store, fake, clie
     assert not [i for i in ids if i in log]
 
 
-def test_places_needed() -> None:
-    def subs(*statuses: str) -> list[Any]:
-        return [SimpleNamespace(status=s) for s in statuses]
-
-    assert places_needed(4, subs(), 0, 3) is None  # nothing waits
-    assert places_needed(2, subs(), 12, 3) == 4  # 4 people needed, 2 free places
-    assert places_needed(2, subs("RETURNED", "TIMED-OUT", "REJECTED"), 12, 3) == 4  # freed places count as free
-    assert places_needed(4, subs("ACTIVE", "APPROVED"), 6, 3) is None  # 2 needed, 2 free
-    assert places_needed(4, subs("ACTIVE", "AWAITING REVIEW", "RESERVED"), 6, 3) == 5  # 2 needed, 1 free
-    assert places_needed(4, subs("ACTIVE"), 1, 3) is None  # a partial batch needs one place: there are 3
-    assert places_needed(1, subs("ACTIVE"), 1, 3) == 2
+def test_holding_places() -> None:
+    """Which submissions hold a place (the pace counts them as taken): not those that gave it back."""
+    subs = [SimpleNamespace(status=s) for s in ("ACTIVE", "RESERVED", "AWAITING REVIEW", "APPROVED", "RETURNED",
+                                                "TIMED-OUT", "REJECTED", "SCREENED OUT")]
+    assert [s.status for s in holding(subs)] == ["ACTIVE", "RESERVED", "AWAITING REVIEW", "APPROVED"]
 
 
 def test_no_places_are_raised_on_a_finished_study(settings, store, fake, client, tmp_path) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from crowdpref.config import Batches, StudyConfig, parse_study
 from crowdpref.prolific import ProlificClient, ProlificError
-from crowdpref.recruitment import ensure_prolific_study, places_needed, screen_out_terms, study_payload
+from crowdpref.recruitment import ensure_prolific_study, holding, screen_out_terms, study_payload
 from crowdpref.simulation.prolific_server import ApiError, FakeProlific
 from crowdpref.store import Store, default_url
 
@@ -164,8 +164,7 @@ def test_only_the_api_gives_the_screen_out_code_and_it_pays_and_frees_the_place(
     assert len(fake.screen_out_payments) == 2
     # the sync's arithmetic: a screened-out submission holds no place
     subs = client.list_submissions(platform.external_id)
-    assert places_needed(2, subs, unclaimed=3, per_participant=3) is None
-    assert places_needed(2, subs, unclaimed=6, per_participant=3) == 3  # 1 held, 2 needed
+    assert [s.id for s in holding(subs)] == [second["session_id"]]
 
 
 def test_the_fake_refuses_a_screen_out_reward_not_below_the_study_reward(settings, fake, client) -> None:
