@@ -41,6 +41,7 @@ FLOWS = {
     "simulate-crowd": ("flows.simulate_crowd", "simulate_crowd"),
     "screen-responses": ("flows.screen_responses", "screen_responses"),
     "aggregate-ratings": ("flows.aggregate_ratings", "aggregate_ratings"),
+    "evaluate": ("flows.evaluate", "evaluate"),
     "publish-dataset": ("flows.publish_dataset", "publish_dataset"),
     "recruit": ("flows.recruit", "recruit"),
     "sync-prolific": ("flows.sync_prolific", "sync_prolific"),

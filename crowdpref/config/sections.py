@@ -6,6 +6,7 @@ checks that need only that section.
     study2:       :class:`Study2Config` (:class:`RatingChecks`)
     screening:    :class:`ScreeningConfig`
     aggregation:  :class:`AggregationConfig`
+    evaluation:   :class:`EvaluationConfig`
     filters:      :class:`FiltersConfig`
     publish:      :class:`PublishConfig`
     crowd:        :class:`CrowdConfig`
@@ -637,6 +638,27 @@ class FiltersConfig(_Section):
         on = [f"raters with reliability below {self.min_reliability:g}" if n == "min_reliability"
               else n.replace("_", " ") for n in self.active()]
         return "off (every participant kept)" if not on else "leave out " + ", ".join(on)
+
+
+class EvaluationConfig(_Section):
+    """The ``evaluate`` stage (:mod:`crowdpref.evaluation`): before anything big is trained,
+    does a small reward model trained on part of the preferences beat "the longer answer wins"
+    on held-out questions? Cheap (seconds at demo size, no weights downloaded)."""
+
+    enabled: Bool = False
+    """Run the stage after aggregation in the ``study`` flow (it can always be run alone:
+    ``crowdpref run evaluate STUDY.yaml``)."""
+    test_share: Float = Field(0.3, gt=0, lt=1)
+    """Share of each category's questions held out for testing (at least one question per
+    category with two or more). A question's pairs are all on one side of the split."""
+    seed: Int | None = Field(None, ge=0, le=2**31 - 1)
+    """Seed of the split, the shuffled-label control and the bootstrap; None: the study's seed."""
+    bootstrap_samples: Int = Field(1000, ge=100, le=100_000)
+    """Resamples of the held-out QUESTIONS behind every 95% interval."""
+    embedding_model: Str | None = "sentence-transformers/all-MiniLM-L6-v2"
+    """A sentence-transformers model for the frozen-embedding reward model, loaded from local
+    files only (a folder or the Hugging Face cache: nothing is downloaded); None: off. When it
+    or sentence-transformers is missing the model is skipped and the report says so."""
 
 
 class PublishConfig(_Section):

@@ -33,6 +33,7 @@ from crowdpref.config.plan import Batches, ProlificCost, StudyPlan, _check_batch
 from crowdpref.config.sections import (
     AggregationConfig,
     CrowdConfig,
+    EvaluationConfig,
     FiltersConfig,
     InviteConfig,
     ProlificConfig,
@@ -55,7 +56,7 @@ if set(get_args(Participants)) != set(SOURCES):  # checked at import: the two ca
                        f"crowdpref.contracts.SOURCES {SOURCES}")
 
 
-_SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "filters", "publish", "crowd",
+_SECTIONS = ("questions", "study1", "study2", "screening", "aggregation", "evaluation", "filters", "publish", "crowd",
              "prolific", "invites")
 
 
@@ -80,6 +81,8 @@ class StudyConfig(_Section):
     study2: Study2Config = Field(default_factory=Study2Config)
     screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
     aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    """Does the data carry signal beyond answer length? (the ``evaluate`` stage)"""
     filters: FiltersConfig = Field(default_factory=FiltersConfig)
     """Preregistered filters (fixed before collection starts)."""
     publish: PublishConfig = Field(default_factory=PublishConfig)

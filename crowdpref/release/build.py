@@ -302,10 +302,12 @@ def build_release(
                 path.parent.mkdir(parents=True, exist_ok=True)
                 pq.write_table(item.table, path)
                 item.file_bytes = path.stat().st_size
+            evaluation = _evaluation(run, staging, facts.preference_rows)
             card = dataset_card(config, built, facts, aggregation=aggregation, screening=screening,
                                 collection=collection, repo_id=repo_id, filters=filters,
                                 privacy=privacy, withdrawn=withdrawn.participants,
-                                preflight=card_line(read_decisions(run.path)))
+                                preflight=card_line(read_decisions(run.path)),
+                                evaluation=evaluation)
             check_card_text(card, config.source)
             (staging / "README.md").write_text(card, encoding="utf-8")
             hits = scan_for_secrets(staging, forbidden)
@@ -320,6 +322,32 @@ def build_release(
             shutil.rmtree(staging, ignore_errors=True)
     write_json(privacy.to_json(), run.file(PRIVACY_FILE))
     return target
+
+
+EVALUATION_FILE = "evaluation.json"
+EVALUATION_PLOT = "evaluation-learning-curve.png"
+"""The evaluate stage's outputs in the run folder (:mod:`crowdpref.evaluation`)."""
+
+
+def _evaluation(run: RunFolder, staging: Path, rows: int) -> dict[str, Any] | None:
+    """``evaluation.json`` for the card (None when the stage did not run), its learning-curve
+    plot copied into the release as ``images/`` and linked from the card - unless the
+    evaluation covered another number of preference rows than the ``rows`` published (the card
+    then says it is out of date)."""
+    path = run.file(EVALUATION_FILE)
+    if not path.exists():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise CrowdprefError(f"{path}: not an evaluation report: rerun the evaluate flow with force=True")
+    plot = run.file(EVALUATION_PLOT)
+    data["plot"] = None
+    evaluated = int(data.get("train_pairs") or 0) + int(data.get("test_pairs") or 0)
+    if plot.exists() and evaluated == rows:
+        (staging / "images").mkdir(exist_ok=True)
+        shutil.copyfile(plot, staging / "images" / EVALUATION_PLOT)
+        data["plot"] = f"images/{EVALUATION_PLOT}"
+    return data
 
 
 def release_folder(run_folder: RunFolder | Path) -> Path:

@@ -33,6 +33,7 @@ __all__ = [
     "UNVERIFIED_NOTE",
     "dataset_card",
     "display_order_text",
+    "evaluation_facts",
     "filters_section",
     "provenance_text",
     "quality_section",
@@ -238,13 +239,16 @@ def dataset_card(
     privacy: PrivacyReport | None = None,
     withdrawn: int = 0,
     preflight: str | None = None,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> str:
     """The README.md: YAML header + the card text (written for this project, in its own words;
     the template ``crowdpref/release/templates/dataset_card.md.j2``). ``filters``:
     ``filters.json`` (:class:`crowdpref.filters.FilterReport`), None when the preregistered
     filters did not run. ``withdrawn``: participants who withdrew (counted, their rows already
     left out). ``preflight``: the sentence of :func:`crowdpref.preflight.gate.card_line` (a
-    pre-flight passed, and when, before publishing on Prolific; or that it was skipped)."""
+    pre-flight passed, and when, before publishing on Prolific; or that it was skipped).
+    ``evaluation``: ``evaluation.json`` (:mod:`crowdpref.evaluation`), None: the card has no
+    "Does the data carry signal?" section."""
     pb = config.publish
     s2 = config.study2
     sources = facts.sources
@@ -273,6 +277,7 @@ def dataset_card(
         provenance=provenance_text(facts.answer_sources, facts.rating_sources),
         withdrawn=withdrawn,
         preflight=preflight,
+        evaluation=evaluation_facts(evaluation, facts.preference_rows),
         people="participants" if "simulated" in sources else "people",
         scale=", ".join(f"{i} {lower_first(label)}" for i, label in enumerate(s2.scale_labels, start=1)),
         order_text=display_order_text(balance, facts.swapped_share),
@@ -292,6 +297,19 @@ def dataset_card(
         where=repo_id or pb.repo_id or "path/to/release",
         citation=pb.citation.strip() if pb.citation else None,
     )
+
+
+def evaluation_facts(evaluation: Mapping[str, Any] | None, rows: int) -> dict[str, Any] | None:
+    """What the card's "Does the data carry signal?" section shows from ``evaluation.json``;
+    ``stale`` when it was computed on another number of preference rows than ``rows`` (the
+    published ones); None when there is no evaluation."""
+    if not isinstance(evaluation, Mapping) or not isinstance(evaluation.get("models"), list):
+        return None
+    evaluated = int(evaluation.get("train_pairs") or 0) + int(evaluation.get("test_pairs") or 0)
+    if evaluated != rows:
+        return {"stale": True, "rows": evaluated}
+    return {**evaluation, "stale": False,
+            "notes": [*(evaluation.get("skipped") or []), *(evaluation.get("warnings") or [])]}
 
 
 def _agreement_rows(aggregation: Mapping[str, Any] | None, facts: Facts, balance: Any,

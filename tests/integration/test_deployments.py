@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 EXPECTED = {
     "study", "generate-questions", "collect-responses", "collect-ratings", "screen-responses",
-    "aggregate-ratings", "publish-dataset", "simulate-crowd", "smoke-check", "recruit", "sync-prolific",
+    "aggregate-ratings", "evaluate", "publish-dataset", "simulate-crowd", "smoke-check", "recruit", "sync-prolific",
     "backup",
 }
 SCHEDULER_WAIT_S = 150  # the embedded server's scheduler loop runs every 60 s

@@ -1,0 +1,96 @@
+"""The evaluation's outputs: ``evaluation.json`` and the learning-curve plot in the run folder
+(both written atomically), and the Markdown table with the verdict (the Prefect artifact)."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from crowdpref.evaluation.report import EvaluationResult
+from crowdpref.runfolder import write_json
+
+__all__ = ["EVALUATION_FILE", "PLOT_FILE", "markdown", "plot_learning_curve", "write_outputs"]
+
+EVALUATION_FILE = "evaluation.json"
+PLOT_FILE = "evaluation-learning-curve.png"
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def markdown(result: EvaluationResult) -> str:
+    """The table of models and controls, the learning curve, and the verdict."""
+    split = (f"Split by question (seed {result.seed}): {result.train_questions} questions "
+             f"({result.train_pairs} pairs) train, {result.test_questions} questions "
+             f"({result.test_pairs} pairs) test; 95% intervals from {result.bootstrap_samples} "
+             "resamples of the held-out questions.")
+    lines = ["# Does the data carry signal?", "", f"**{result.verdict}**", "", split, "",
+             "| Model | Kind | Held-out accuracy | 95% interval | What it is |", "|---|---|---|---|---|"]
+    for m in result.models:
+        lines.append(f"| {m.model} | {m.kind} | {_fmt(m.accuracy)} | {_fmt(m.low)} to {_fmt(m.high)} | {m.note} |")
+    lines += ["", "Learning curve (share of the training questions):", "",
+              "| Training questions | Pairs | length | tfidf |", "|---|---|---|---|"]
+    for row in result.learning_curve:
+        lines.append(f"| {row['fraction']:.0%} ({row['questions']}) | {row['pairs']} | "
+                     f"{_fmt(row['length'])} | {_fmt(row['tfidf'])} ({_fmt(row['tfidf_low'])} to "
+                     f"{_fmt(row['tfidf_high'])}) |")
+    if result.truth:
+        t = result.truth
+        lines += ["", (f"Against the simulated crowd's hidden truth ({t['pairs']} held-out pairs): "
+                       f"the crowd's labels {_fmt(t['crowd']['accuracy'])}, tfidf "
+                       f"{_fmt(t['tfidf']['accuracy'])}, length {_fmt(t['length']['accuracy'])}.")]
+    lines += [""] + [f"- {line}" for line in [*result.skipped, *result.warnings]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plot_learning_curve(result: EvaluationResult, path: Path) -> Path | None:
+    """The learning curve as a PNG (matplotlib, written atomically); None when matplotlib is
+    not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    curve = result.learning_curve
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+    x = [row["pairs"] for row in curve]
+    for name, colour in (("tfidf", "tab:blue"), ("length", "tab:orange")):
+        ax.plot(x, [row[name] for row in curve], marker="o", color=colour, label=name)
+        ax.fill_between(x, [row[f"{name}_low"] for row in curve], [row[f"{name}_high"] for row in curve],
+                        color=colour, alpha=0.15)
+    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax.set_xlabel("training pairs (25/50/75/100 % of the training questions)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Learning curve ({result.test_pairs} held-out pairs, 95 % intervals)", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(buffer.getvalue())
+        os.chmod(tmp, 0o644)
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def write_outputs(result: EvaluationResult, folder: Path) -> tuple[Path, Path | None]:
+    """The plot (when matplotlib is there), then ``evaluation.json`` (the file that marks the
+    stage done); both atomic."""
+    plot = plot_learning_curve(result, folder / PLOT_FILE)
+    data = result.to_dict()
+    data["plot"] = plot.name if plot is not None else None
+    return write_json(data, folder / EVALUATION_FILE), plot
