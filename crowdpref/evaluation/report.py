@@ -152,8 +152,10 @@ def load_encoder(name: str | None) -> tuple[Callable[[list[str]], np.ndarray] | 
 
 def evaluate(data: EvalData, *, seed: int, test_share: float = 0.3, bootstrap_samples: int = 1000,
              encoder: Callable[[list[str]], np.ndarray] | None = None,
-             encoder_skipped: str = "embedding: skipped (no embedding model given)") -> EvaluationResult:
-    """Run the whole evaluation on ``data`` (see the module docstring)."""
+             encoder_skipped: str = "embedding: skipped (no embedding model given)",
+             shuffles: int = SHUFFLES) -> EvaluationResult:
+    """Run the whole evaluation on ``data`` (see the module docstring). ``shuffles``: models
+    trained on shuffled labels in that control."""
     started = time.perf_counter()
     split = split_by_question(data.preferences, test_share, seed)
     pairs = orient(data.preferences, data.ratings, data.truth)
@@ -180,17 +182,17 @@ def evaluate(data: EvalData, *, seed: int, test_share: float = 0.3, bootstrap_sa
         skipped.append(encoder_skipped)
     # the permutation null: models trained on shuffled training labels. One shuffle is one
     # random direction, which can land far from 0.5 on a small test set, so the control is the
-    # mean over SHUFFLES of them and its interval the middle 95 % of their accuracies
+    # mean over ``shuffles`` of them and its interval the middle 95 % of their accuracies
     rng = np.random.default_rng([seed, 23])
     shuffled = np.array([_credit(fit_tfidf(train, rng.permutation(train.y))(test), test.y)
-                         for _ in range(SHUFFLES)])
+                         for _ in range(shuffles)])
     credits["shuffled-labels"] = shuffled.mean(axis=0)
     per_shuffle = shuffled.mean(axis=1)
     alpha = (1 - LEVEL) / 2
     models.append(Accuracy("shuffled-labels", "control", float(per_shuffle.mean()),
                            float(np.quantile(per_shuffle, alpha)), float(np.quantile(per_shuffle, 1 - alpha)),
                            len(test), boot.n_questions,
-                           f"tfidf trained on shuffled training labels ({SHUFFLES} shuffles; the "
+                           f"tfidf trained on shuffled training labels ({shuffles} shuffles; the "
                            "interval: the middle 95% of their accuracies): should sit at chance"))
     if train.position is not None and test.position is not None:
         score("position-only", "control", fit_position(train),

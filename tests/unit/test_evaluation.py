@@ -164,7 +164,7 @@ def test_position_only_leaves_chance_without_counterbalancing(tmp_path: Path,
 
     monkeypatch.setattr(Study2Spec, "__post_init__", no_counterbalancing)
     data = _study_with_crowd(tmp_path, position_bias=1.0, quality_weight=4.0)
-    result = evaluate(data, seed=5, bootstrap_samples=300)
+    result = evaluate(data, seed=5, bootstrap_samples=300, shuffles=3)
     position = result.model("position-only")
     assert position is not None and position.low > 0.6, position
     assert any(w.startswith("control position-only is off chance") for w in result.warnings)
@@ -173,7 +173,7 @@ def test_position_only_leaves_chance_without_counterbalancing(tmp_path: Path,
 
 def test_tfidf_beats_length_when_the_words_decide(tmp_path: Path) -> None:
     data = _study_with_crowd(tmp_path, position_bias=0.0, quality_weight=4.0)
-    result = evaluate(data, seed=5, bootstrap_samples=300)
+    result = evaluate(data, seed=5, bootstrap_samples=300, shuffles=3)
     length, tfidf = result.model("length"), result.model("tfidf")
     assert length is not None and tfidf is not None
     assert tfidf.low > length.accuracy + 0.1, (tfidf, length)
@@ -202,7 +202,7 @@ def test_no_signal_beyond_length_when_length_decides() -> None:
                          "chosen": chosen, "rejected": rejected,
                          "chosen_response_id": f"r{q}-{k}-{int(rng.integers(2))}",
                          "rejected_response_id": f"r{q}-{k}-x"})
-    result = evaluate(EvalData(pd.DataFrame(rows), "synthetic"), seed=1, bootstrap_samples=300)
+    result = evaluate(EvalData(pd.DataFrame(rows), "synthetic"), seed=1, bootstrap_samples=300, shuffles=3)
     length = result.model("length")
     assert length is not None and length.accuracy > 0.95
     assert result.signal_beyond_length is False and result.verdict.startswith("No signal beyond length")
