@@ -97,11 +97,15 @@ def fake_prolific_healthy(settings: Settings) -> bool:
 
 def fake_prolific_spec(settings: Settings) -> ServiceSpec:
     """The fake Prolific of the simulation (``python -m crowdpref.simulation.prolific_server``): part
-    of the installed package, so it needs no checkout."""
+    of the installed package, so it needs no checkout. In the public profile with Caddy's own CA,
+    its webhook deliveries (to the public URL's ``/hooks/prolific``) trust that CA's root."""
+    from services import caddy
+
+    trust = ["--trust", str(caddy.internal_root(settings))] if settings.public and settings.public_tls == "internal" else []
     return ServiceSpec(
         name=FAKE_PROLIFIC,
         argv=[sys.executable, "-m", "crowdpref.simulation.prolific_server", "--host", settings.host,
-              "--port", str(settings.fake_prolific_port)],
+              "--port", str(settings.fake_prolific_port), *trust],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1"},
         health=lambda: fake_prolific_healthy(settings),
         port=settings.fake_prolific_port,

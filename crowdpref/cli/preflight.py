@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import ssl
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -262,23 +263,39 @@ def _backups(settings: Settings) -> Any:
 
 
 def _readable(settings: Settings, snapshot: Any) -> tuple[bool, str | None]:
-    """The snapshot's description decrypts and reads back, and every database it names is in it."""
+    """The snapshot's description decrypts and reads back, and every database it names is in it
+    and reads back whole (``restic dump`` to nowhere)."""
     from services import backup
 
     restic = backup._Restic(settings)
-    root = snapshot.paths[0] if snapshot.paths else "/"
     try:
-        dumped = restic.run(["dump", snapshot.id, f"{root.rstrip('/')}/{backup.DESCRIPTION}"], "restic dump")
-        description = json.loads(dumped.stdout)
         listed = restic.run(["ls", snapshot.id], "restic ls").stdout
+        # where the description sits in the snapshot: at its root (crowdpref backs up "." of its staging
+        # folder, and restic 0.14 stores that as the root), or under the folder's path (other versions)
+        found = [line.strip() for line in listed.splitlines() if line.strip().endswith(f"/{backup.DESCRIPTION}")]
+        inside = min(found, key=lambda path: path.count("/"), default=None)  # the top one
+        if inside is None:
+            return False, f"no {backup.DESCRIPTION} in the snapshot: not a crowdpref backup"
+        dumped = restic.run(["dump", snapshot.id, inside], "restic dump")
+        description = json.loads(dumped.stdout)
     except Exception as exc:  # noqa: BLE001 - the finding
         return False, f"{exc.__class__.__name__}: {str(exc)[:160]}"
     if not isinstance(description, dict) or description.get("format") != backup.FORMAT:
         return False, f"{backup.DESCRIPTION} does not describe a crowdpref backup"
+    root = inside[: -len(backup.DESCRIPTION)]
     for part, entry in (description.get("databases") or {}).items():
         member = (entry or {}).get("member")
-        if isinstance(member, str) and f"/{member}" not in listed:
+        if not isinstance(member, str):
+            continue
+        if f"/{member}" not in listed:
             return False, f"the {part} database it describes is missing"
+        # read it whole, as a restore would (every pack it is in decrypted and checked), kept nowhere
+        read = subprocess.run([restic.binary, "dump", snapshot.id, root + member],
+                              env=backup._restic_env(settings, restic.repo, restic.password), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600, check=False)
+        if read.returncode != 0:
+            said = next((line for line in read.stderr.splitlines() if line.strip()), f"exit {read.returncode}")
+            return False, f"the {part} database does not read back: {said[:160]}"
     return True, None
 
 

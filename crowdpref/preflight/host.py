@@ -170,5 +170,10 @@ def config_valid(study_path: Path, load: Callable[[Path], Any], capacity: Mappin
         return fail(name, f"planned arrivals above the measured capacity {per_s:g}/s: {', '.join(over)}",
                     "pace the launch below the capacity (fewer places at a time)"), config
     when = capacity.get("measured_at")
-    return ok(name, f"{study_path} is valid; capacity {per_s:g} arrival/s measured"
-              + (f" {time.strftime('%Y-%m-%d', time.gmtime(float(when)))}" if when else "")), config
+    on = f" {time.strftime('%Y-%m-%d', time.gmtime(float(when)))}" if when else ""
+    if per_s <= 0:  # the rehearsal's slowest wave already missed p95 < 1 s
+        return warn(name, f"{study_path} is valid; but the capacity measured{on} is below the slowest rate the "
+                    "rehearsal tried: no arrival rate kept the first item under 1 s at p95",
+                    "give the server more CPU or warm accounts (pool_size), pace the launch slowly, and rehearse "
+                    "again"), config
+    return ok(name, f"{study_path} is valid; capacity {per_s:g} arrival/s measured{on}"), config

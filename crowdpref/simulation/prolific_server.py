@@ -896,6 +896,8 @@ def main() -> int:
     parser.add_argument("--page-size", type=int, default=100)
     parser.add_argument("--no-contract", action="store_true",
                         help="do not check requests and replies against Prolific's published API")
+    parser.add_argument("--trust", type=Path, default=None,
+                        help="a CA certificate webhook deliveries trust besides the system's (Caddy's internal root)")
     args = parser.parse_args()
     contract = not args.no_contract
     if contract:
@@ -908,7 +910,7 @@ def main() -> int:
             contract = False
     # the demo's fake: a breach is printed to stderr as it happens and the fake goes on
     fake = FakeProlific(token=args.token, host=args.host, port=args.port, page_size=args.page_size,
-                        contract=contract, violations_fatal=False).start()
+                        contract=contract, violations_fatal=False, trust=args.trust).start()
     print(f"fake prolific on {fake.base_url}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

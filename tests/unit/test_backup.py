@@ -20,6 +20,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -358,3 +359,19 @@ def test_cli_restore_without_a_repository_is_one_line_with_exit_1(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "nothing was changed" in lines[0], result.stderr
     assert "no restic repository" in lines[0]
     assert _leftovers(home) == [] and not (home / "backups" / "restic").exists()
+
+
+def test_the_preflight_reads_the_last_backup_back_from_the_real_repository(backed_up, repo, tmp_path):
+    """``crowdpref preflight``'s backup line on a real restic snapshot: found, recent, readable
+    (its description decrypted and every database it names listed); a damaged repository is not."""
+    from crowdpref.cli.preflight import _backups
+
+    settings, taken = backed_up
+    state = _backups(settings)
+    assert (state.snapshot, state.readable, state.problem) == (taken.snapshot, True, None)
+    assert abs(time.time() - state.latest_at) < 600
+    copy = tmp_path / "damaged"
+    shutil.copytree(repo[0], copy)
+    _damage(copy)
+    damaged = _backups(_settings_for(settings.state_dir, (copy, repo[1])))
+    assert damaged.snapshot == taken.snapshot and damaged.readable is False and damaged.problem

@@ -565,3 +565,16 @@ def test_run_passes_an_explicit_skip_to_the_flows_that_publish(tmp_path: Path, m
     result = CliRunner().invoke(app, ["run", "collect-ratings", study, "--skip-preflight"], env=env)
     assert result.exit_code == 2 and "only the study and recruit flows publish" in result.output
     assert len(called) == 1
+
+
+def test_the_config_line_reads_the_measured_capacity() -> None:
+    """No measurement: WARN with the default; a rehearsal whose slowest wave already missed p95 < 1 s
+    (capacity 0): WARN, never an OK that reads "capacity 0"; planned arrivals above it: FAIL."""
+    study = Path("studies/demo.yaml")
+    load = lambda path: "the config"  # noqa: E731 - valid
+    assert host.config_valid(study, load, None)[0].status == WARN
+    none_kept = host.config_valid(study, load, {"arrivals_per_s": 0.0, "measured_at": 1_790_000_000})[0]
+    assert none_kept.status == WARN and "below the slowest rate" in none_kept.detail
+    assert host.config_valid(study, load, {"arrivals_per_s": 2.0})[0].status == OK
+    over = host.config_valid(study, load, {"arrivals_per_s": 2.0}, [("study1 launch", 3.0)])[0]
+    assert over.status == FAIL and "3/s" in over.detail

@@ -183,3 +183,12 @@ def test_with_the_services_on_every_address_caddy_still_dials_the_portal_on_loop
     settings = _public(tmp_path, host="0.0.0.0")
     assert f"reverse_proxy @portal 127.0.0.1:{settings.portal_port}\n" in caddy.caddyfile(settings)
     assert trusted_proxies(settings) == {"127.0.0.1", "::1"}  # and the portal trusts where it comes from
+
+
+def test_the_fake_prolific_trusts_caddys_own_ca_to_deliver_webhooks(tmp_path):
+    """In the public profile with Caddy's CA, the demo's and the rehearsal's fake Prolific delivers
+    its webhooks to https://<public host>/hooks/prolific: it must trust that CA's root (without it,
+    every delivery failed and the portal heard none)."""
+    argv = list(portal.fake_prolific_spec(_public(tmp_path, public_tls="internal")).argv)
+    assert argv[argv.index("--trust") + 1] == str(caddy.internal_root(_public(tmp_path, public_tls="internal")))
+    assert "--trust" not in portal.fake_prolific_spec(_public(tmp_path, public_tls="acme", acme_email="o@example.org")).argv
