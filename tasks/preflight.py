@@ -10,6 +10,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import ArtifactCreate
+from prefect.events.worker import EventsWorker
 
 from crowdpref.preflight import Report, read_report
 from crowdpref.settings import load_settings
@@ -25,8 +26,11 @@ def preflight_artifact(report: Report) -> Any:
     if get_run_context() is not None:
         return create_markdown_artifact(key=key, markdown=markdown, description=description)
     with get_client(sync_client=True) as client:
-        return client.create_artifact(ArtifactCreate(key=key, type="markdown", data=markdown,
+        made = client.create_artifact(ArtifactCreate(key=key, type="markdown", data=markdown,
                                                      description=description)).id
+    # the client queues an "artifact created" event: sent now, not drained at exit with a warning
+    EventsWorker.drain_all(timeout=10)
+    return made
 
 
 def get_run_context() -> Any:
