@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -170,3 +171,23 @@ def _use_prefect(settings: Settings) -> None:
     except OSError as exc:
         raise StateFileError(f"{settings.prefect_home}: cannot create the Prefect home ({exc.strerror}): fix "
                              "CROWDPREF_HOME or its permissions") from None
+
+
+def trust_stack_ca(settings: Settings) -> Path | None:
+    """Public profile with Caddy's internal CA: add its root to the process's TLS context
+    (crowdpref.tls.shared_context, which every client of the simulated participants uses), so
+    the pre-flight's rehearsal and ``crowdpref demo`` verify the stack's certificate without
+    SSL_CERT_FILE. Returns the root used."""
+    if not (settings.public and settings.public_tls == "internal"):
+        return None
+    from crowdpref.project import use_project
+    from crowdpref.tls import shared_context
+
+    use_project()
+    from services import caddy
+
+    root = caddy.internal_root(settings)
+    if not root.exists():
+        return None
+    shared_context().load_verify_locations(cafile=str(root))
+    return root

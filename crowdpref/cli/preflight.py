@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from crowdpref.cli.common import _settings, app, console, err_console, friendly_errors
+from crowdpref.cli.common import _settings, app, console, err_console, friendly_errors, trust_stack_ca
 from crowdpref.settings import Settings
 
 STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -90,25 +90,6 @@ def _rehearse(settings: Settings, study: Path, participants: int, probes: Any) -
     outcome = rehearse(settings, study, participants, Readers(probes.portal_log, probes.rq_workers),
                        say=lambda line: err_console.print(line, highlight=False, soft_wrap=True))
     return outcome.checks
-
-
-def trust_stack_ca(settings: Settings) -> Path | None:
-    """Public profile with Caddy's internal CA: add its root to the process's TLS context
-    (crowdpref.tls.shared_context, which every client of the simulated participants uses), so
-    the rehearsal verifies the stack's certificate without SSL_CERT_FILE. Returns the root used."""
-    if not (settings.public and settings.public_tls == "internal"):
-        return None
-    from crowdpref.project import use_project
-    from crowdpref.tls import shared_context
-
-    use_project()
-    from services import caddy
-
-    root = caddy.internal_root(settings)
-    if not root.exists():
-        return None
-    shared_context().load_verify_locations(cafile=str(root))
-    return root
 
 
 def _artifact(settings: Settings, report: Any) -> str | None:

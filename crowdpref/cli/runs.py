@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from crowdpref.cli.common import (_quiet_explained_tracebacks, _require_argilla, _settings, _use_prefect, app, console,
-                                  explain, friendly_errors)
+                                  explain, friendly_errors, trust_stack_ca)
 from crowdpref.errors import CrowdprefError
 from crowdpref.project import use_project
 from crowdpref.settings import Settings
@@ -175,6 +175,7 @@ def demo(
     from flows.study import study as study_flow
 
     started = time.perf_counter()
+    trust_stack_ca(settings)  # the public profile with Caddy's own CA: the simulated crowd trusts it
     if config.crowd.arrive_via == "prolific":
         _start_fake_prolific(config, settings)
     result, run_url = _call_flow(study_flow, settings, "study", study=str(study), simulate=True, max_wait_s=max_wait_s)

@@ -191,7 +191,7 @@ meta = Table(
     "meta",
     metadata,
     Column("name", String(50), primary_key=True),
-    Column("value", String(200), nullable=False),
+    Column("value", Text, nullable=False),  # any length (migration 0014: the pacing's last decision)
 )
 
 platform_studies = Table(

@@ -8,6 +8,7 @@ the key salt, the collection's creation) is part of it."""
 
 from __future__ import annotations
 
+import json
 import threading
 from fractions import Fraction
 from typing import Any
@@ -159,3 +160,11 @@ def test_a_delivery_is_de_duplicated_on_its_event_id_and_on_its_signed_content(p
     assert pg_store.record_delivery("e3", "prolific", "study.status.change", "ignored")
     assert pg_store.record_delivery("e4", "prolific", "study.status.change", "ignored")
     assert [d["event_id"] for d in pg_store.deliveries("prolific")] == ["e1", "e3", "e4"]
+
+
+def test_a_meta_value_of_any_length_is_kept(pg_store: Store) -> None:
+    """The paced launch keeps its last decision in ``meta`` (about 330 characters): PostgreSQL
+    refused it under the old VARCHAR(200), and the public profile's demo failed at its first publish."""
+    long = json.dumps({"pace": "paced: 10 places per step, at least 10 s apart " * 10, "open": 10})
+    pg_store.set_meta("prolific-pacing:1", long)
+    assert pg_store.get_meta("prolific-pacing:1") == long

@@ -296,7 +296,7 @@ def as_of_0008(url: str) -> None:
 def migrated_counts(url: str, cids: list[int]) -> dict[int, dict[str, dict[str, int]]]:
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0013"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0014"
         result = {cid: counts.stored(conn, cid) for cid in cids}
         for cid in cids:
             assert counts.drift(conn, cid) == []

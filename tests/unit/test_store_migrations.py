@@ -42,7 +42,7 @@ def test_a_store_at_revision_0001_is_upgraded_in_place_with_its_data(tmp_path: P
 
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0013"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0014"
         columns = {row[1] for row in conn.execute(text("PRAGMA table_info(accounts)"))}
         participant_columns = {row[1] for row in conn.execute(text("PRAGMA table_info(participants)"))}
         tables = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}

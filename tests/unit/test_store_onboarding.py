@@ -172,7 +172,7 @@ def test_migration_0010_upgrades_a_store_at_0009_in_place(tmp_path: Path) -> Non
     assert "onboarding" not in tables
     store = Store(url)
     with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0013"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0014"
     info = store.find_collection("old", "study1")
     assert info is not None
     state = store.onboarding_start(info.id, store.key_hash("someone"), "invite")
