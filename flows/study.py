@@ -13,6 +13,7 @@ from crowdpref.recruitment import recruits_on_prolific
 from flows.aggregate_ratings import aggregate_ratings
 from flows.collect_ratings import collect_ratings
 from flows.collect_responses import collect_responses
+from flows.evaluate import evaluate
 from flows.generate_questions import generate_questions
 from flows.publish_dataset import publish_dataset
 from flows.recruit import recruit
@@ -33,7 +34,8 @@ def study(
     skipped_by: str | None = None,
 ) -> dict[str, Any]:
     """Run a study end to end: generate questions -> study 1 (written answers) -> hate-speech
-    screening -> study 2 (pairwise ratings) -> aggregation -> publishing.
+    screening -> study 2 (pairwise ratings) -> aggregation -> evaluation (when the config's
+    ``evaluation.enabled``: do the labels carry signal beyond length?) -> publishing.
 
     On Prolific (or in a simulation whose crowd arrives through the fake Prolific) each study's
     Prolific study is published once, when its collection starts; returned and timed-out
@@ -86,6 +88,8 @@ def study(
     if collection("study2", collect_ratings) != "complete":
         return _finish(config.name, "waiting", stages)
     timed("aggregate-ratings", lambda: aggregate_ratings(study))
+    if config.evaluation.enabled:  # before publishing: the card shows what it found
+        timed("evaluate", lambda: evaluate(study))
     timed("publish-dataset", lambda: publish_dataset(study))
     return _finish(config.name, "complete", stages)
 

@@ -201,6 +201,12 @@ def demo(
             soft_wrap=True,
         )
     store.close()
+    evaluation = run.file("evaluation.json")
+    if evaluation.exists():
+        import json
+
+        verdict = json.loads(evaluation.read_text(encoding="utf-8")).get("verdict", "?")
+        console.print(f"Does the data carry signal? {verdict}  ({evaluation})", highlight=False, soft_wrap=True)
     release = run.file("release")
     if release.exists():
         console.print(f"Published dataset:      {release}  (load it with datasets.load_dataset('{release}'))",

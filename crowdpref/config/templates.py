@@ -31,6 +31,8 @@ DROPOUT_MINUTES = 45
 (on Prolific at least the least maximum time Prolific allows for the study's estimated time)."""
 ESTIMATED_MINUTES = 30
 """A new Prolific study's ``estimated_completion_minutes``."""
+PILOT_POOL_SIZE = 2
+"""Warm accounts per study of a pilot (few people: few accounts made ahead)."""
 SHIPPED = Path(__file__).resolve().parents[2] / "studies" / "social-reasoning.yaml"
 """Where the shipped study's onboarding is copied from (a source checkout)."""
 
@@ -114,17 +116,22 @@ def new_study_data(name: str, participants: str) -> dict[str, Any]:
         "questions": {"categories": list(_PILOT_CATEGORIES), "bank": True, "per_category": 2,
                       "llm": {"enabled": False}},
         "study1": {"responses_per_question": 2, "questions_per_participant": 3,
-                   "inactive_after_minutes": dropout, "pool_size": 2, "remainder": "smaller_last",
+                   "inactive_after_minutes": dropout, "pool_size": PILOT_POOL_SIZE, "remainder": "smaller_last",
                    "onboarding": onboarding["study1"]},
         "study2": {"ratings_per_pair": 2, "pairs_per_participant": 3, "scale_points": 8,
-                   "inactive_after_minutes": dropout, "pool_size": 2, "remainder": "smaller_last",
+                   "inactive_after_minutes": dropout, "pool_size": PILOT_POOL_SIZE, "remainder": "smaller_last",
                    "onboarding": onboarding["study2"]},
         "publish": {"private": True},
     }
     if participants == "prolific":
+        # places open a pool's worth at a time (the paced launch): a pilot's few warm accounts are
+        # never outrun by a step of arrivals (crowdpref validate warns otherwise)
+        launch = {"step": PILOT_POOL_SIZE}
         data["prolific"] = {"enabled": True,
-                            "study1": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES},
-                            "study2": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES}}
+                            "study1": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES,
+                                       "launch": launch},
+                            "study2": {"reward": 450, "estimated_completion_minutes": ESTIMATED_MINUTES,
+                                       "launch": dict(launch)}}
     return data
 
 
