@@ -554,9 +554,11 @@ def _started_s_ago(started_at: str | None, now: float) -> float | None:
 def places_state(collection: Any, config: StudyConfig, study: Any, submissions: list[Any], unclaimed: int) -> Any:
     """What the pace decides from (:class:`crowdpref.launch_pacing.PlacesNow`), read now from
     Prolific's study and submissions and the store - never from a counter kept in memory: the
-    places needed are the people holding a place who claimed work, plus one person per
+    places needed are the people holding a place who claimed work, plus those who submitted on
+    Prolific without ever claiming any (their place is used up), plus one person per
     ``per_participant`` slots nobody holds (``unclaimed``; at least the config's first places
-    while work waits); ``arriving``: people who took a place in the last
+    while work waits); someone still ACTIVE who never came is not counted (a place is paid for:
+    better one raise late than one too many); ``arriving``: people who took a place in the last
     :data:`~crowdpref.launch_pacing.ARRIVING_FOR_S` s and are not in the portal yet (neither
     claimed nor began the onboarding); the time since the last raise (or the publish) from the
     store's event log."""
@@ -574,18 +576,21 @@ def places_state(collection: Any, config: StudyConfig, study: Any, submissions: 
     claimed = store.key_hashes(cid)
     seen = claimed | {o.key_hash for o in store.onboarding_records(cid)}
     now = store.clock()
-    holders_with_work, arriving = 0, 0
+    holders_with_work, arriving, spent = 0, 0, 0
     for submission in holders:
         person = store.key_hash(submission.participant_id.lower())  # as the portal hashes the entry's id
         if person in claimed:
             holders_with_work += 1
         elif person not in seen:
+            if str(submission.status).upper() != "ACTIVE":  # submitted without any work: the place is used up
+                spent += 1
+                continue
             ago = _started_s_ago(submission.started_at, now)
             arriving += ago is not None and ago < ARRIVING_FOR_S
     needed = study.total_available_places
     if unclaimed > 0:
         people = math.ceil(unclaimed / max(1, collection.info.per_participant))
-        needed = max(holders_with_work + people, part.initial_places(batches))
+        needed = max(holders_with_work + spent + people, part.initial_places(batches))
     raises = store.events(cid, kinds=[RAISE_EVENT, PUBLISH_EVENT])
     since = now - float(raises[-1]["at"]) if raises else None
     return PlacesNow(needed=needed, cap=part.places_cap(batches), open=study.total_available_places,

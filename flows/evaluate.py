@@ -20,8 +20,7 @@ from tasks.evaluate import (
 
 
 @flow(name="evaluate", log_prints=True)
-def evaluate(study: str | None = "studies/demo.yaml", release: str | None = None,
-             force: bool = False, seed: int = 0) -> Path:
+def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = False, seed: int = 0) -> Path:
     """Train small reward models (length only; TF-IDF + length; frozen sentence embeddings
     where a model is available locally) on part of the preferences, split by question, and
     score them on the held-out questions next to two controls that must sit at chance
@@ -30,15 +29,15 @@ def evaluate(study: str | None = "studies/demo.yaml", release: str | None = None
 
     ``study``: evaluate the study's run folder (preferences.parquet, ratings.parquet and a
     simulated crowd's hidden truth) with its ``evaluation`` settings and seed, writing
-    ``evaluation.json`` and ``evaluation-learning-curve.png`` there. ``release`` (instead): a
+    ``evaluation.json`` and ``evaluation-learning-curve.png`` there. ``release`` (when given, instead): a
     published release folder or a Hub dataset id, evaluated with the default settings and
     ``seed``; the outputs go to ``<runs>/evaluations/<name>/``. An existing
     ``evaluation.json`` is kept unless ``force`` is true. Returns its path."""
     settings = load_settings()
-    if release is not None:
+    if release:
         config, name = EvaluationConfig(), re.sub(r"[^a-z0-9]+", "-", release.lower()).strip("-")[-60:]
         folder, run_seed, run_folder = settings.runs_dir / "evaluations" / name, seed, None
-    elif study is not None:
+    elif study:
         cfg = load_study(study)
         config, name = cfg.evaluation, cfg.name
         run_folder = RunFolder.for_study(settings.runs_dir, cfg.name).path
@@ -49,7 +48,7 @@ def evaluate(study: str | None = "studies/demo.yaml", release: str | None = None
     if target.exists() and not force:
         print(f"{target} already exists: skipping the evaluation (run with force=True to redo it)")
         return target
-    data = read_data(run_folder=run_folder, release=release)
+    data = read_data(run_folder=run_folder, release=release or None)
     result = run_evaluation(data, config, run_seed)
     path = write_evaluation(result, folder)
     publish_evaluation_artifact(name, result)

@@ -280,7 +280,7 @@ def _print_onboarding(config: Any, settings: Settings) -> None:
 @friendly_errors
 def simulate(study: Path = typer.Argument(..., help="The study config, e.g. studies/demo.yaml.")) -> None:
     """Let the simulated crowd answer what is pending (the simulate-crowd flow)."""
-    run_flow("simulate-crowd", study)
+    run_flow("simulate-crowd", study, skip_preflight=False, skipped_by="")  # (called directly: no typer defaults)
 
 
 def _start_fake_prolific(config: Any, settings: Settings) -> None:

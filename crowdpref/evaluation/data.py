@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import CrowdprefError, first_line
 
 __all__ = ["NEEDED", "EvalData", "Split", "from_release", "from_run_folder", "split_by_question"]
 
@@ -81,7 +81,7 @@ def from_release(source: str | Path, cache_dir: Path | None = None) -> EvalData:
     try:
         prefs = datasets.load_dataset(where, split="train", cache_dir=cache).to_pandas()
     except Exception as exc:  # noqa: BLE001 - any loader failure is one line naming the source
-        detail = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        detail = first_line(exc, 160)
         raise CrowdprefError(f"{where}: cannot load the release ({detail}): give a release "
                              "folder (<run>/release) or a Hub dataset id") from None
     ratings = None

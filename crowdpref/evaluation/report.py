@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from crowdpref.errors import first_line
 from crowdpref.evaluation.data import EvalData, split_by_question
 from crowdpref.evaluation.models import (
     Oriented,
@@ -141,7 +142,7 @@ def load_encoder(name: str | None) -> tuple[Callable[[list[str]], np.ndarray] | 
     try:
         model = SentenceTransformer(name, device="cpu", local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - any load failure skips the model, with the reason
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        reason = first_line(exc, 160)
         return None, f"embedding: skipped ({name} is not available locally: {reason})"
 
     def encode(texts: list[str]) -> np.ndarray:

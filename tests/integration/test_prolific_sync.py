@@ -40,7 +40,9 @@ def _write_study(folder: Path, name: str, prolific: dict | None = None) -> str:
                    "pool_size": 2},
         "study2": {"pairs_per_participant": 6},
         "crowd": {"arrive_via": "prolific"},
-        "prolific": prolific or {"study1": {"places": 2}},
+        # every needed place at once: these tests hold what the sync raises and caps; the paced
+        # launch's steps have their own tests (tests/unit/test_launch_pacing.py)
+        "prolific": prolific or {"study1": {"places": 2, "launch": {"mode": "all"}}},
     }))
     return str(path)
 
@@ -148,7 +150,7 @@ def test_the_sync_flow_alone_approves_verified_work_once_and_stops_at_the_budget
     from crowdpref.studies import open_collection
 
     name = f"v{unique}"
-    study = _write_study(tmp_path, name, {"auto_approve": True, "study1": {"places": 2, "max_places": 3}})
+    study = _write_study(tmp_path, name, {"auto_approve": True, "study1": {"places": 2, "max_places": 3, "launch": {"mode": "all"}}})
     write_parquet(_questions(), study_env / "studies" / name / "questions.parquet")
     bulk = ("POST", "/api/v1/submissions/bulk-approve/")
     with FakeProlific(page_size=2) as fake:

@@ -26,7 +26,7 @@ def settings(tmp_path, monkeypatch):
 @pytest.fixture()
 def started_worker(monkeypatch):
     calls = []
-    monkeypatch.setattr("deployments.deploy.start_worker", lambda settings: calls.append(settings))
+    monkeypatch.setattr("deployments.deploy.start_worker", lambda settings, manager=None: calls.append(settings))
     return calls
 
 

@@ -20,13 +20,13 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":  # no length is enforced there: nothing to change (no table rebuild)
-        return
-    op.alter_column("meta", "value", type_=sa.Text(), existing_type=sa.String(200), existing_nullable=False)
+    # batch: SQLite (which enforces no length, but whose schema should say what the metadata says)
+    # rebuilds the small table; PostgreSQL alters the column in place
+    with op.batch_alter_table("meta") as batch:
+        batch.alter_column("value", type_=sa.Text(), existing_type=sa.String(200), existing_nullable=False)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        return
     op.execute("DELETE FROM meta WHERE length(value) > 200")  # what no longer fits: the pacing's last decision
-    op.alter_column("meta", "value", type_=sa.String(200), existing_type=sa.Text(), existing_nullable=False)
+    with op.batch_alter_table("meta") as batch:
+        batch.alter_column("value", type_=sa.String(200), existing_type=sa.Text(), existing_nullable=False)
