@@ -79,7 +79,8 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
     """Every check, in order (the config, the services, the public address, Prolific, the Hub,
     backups, disk, clock); the :class:`Report`. Nothing is written (see :func:`write_report`)."""
     capacity = host.read_capacity(settings.state_dir)
-    config_check, config = host.config_valid(Path(study_path), _load_study, capacity)
+    config_check, config = host.config_valid(Path(study_path), _load_study, capacity,
+                                             lambda config: _launch_rates(config, capacity))
     name = config.name if config is not None else Path(study_path).stem
     report = Report(name, "public" if settings.public else "laptop", now(), [config_check])
     up = "start the stack with `crowdpref up`"
@@ -123,6 +124,18 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
                          lambda: host.disk(settings.state_dir, probes.disk_free(settings.state_dir), participants)))
     report.add(*_guarded("clock in time", "synchronise the clock (NTP)", lambda: host.clock(*probes.clock_offset())))
     return report
+
+
+def _launch_rates(config: Any, capacity: Any) -> list[tuple[str, float]]:
+    """The arrivals per second each study's paced launch opens places for (crowdpref/launch_pacing.py),
+    for a study that recruits on Prolific; none otherwise (``mode: all`` plans no rate)."""
+    from crowdpref.launch_pacing import study_pace
+    from crowdpref.recruitment import recruits_on_prolific
+
+    if not recruits_on_prolific(config):
+        return []
+    paces = [(key, study_pace(config, key, capacity)) for key in ("study1", "study2")]
+    return [(f"prolific.{key}.launch", pace.rate_per_s) for key, pace in paces if pace.paced]
 
 
 def _load_study(path: Path) -> Any:

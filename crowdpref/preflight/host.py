@@ -150,16 +150,19 @@ def read_capacity(state_dir: Path) -> Mapping[str, Any] | None:
 
 
 def config_valid(study_path: Path, load: Callable[[Path], Any], capacity: Mapping[str, Any] | None,
-                 arrival_rates: Sequence[tuple[str, float]] = ()) -> tuple[Check, Any]:
+                 arrival_rates: Sequence[tuple[str, float]] | Callable[[Any], Sequence[tuple[str, float]]] = ()
+                 ) -> tuple[Check, Any]:
     """The config passes ``crowdpref validate`` (``load`` is :func:`crowdpref.config.load_study`)
-    and the arrivals it plans (``arrival_rates``: (what, per second) - none is planned until the
-    paced launch) stay within the measured capacity. Returns the check and the config (None when
-    it is invalid)."""
+    and the arrivals it plans (``arrival_rates``: (what, per second), or a function of the loaded
+    config giving them - the paced launch's rate per study) stay within the measured capacity.
+    Returns the check and the config (None when it is invalid)."""
     name = "study config valid for this server"
     try:
         config = load(study_path)
     except Exception as exc:  # noqa: BLE001 - ConfigError: the one line of `validate`
         return fail(name, first_line(exc, 300), f"fix {study_path} and check it with `crowdpref validate`"), None
+    if callable(arrival_rates):
+        arrival_rates = arrival_rates(config)
     if capacity is None:
         return warn(name, f"{study_path} is valid; no capacity measured on this server, the default "
                     f"{DEFAULT_CAPACITY_PER_S:g} arrival/s (p95 < 1 s) is assumed",

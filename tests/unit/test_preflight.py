@@ -578,3 +578,21 @@ def test_the_config_line_reads_the_measured_capacity() -> None:
     assert host.config_valid(study, load, {"arrivals_per_s": 2.0})[0].status == OK
     over = host.config_valid(study, load, {"arrivals_per_s": 2.0}, [("study1 launch", 3.0)])[0]
     assert over.status == FAIL and "3/s" in over.detail
+
+
+def test_a_paced_launch_faster_than_the_measured_capacity_fails_the_config_line(tmp_path: Path) -> None:
+    """The paced launch's rate per study (prolific.studyN.launch) against capacity.json: a step
+    set to 30 places per 10 s (3 arrivals/s) on a server measured at 1/s is a FAIL naming it."""
+    import yaml
+
+    from crowdpref.config import load_study
+    from crowdpref.preflight import _launch_rates
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "demo.yaml").read_text())
+    data.setdefault("prolific", {}).setdefault("study1", {})["launch"] = {"step": 30, "step_seconds": 10}
+    study = tmp_path / "fast.yaml"
+    study.write_text(yaml.safe_dump(data))
+    capacity = {"arrivals_per_s": 1.0}
+    line = host.config_valid(study, load_study, capacity, lambda config: _launch_rates(config, capacity))[0]
+    assert line.status == FAIL and "prolific.study1.launch 3/s" in line.detail
+    assert _launch_rates(load_study(study), {"arrivals_per_s": 4.0})[0] == ("prolific.study1.launch", 3.0)
