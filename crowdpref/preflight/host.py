@@ -168,15 +168,15 @@ def config_valid(study_path: Path, load: Callable[[Path], Any], capacity: Mappin
                     f"{DEFAULT_CAPACITY_PER_S:g} arrival/s (p95 < 1 s) is assumed",
                     "measure it with a dress rehearsal on this server (it writes <state>/capacity.json)"), config
     per_s = float(capacity["arrivals_per_s"])
-    over = [f"{what} {rate:g}/s" for what, rate in arrival_rates if rate > per_s]
-    if over:
-        return fail(name, f"planned arrivals above the measured capacity {per_s:g}/s: {', '.join(over)}",
-                    "pace the launch below the capacity (fewer places at a time)"), config
     when = capacity.get("measured_at")
     on = f" {time.strftime('%Y-%m-%d', time.gmtime(float(when)))}" if when else ""
-    if per_s <= 0:  # the rehearsal's slowest wave already missed p95 < 1 s
+    if per_s <= 0:  # the rehearsal's slowest wave already missed p95 < 1 s: no rate below it was tried
         return warn(name, f"{study_path} is valid; but the capacity measured{on} is below the slowest rate the "
                     "rehearsal tried: no arrival rate kept the first item under 1 s at p95",
                     "give the server more CPU or warm accounts (pool_size), pace the launch slowly, and rehearse "
                     "again"), config
+    over = [f"{what} {rate:g}/s" for what, rate in arrival_rates if rate > per_s]
+    if over:
+        return fail(name, f"planned arrivals above the measured capacity {per_s:g}/s: {', '.join(over)}",
+                    "pace the launch below the capacity (fewer places at a time)"), config
     return ok(name, f"{study_path} is valid; capacity {per_s:g} arrival/s measured{on}"), config

@@ -573,7 +573,8 @@ def test_the_config_line_reads_the_measured_capacity() -> None:
     study = Path("studies/demo.yaml")
     load = lambda path: "the config"  # noqa: E731 - valid
     assert host.config_valid(study, load, None)[0].status == WARN
-    none_kept = host.config_valid(study, load, {"arrivals_per_s": 0.0, "measured_at": 1_790_000_000})[0]
+    none_kept = host.config_valid(study, load, {"arrivals_per_s": 0.0, "measured_at": 1_790_000_000},
+                                  [("prolific.study1.launch", 0.1)])[0]  # (no rate under the slowest was tried)
     assert none_kept.status == WARN and "below the slowest rate" in none_kept.detail
     assert host.config_valid(study, load, {"arrivals_per_s": 2.0})[0].status == OK
     over = host.config_valid(study, load, {"arrivals_per_s": 2.0}, [("study1 launch", 3.0)])[0]
