@@ -40,7 +40,7 @@ from crowdpref.errors import ServiceError, state_file_error
 from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
 from crowdpref.store.engine import PUBLIC_STORE, public_password_file
-from services.process import ServiceSpec
+from services.process import ServiceSpec, as_user
 
 PG_ROOT = Path("/usr/lib/postgresql")
 SERVER_USER = "postgres"  # the account Debian's package creates; the server runs as it under root
@@ -100,10 +100,7 @@ def _exec_as_server_user(argv: Sequence[str]) -> list[str]:
     """``argv`` as the server user under root, for the long-running server: ``setpriv`` (util-linux)
     sets the user and execs it, so no root process stays behind as its parent (``runuser`` does),
     with no capability and ``--no-new-privs``."""
-    if not _is_root():
-        return list(argv)
-    return [shutil.which("setpriv") or "setpriv", f"--reuid={SERVER_USER}", f"--regid={SERVER_USER}", "--init-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+    return as_user(argv, SERVER_USER, SERVER_USER) if _is_root() else list(argv)
 
 
 def _run(argv: Sequence[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

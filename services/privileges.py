@@ -52,7 +52,7 @@ from pathlib import Path
 from crowdpref.errors import ConfigError
 from crowdpref.settings import Settings
 from services import postgres, systemd
-from services.process import ProcessManager, ServiceSpec
+from services.process import ProcessManager, ServiceSpec, as_user
 
 SECRETS_ENV = "CROWDPREF_SECRETS_DIR"
 SETPRIV = "setpriv"
@@ -70,18 +70,12 @@ def credentials_folder(settings: Settings, service: str) -> Path:
     return settings.pids_dir / "credentials" / service
 
 
-def _caps(capabilities: tuple[str, ...]) -> str:
-    """setpriv's capability list: none but these (``CAP_NET_BIND_SERVICE`` -> ``+net_bind_service``)."""
-    return ",".join(["-all", *(f"+{c.lower().removeprefix('cap_')}" for c in capabilities)])
-
-
 class Privileges:
     """How this profile's services are started as their users (see the module docstring)."""
 
     def __init__(self, settings: Settings, confinements: dict[str, systemd.Confinement]):
         self.settings = settings
         self.confinements = confinements
-        self.setpriv = shutil.which(SETPRIV) or SETPRIV
 
     def _copy_credentials(self, name: str, conf: systemd.Confinement, account: pwd.struct_passwd) -> Path:
         """The service's secrets, copied into its own folder (0500, files 0400), as its unit gets them."""
@@ -132,10 +126,7 @@ class Privileges:
             secrets = self.settings.state_dir / "secrets"
             argv = [str(folder / Path(word).name) if os.path.isabs(word) and Path(word).parent == secrets else word
                     for word in argv]
-        caps = _caps(conf.capabilities)
-        prefix = [self.setpriv, f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--init-groups",
-                  f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--no-new-privs", "--"]
-        return replace(spec, argv=[*prefix, *argv], env=env)
+        return replace(spec, argv=as_user(argv, account.pw_uid, account.pw_gid, conf.capabilities), env=env)
 
 
 def prepare(settings: Settings, log=lambda line: None) -> Privileges | None:

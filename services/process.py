@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +52,17 @@ class RunningService:
     port: int | None
     started_at: float
     restarted: bool = False  # ``start`` restarted it: its settings had changed
+
+
+def as_user(argv: Sequence[str], user: str | int, group: str | int, capabilities: Sequence[str] = ()) -> list[str]:
+    """``argv`` run as ``user``:``group`` (and that user's groups) through ``setpriv`` (util-linux),
+    which sets them and execs ``argv`` (no root parent stays behind): ``--no-new-privs``, and no
+    capability but ``capabilities`` (e.g. ``CAP_NET_BIND_SERVICE``), bounded, inheritable and
+    ambient, so the program keeps them and can gain no other."""
+    caps = ",".join(["-all", *(f"+{c.lower().removeprefix('cap_')}" for c in capabilities)])
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={user}", f"--regid={group}", "--init-groups",
+            f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--no-new-privs", "--",
+            *map(str, argv)]
 
 
 def settings_hash(spec: ServiceSpec, salt: str) -> str:

@@ -308,8 +308,6 @@ def _clock(settings: Settings) -> tuple[float | None, str]:
 
 
 def _ntp_synchronised() -> tuple[float | None, str]:
-    import subprocess
-
     try:
         out = subprocess.run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], check=False,
                              capture_output=True, text=True, timeout=5).stdout.strip()
@@ -321,9 +319,14 @@ def _ntp_synchronised() -> tuple[float | None, str]:
 
 
 def _tls_context(settings: Settings) -> ssl.SSLContext:
+    from crowdpref.project import use_project
+
+    use_project()
+    from services import caddy
+
     context = ssl.create_default_context()
     if settings.public and settings.public_tls == "internal":
-        root = settings.state_dir / "caddy" / "data" / "pki" / "authorities" / "local" / "root.crt"
+        root = caddy.internal_root(settings)
         if root.exists():
             context.load_verify_locations(cafile=str(root))
     return context
