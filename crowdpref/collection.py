@@ -256,21 +256,25 @@ class Collection:
         return self.owner.ensure_dataset(self.dataset_name, workspace, settings)
 
     # claims -------------------------------------------------------------------------------------
-    def claim(self, key: str, source: str, refill: bool = False, *, key_hash: str | None = None) -> ClaimResult:
+    def claim(self, key: str, source: str, refill: bool = False, *, key_hash: str | None = None,
+              visible: bool = True) -> ClaimResult:
         """Give the participant known by ``key`` (a Prolific id, an invite key, a simulated
         name) their work, and make it visible in their dataset. Idempotent: the same key gets
         the same account and items back (and a half-finished earlier claim is completed).
         ``refill``: when the claim left the pool below half its target, top it up in the
         background (a long-running process such as the portal; collection runs refill anyway).
         ``key_hash``: the person known by their key hash only (``key`` may be ""), see
-        :meth:`Store.claim`."""
+        :meth:`Store.claim`. ``visible=False``: the claim in the store only; the caller makes it
+        visible (:meth:`make_visible`) later - the portal, off the request, so that an arrival
+        never waits on Argilla (:mod:`crowdpref.portal.prepare`)."""
         exclude = None
         if self.spec.exclude_from is not None:
             exclude = self.store.find_collection(self.spec.study_name, self.spec.exclude_from)
         result = self.store.claim(self.info, key, source, exclude_collection=exclude,
                                   checks=self.spec.check_items, key_hash=key_hash)
         if isinstance(result, Claimed):
-            self.make_visible(result.participant)
+            if visible:
+                self.make_visible(result.participant)
             if refill and result.new and self._pool_low():
                 self.refill_in_background()
         return result
