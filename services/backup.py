@@ -323,17 +323,19 @@ class _Restic:
         reason = (damaged or lines or [f"exit {rc}"])[-1]
         return BackupError(f"{what} failed on {self.where}: {reason[:300]}")
 
-    def run(self, args: list[str], what: str, *, cwd: Path | None = None,
-            timeout: float = 24 * 3600) -> subprocess.CompletedProcess[str]:
-        """``restic ARGS``; a one-line :class:`BackupError` when it fails."""
+    def run(self, args: list[str], what: str, *, cwd: Path | None = None, timeout: float = 24 * 3600,
+            keep_output: bool = True) -> subprocess.CompletedProcess[str]:
+        """``restic ARGS``; a one-line :class:`BackupError` when it fails. ``keep_output=False``
+        sends what restic writes to standard output nowhere (a read-back of a whole snapshot)."""
         try:
             result = subprocess.run([self.binary, *args], env=_restic_env(self.settings, self.repo, self.password),
-                                    cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                    timeout=timeout, check=False)
+                                    cwd=cwd, stdin=subprocess.DEVNULL, text=True, timeout=timeout, check=False,
+                                    stdout=subprocess.PIPE if keep_output else subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackupError(f"{what}: restic failed to run ({exc.__class__.__name__}) on {self.where}") from None
         if result.returncode != 0:
-            raise self._fail(what, result.stderr + "\n" + result.stdout, result.returncode)
+            raise self._fail(what, result.stderr + "\n" + (result.stdout or ""), result.returncode)
         return result
 
     def need_password(self) -> None:

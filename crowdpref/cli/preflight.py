@@ -244,8 +244,10 @@ def _backups(settings: Settings) -> Any:
 
 
 def _readable(settings: Settings, snapshot: Any) -> tuple[bool, str | None]:
-    """The snapshot's description decrypts and reads back, and every database it names is in it
-    and reads back whole (``restic dump`` to nowhere)."""
+    """The snapshot reads back as a restore would read it: its description decrypts and names
+    databases that are in it, and then the whole snapshot is read from the repository itself
+    (``restic --no-cache dump SNAPSHOT /`` to nowhere: every pack it uses fetched, decrypted and
+    checked; the local cache, which keeps the folder trees, would hide a damaged repository)."""
     from services import backup
 
     restic = backup._Restic(settings)
@@ -257,26 +259,20 @@ def _readable(settings: Settings, snapshot: Any) -> tuple[bool, str | None]:
         inside = min(found, key=lambda path: path.count("/"), default=None)  # the top one
         if inside is None:
             return False, f"no {backup.DESCRIPTION} in the snapshot: not a crowdpref backup"
-        dumped = restic.run(["dump", snapshot.id, inside], "restic dump")
-        description = json.loads(dumped.stdout)
+        description = json.loads(restic.run(["dump", snapshot.id, inside], "restic dump").stdout)
     except Exception as exc:  # noqa: BLE001 - the finding
         return False, f"{exc.__class__.__name__}: {str(exc)[:160]}"
     if not isinstance(description, dict) or description.get("format") != backup.FORMAT:
         return False, f"{backup.DESCRIPTION} does not describe a crowdpref backup"
-    root = inside[: -len(backup.DESCRIPTION)]
     for part, entry in (description.get("databases") or {}).items():
         member = (entry or {}).get("member")
-        if not isinstance(member, str):
-            continue
-        if f"/{member}" not in listed:
+        if isinstance(member, str) and f"/{member}" not in listed:
             return False, f"the {part} database it describes is missing"
-        # read it whole, as a restore would (every pack it is in decrypted and checked), kept nowhere
-        read = subprocess.run([restic.binary, "dump", snapshot.id, root + member],
-                              env=backup._restic_env(settings, restic.repo, restic.password), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600, check=False)
-        if read.returncode != 0:
-            said = next((line for line in read.stderr.splitlines() if line.strip()), f"exit {read.returncode}")
-            return False, f"the {part} database does not read back: {said[:160]}"
+    try:
+        restic.run(["--no-cache", "dump", snapshot.id, "/"], "restic dump (the whole snapshot)", timeout=3600,
+                   keep_output=False)
+    except backup.BackupError as exc:
+        return False, f"it does not read back: {str(exc)[:200]}"
     return True, None
 
 

@@ -207,13 +207,28 @@ def test_the_online_copy_holds_committed_wal_rows_and_holds_store_writes_while_a
     _sqlite(settings.state_dir / "store.sqlite", ["after"])  # released: writes go on
 
 
-def _damage(repository: Path) -> None:
-    """Flip a byte in the middle of every pack file: what a failing disk or a bad copy does."""
+def _tree_packs(repository: Path, password: Path) -> set[str]:
+    """The pack files of ``repository`` that hold only folder trees (from its index)."""
+    packs: set[str] = set()
+    for index in _restic(repository, password, "--no-cache", "list", "index").split():
+        for pack in json.loads(_restic(repository, password, "--no-cache", "cat", "index", index))["packs"]:
+            if all(blob["type"] == "tree" for blob in pack["blobs"]):
+                packs.add(pack["id"])
+    assert packs, "no pack of folder trees in the repository"
+    return packs
+
+
+def _damage(repository: Path, only: set[str] | None = None) -> None:
+    """Flip every 16th byte of every pack file, so every blob in it (at least 32 bytes: nonce and
+    MAC) is hit wherever restic put it: what a failing disk or a bad copy does. (One byte in the
+    middle of a pack may land in a blob no read touches, or in the pack's header, which reads
+    through the index never open.)"""
     for pack in (repository / "data").rglob("*"):
-        if pack.is_file():
+        if pack.is_file() and (only is None or pack.name in only):
             os.chmod(pack, 0o600)
             raw = bytearray(pack.read_bytes())
-            raw[len(raw) // 2] ^= 0xFF
+            for at in range(7, len(raw), 16):
+                raw[at] ^= 0xFF
             pack.write_bytes(bytes(raw))
 
 
@@ -375,3 +390,10 @@ def test_the_preflight_reads_the_last_backup_back_from_the_real_repository(backe
     _damage(copy)
     damaged = _backups(_settings_for(settings.state_dir, (copy, repo[1])))
     assert damaged.snapshot == taken.snapshot and damaged.readable is False and damaged.problem
+    # only the folder trees damaged: the local cache (filled by the reads above) still holds them,
+    # and a read-back through it would call this repository sound
+    trees = tmp_path / "trees-damaged"
+    shutil.copytree(repo[0], trees)
+    _damage(trees, only=_tree_packs(trees, repo[1]))
+    damaged = _backups(_settings_for(settings.state_dir, (trees, repo[1])))
+    assert damaged.readable is False and "does not read back" in damaged.problem, damaged
