@@ -80,6 +80,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from crowdpref.portal import argilla_session, links, pages
 from crowdpref.portal.answer_guard import GUARD_PATH
+from crowdpref.portal.prepare import (
+    ENTRY_WAIT_S,
+    FAILING_RETRY_S,
+    START_WAIT_S,
+    WAITING_REFRESH_S,
+    NotReady,
+    failing,
+    wait_ready,
+)
 from crowdpref.portal.service import (
     COOKIE_MAX_AGE_S,
     KEYS,
@@ -97,6 +106,7 @@ NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Co
 MAX_BODY_BYTES = 64 * 1024  # any request body (Prolific's webhooks are a few hundred bytes)
 ARGILLA_HOOK_MAX_BODY_BYTES = 1024 * 1024  # Argilla's response events carry the record and dataset settings
 BODY_LIMITS = {"/hooks/argilla": ARGILLA_HOOK_MAX_BODY_BYTES}
+FINISH_WAIT_S = 10.0  # the finish page's check with Argilla: then a page that tries again by itself
 
 
 class BodyLimit:
@@ -229,6 +239,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         yield
         portal.after_reply.stop()
         portal.screen_outs.stop()
+        portal.preparer.close()  # workspaces not begun: the next entry, Start or monitoring pass prepares them
         if argilla_webhook:
             await asyncio.to_thread(portal.stand_down_argilla_webhook)
 
@@ -268,24 +279,29 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
                             headers=NO_STORE)
 
     @app.get("/s/{study}/{key}")
-    def enter(study: str, key: str, request: Request) -> Response:
-        invited = portal.invitation(study, _key(key), dict(request.query_params))
+    async def enter(study: str, key: str, request: Request) -> Response:
+        invited = await run_in_threadpool(portal.invitation, study, _key(key), dict(request.query_params))
         if invited is None:
-            return entry(study, key, request)
+            return await entry(study, key, request)
         title, finished = invited  # an invitation: a page; only its button (the POST below) claims
         if finished:
             return HTMLResponse(pages.already_done(None, None), headers=NO_STORE)
         return HTMLResponse(pages.invitation(title, f"/s/{study}/{key}?{request.url.query}"), headers=NO_STORE)
 
     @app.post("/s/{study}/{key}")
-    def accept(study: str, key: str, request: Request) -> Response:
+    async def accept(study: str, key: str, request: Request) -> Response:
         """The invitation page's button (any study's entry may be posted: it is the same entry)."""
-        return entry(study, key, request)
+        return await entry(study, key, request)
 
-    def entry(study: str, key: str, request: Request) -> Response:
-        entered = portal.enter(study, _key(key), dict(request.query_params),
-                               client=client_address(request, proxies),
-                               cookie=request.cookies.get(cookie_name(study, key)))
+    async def entry(study: str, key: str, request: Request) -> Response:
+        """Admission first: the claim is in the store when ``portal.enter`` returns; their
+        workspace in Argilla is prepared off the request, and the answer waits for it at most
+        ENTRY_WAIT_S (without holding a thread), ready or not."""
+        entered = await run_in_threadpool(lambda: portal.enter(
+            study, _key(key), dict(request.query_params), client=client_address(request, proxies),
+            cookie=request.cookies.get(cookie_name(study, key))))
+        if entered.preparing is not None:
+            await wait_ready(entered.preparing, ENTRY_WAIT_S)
         if entered.finished is not None:  # they completed: "you are done" (and their code), no sign-in
             done = entered.finished
             return HTMLResponse(pages.already_done(done.code if done.completion_url else None, done.completion_url),
@@ -390,9 +406,35 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
         return HTMLResponse(body, headers=NO_STORE)
 
     @app.post("/s/{study}/{key}/start")
-    def start(study: str, key: str, request: Request) -> Response:
+    async def start(study: str, key: str, request: Request) -> Response:
+        return await start_or_wait(study, key, request)
+
+    @app.get("/s/{study}/{key}/start")
+    async def waiting(study: str, key: str, request: Request) -> Response:
+        """The waiting page's own address (it reloads itself here until the work is ready)."""
+        return await start_or_wait(study, key, request)
+
+    async def start_or_wait(study: str, key: str, request: Request) -> Response:
+        """*Start*: once their workspace in Argilla is ready (waited for at most START_WAIT_S,
+        without holding a thread), signed in; else a page that says their work is being prepared
+        and reloads itself (a meta refresh, no script needed) - 200 while it is prepared, 503
+        with Retry-After while Argilla fails - so no request hangs on a busy Argilla."""
+        cookie = request.cookies.get(cookie_name(study, key))
         try:
-            signed = portal.sign_in(study, _key(key), request.cookies.get(cookie_name(study, key)))
+            preparation = await run_in_threadpool(portal.preparation, study, _key(key), cookie)
+        except AlreadyFinished:  # their credentials expired when they completed: the finish page
+            return RedirectResponse(f"/s/{study}/{key}/done", status_code=303, headers=NO_STORE)
+        if not await wait_ready(preparation, START_WAIT_S):
+            here = f"/s/{study}/{key}/start"
+            if failing(preparation):
+                return HTMLResponse(pages.preparing(here, FAILING_RETRY_S, failing=True), status_code=503,
+                                    headers={**NO_STORE, "Retry-After": str(FAILING_RETRY_S)})
+            return HTMLResponse(pages.preparing(here, WAITING_REFRESH_S), headers=NO_STORE)
+        return await run_in_threadpool(sign_in, study, key, cookie)
+
+    def sign_in(study: str, key: str, cookie: str | None) -> Response:
+        try:
+            signed = portal.sign_in(study, _key(key), cookie)
         except AlreadyFinished:  # their credentials expired when they completed: the finish page
             signed = f"/s/{study}/{key}/done"
         if isinstance(signed, TokenSignIn):  # same origin as Argilla: the session in the body, never a URL
@@ -408,6 +450,8 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             frame = portal.work(study, _key(key), request.cookies.get(cookie_name(study, key)))
         except AlreadyFinished:
             return RedirectResponse(f"/s/{study}/{key}/done", status_code=303, headers=NO_STORE)
+        except NotReady:  # their workspace is still being prepared: the page that waits for it
+            return RedirectResponse(f"/s/{study}/{key}/start", status_code=303, headers=NO_STORE)
         config, _ = portal.config(study, _key(key))
         base = f"/s/{study}/{key}"
         return HTMLResponse(pages.work_frame(config.title or config.name, frame.target, frame.submitted, frame.total,
@@ -421,8 +465,15 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
                              "given_back": done.given_back}, headers=NO_STORE)
 
     @app.get("/s/{study}/{key}/done")
-    def done(study: str, key: str, request: Request) -> Response:
-        finish = portal.finish(study, _key(key), request.cookies.get(cookie_name(study, key)))
+    async def done(study: str, key: str, request: Request) -> Response:
+        try:  # the check with Argilla, bounded: a stalled Argilla gets a page that tries again
+            finish = await asyncio.wait_for(run_in_threadpool(
+                portal.finish, study, _key(key), request.cookies.get(cookie_name(study, key))), FINISH_WAIT_S)
+        except TimeoutError:
+            log.warning("503: Argilla did not answer the finish page's check within %.0f s", FINISH_WAIT_S)
+            raise Refusal(503, "Please wait a moment", "We cannot check your answers right now: the annotation "
+                          "server is busy. Your answers are kept; this page tries again by itself.",
+                          retry_after=FAILING_RETRY_S) from None
         if finish.done:
             return HTMLResponse(pages.finished(finish.code, finish.completion_url), headers=NO_STORE)
         return HTMLResponse(pages.not_finished(finish.submitted, finish.total, finish.argilla_url,

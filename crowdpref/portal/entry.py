@@ -20,6 +20,7 @@ from crowdpref.errors import CrowdprefError
 from crowdpref.onboarding import onboarding_of
 from crowdpref.portal import links
 from crowdpref.portal.onboarding import InOnboarding
+from crowdpref.portal.prepare import Preparation
 from crowdpref.portal.refusal import RETURN_WORDING, Refusal, log, one_line, unavailable
 from crowdpref.portal.studies import Key
 from crowdpref.store import COMPLETE, Claimed, Full, ParticipantState, Refused
@@ -58,6 +59,7 @@ class Entered:
     cookie: str  # signed: collection id + username; in onboarding: collection id + key hash + source
     finished: Finish | None = None  # they are done already: show this, no cookie, no sign-in
     onboarding: OnboardingState | None = None  # set: they go through onboarding first, nothing claimed
+    preparing: Preparation | None = None  # their workspace in Argilla, prepared after the claim (prepare.py)
 
 
 class Entry:
@@ -183,7 +185,8 @@ class Entry:
     def enter(self, study: str, key: Key, params: Mapping[str, str], client: str | None = None,
               cookie: str | None = None) -> Entered:
         """Throttle, verify the visitor, claim their work (the same work when they come back)
-        and make it visible in their Argilla dataset. ``client``: the visitor's address (the
+        in the store - durable, no call to Argilla - and start making it visible in their
+        Argilla dataset off the request (``preparing``, :mod:`crowdpref.portal.prepare`). ``client``: the visitor's address (the
         app passes it; None: not limited per address); ``cookie``: the portal's cookie their
         browser sent (:meth:`recognised`). A participant who already completed gets
         ``finished`` (the "you are done" page), never a sign-in."""
@@ -218,14 +221,14 @@ class Entry:
         self.store.log_event(collection.info.id, "entered", participant.id, source=visitor.source,
                              new=isinstance(result, Claimed) and result.new)
         cookie = self.cookies.dumps({"c": collection.info.id, "u": participant.username})
-        return Entered(study, key, participant, cookie)
+        return Entered(study, key, participant, cookie, preparing=self.preparer.prepare(collection, participant))
 
     def _claim(self, collection: Collection, key: str, source: str, key_hash: str | None = None) -> Any:
         try:
-            return collection.claim(key, source, refill=True, key_hash=key_hash)
+            return collection.claim(key, source, refill=True, key_hash=key_hash, visible=False)
         except Refusal:
             raise
-        except (CrowdprefError, httpx.TransportError) as exc:  # Argilla down, or dropped the connection
+        except (CrowdprefError, httpx.TransportError) as exc:  # the store (Argilla is not asked here)
             raise unavailable(f"claim failed: {one_line(exc)}", "Something went wrong while preparing your "
                                "work. Please wait a minute and open the link again.") from exc
 

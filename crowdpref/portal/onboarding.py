@@ -151,6 +151,7 @@ class Onboarding:
                 self.store.record_session(collection.info.id, participant.id, session_hash=ob.state.session_hash)
             self.store.log_event(collection.info.id, "entered", participant.id, source=ob.source, new=True,
                                  onboarding=True)
+        self.preparer.prepare(collection, participant)  # their workspace, off the request
         return self.cookies.dumps({"c": collection.info.id, "u": participant.username})
 
     def screened_out(self, study: str, key: Key, ob: Onboarder) -> tuple[str | None, bool]:

@@ -142,6 +142,14 @@ def argilla_session(token: str, expires: int, target: str, token_key: str, expir
                    token_key=token_key, expiration_key=expiration_key)
 
 
+def preparing(action: str, seconds: int, failing: bool = False) -> str:
+    """The page that waits for the participant's workspace in Argilla: it reloads ``action``
+    (GET) every ``seconds`` with a meta refresh, so it moves on by itself without a script;
+    ``failing``: Argilla does not answer (their place is kept, it keeps trying)."""
+    return _render("preparing.html.j2", title="Your work is being prepared", action=action, seconds=seconds,
+                   failing=failing)
+
+
 FRAME_SRC = re.compile(r'<iframe id="argilla" name="argilla" src="([^"]+)"')
 WORK_POLL_MS = 6000  # how often the bar asks for progress (stops once everything is submitted)
 WORKING_WORDS = "{submitted} of {total} items submitted"

@@ -43,12 +43,27 @@ from crowdpref.portal.limits import (
     SubmissionLists,
     entry_limiters,
 )
-from crowdpref.portal.onboarding import InOnboarding, Onboarded, Onboarder, Onboarding, PracticeAnswer, QuizResult
+from crowdpref.portal.onboarding import (
+    InOnboarding,
+    Onboarded,
+    Onboarder,
+    Onboarding,
+    PracticeAnswer,
+    QuizResult,
+)
+from crowdpref.portal.prepare import PREPARE_WORKERS, Preparer
 from crowdpref.portal.refusal import Refusal
 from crowdpref.portal.session import AlreadyFinished, Sessions, TokenSignIn
-from crowdpref.portal.studies import KEYS, Key, StudyRegistry, Studies, open_study_collection, prolific_client
+from crowdpref.portal.studies import (
+    KEYS,
+    Key,
+    Studies,
+    StudyRegistry,
+    open_study_collection,
+    prolific_client,
+)
 from crowdpref.portal.webhooks import WEBHOOK_SECRET, ArgillaWebhooks, ProlificWebhooks
-from crowdpref.portal.work import PROGRESS_READ_S, Finish, Progress, WorkFrame, Work
+from crowdpref.portal.work import PROGRESS_READ_S, Finish, Progress, Work, WorkFrame
 from crowdpref.recruitment import ProlificTarget
 from crowdpref.store import Store
 
@@ -68,7 +83,8 @@ class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWe
 
     def __init__(self, settings: Any, store: Store, *, open_collection: Callable[[Path, Key], Collection] | None = None,
                  prolific_factory: Callable[[ProlificTarget], Any] | None = None,
-                 clock: Callable[[], float] = time.time, after_reply_workers: int = AFTER_REPLY_WORKERS):
+                 clock: Callable[[], float] = time.time, after_reply_workers: int = AFTER_REPLY_WORKERS,
+                 prepare_workers: int = PREPARE_WORKERS):
         self.settings = settings
         self.store = store
         self.registry = StudyRegistry(Path(settings.portal_studies))
@@ -99,3 +115,5 @@ class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWe
         self._secret_read: tuple[float, str | None] | None = None  # (when, Prolific's webhook secret)
         self._progress_lock = threading.Lock()
         self._progress_reads = RateLimiter(1, PROGRESS_READ_S)  # the bar's Argilla reads, per username
+        # claimed participants' workspaces in Argilla, prepared off the request (admission first)
+        self.preparer = Preparer(prepare_workers)

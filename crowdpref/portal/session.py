@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_session
+from crowdpref.portal.prepare import Preparation
 from crowdpref.portal.refusal import RETURN_WORDING, Refusal, unavailable
 from crowdpref.portal.studies import Key
 from crowdpref.store import ACTIVE, COMPLETE, ParticipantState
@@ -75,6 +76,14 @@ class Sessions:
         collection, participant = self._signing_in(study, key, cookie)
         token, expires = self._mint(collection, participant)
         return TokenSignIn(token, expires, work_path(study, key))
+
+    def preparation(self, study: str, key: Key, cookie: str | None) -> Preparation:
+        """Where the participant's workspace in Argilla stands (*Start* and the waiting page ask
+        before they sign in): ready, or the job preparing it - started again here when an
+        earlier one failed (after its back-off, :mod:`crowdpref.portal.prepare`). Refused as
+        :meth:`sign_in` is (:class:`AlreadyFinished`, a place given back)."""
+        collection, participant = self._signing_in(study, key, cookie)
+        return self.preparer.prepare(collection, participant)
 
     def _mint(self, collection: Collection, participant: ParticipantState) -> tuple[str, int]:
         """An Argilla session for the participant, signed with Argilla's key (read once). It

@@ -12,6 +12,7 @@ import httpx
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_session, links
+from crowdpref.portal.prepare import NotReady, ready
 from crowdpref.portal.refusal import RETURN_WORDING, Refusal, log, one_line, unavailable
 from crowdpref.portal.session import first_item_path
 from crowdpref.portal.studies import Key
@@ -74,6 +75,9 @@ class Work:
         (:meth:`_password_sign_in`), which lands on Argilla's home. :class:`AlreadyFinished` once
         they completed."""
         collection, participant = self._signing_in(study, key, cookie)
+        if not ready(participant):  # not visible in Argilla yet: the page that waits for it
+            self.preparer.prepare(collection, participant)
+            raise NotReady("the participant's workspace is being prepared")
         if self.token_sign_in:
             target = self._first_item_url(participant)
         elif self.settings.argilla_serves_handover and participant.dataset_id:
@@ -119,6 +123,8 @@ class Work:
                               + RETURN_WORDING)
             raise Refusal(410, "Place given back", "Your place in this study was given back, so it cannot be "
                           "completed. " + RETURN_WORDING)
+        if participant.status == COMPLETE:  # the store knows already (Argilla's webhook): no Argilla read
+            return self._finished(study, key, collection, participant)
         try:
             participant = collection.refresh(participant)
         except (CrowdprefError, httpx.TransportError) as exc:

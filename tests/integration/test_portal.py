@@ -10,9 +10,11 @@ The whole lifecycle through the fake Prolific is in test_portal_prolific.py."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,8 +29,9 @@ from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
+from crowdpref.portal.prepare import START_WAIT_S, WAITING_REFRESH_S
 from crowdpref.portal.service import WEBHOOK_SECRET, Portal
-from crowdpref.store import COMPLETE, RELEASED, Store
+from crowdpref.store import ACTIVE, COMPLETE, RELEASED, Store
 from crowdpref.study1 import study1_collection
 from tests.conftest import isolated_settings
 from tests.integration.test_study1_collection import _questions
@@ -192,6 +195,7 @@ def test_two_tabs_at_once_get_one_claim_and_a_burst_is_throttled(argilla_server,
         thread.join()
     assert statuses == [303] * 4
     assert len(collection.participants()) == 1
+    assert portal.preparer.wait_idle(60)  # their workspace is prepared off the request
     held = collection.participants()[0]
     records = collection.owner.record_ids(collection._dataset_of(held))
     assert sorted(records) == sorted(held.items)  # logged once, no duplicates
@@ -376,3 +380,89 @@ def test_the_portal_signs_in_to_argilla_as_the_owner_with_sessions_it_mints(argi
     (settings.secrets_dir / argilla_session.SECRET_FILE).write_text("not-the-key-argilla-runs-with" * 2)
     with pytest.raises(ArgillaError, match="rejected the owner session signed with its token key.*argilla-auth-secret"):
         owner_for(settings)
+
+
+class StallingProxy:
+    """A TCP proxy in front of Argilla that can hold every byte in both directions (a stalled,
+    overloaded Argilla: connections open, no answer) and let them through again."""
+
+    def __init__(self, upstream: str):
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                self.flowing.wait()
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.flowing.set()
+        self.server.close()
+
+
+def test_an_arrival_is_admitted_at_once_while_argilla_stalls_and_gets_in_once_it_answers(
+        argilla_server, tmp_path, unique):
+    """Admission first (issue 34 item 2): with Argilla stalled (every byte held), the entry
+    answers within 1 s with the claim durable in the store; Start answers within a few seconds
+    with the page that waits (a meta refresh, no script) instead of hanging; once Argilla answers
+    again, that page's reload opens the work, and their dataset holds exactly their items."""
+    name = f"s{unique}"
+    proxy = StallingProxy(argilla_server.api_url)
+    _, collection, client = _portal(tmp_path, argilla_server, name, "prolific")
+    collection.owner = ArgillaOwner(proxy.url, argilla_server.owner_api_key)  # Argilla, through the proxy
+    base = f"/s/{name}/study1"
+    try:
+        proxy.flowing.clear()  # Argilla stalls
+        began = time.monotonic()
+        entry = client.get(f"{base}?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
+                           follow_redirects=False)
+        assert entry.status_code == 303 and entry.headers["location"] == f"{base}/welcome"
+        assert time.monotonic() - began < 1.0
+        other = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")  # durable: another connection reads it
+        try:
+            [claimed] = other.participants(collection.info.id)
+        finally:
+            other.close()
+        assert claimed.status == ACTIVE and len(claimed.assignments) == 3 and not claimed.records_logged
+        assert client.get(f"{base}/welcome").status_code == 200  # the welcome page needs no Argilla
+        began = time.monotonic()
+        start = client.post(f"{base}/start", follow_redirects=False)
+        assert time.monotonic() - began < START_WAIT_S + 2
+        assert start.status_code == 200 and "Your work is being prepared" in start.text
+        assert f'<meta http-equiv="refresh" content="{WAITING_REFRESH_S};url={base}/start">' in start.text
+        assert client.get(f"{base}/work", follow_redirects=False).headers["location"] == f"{base}/start"
+        proxy.flowing.set()  # Argilla answers again: the waiting page's reload opens the work
+        deadline = time.monotonic() + 120
+        while (again := client.get(f"{base}/start", follow_redirects=False)).status_code != 303:
+            assert again.status_code in (200, 503) and time.monotonic() < deadline, again.text
+            time.sleep(WAITING_REFRESH_S)
+        username, _ = _sign_in(client, again)
+        participant = collection.store.participant(collection.info.id, username)
+        assert participant.records_logged and participant.id == claimed.id  # the same claim, not a second
+        records = collection.owner.record_ids(collection._dataset_of(participant))
+        assert sorted(records) == sorted(participant.items)
+        assert len(collection.participants()) == 1
+    finally:
+        proxy.close()
