@@ -10,6 +10,7 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_table_artifact
 
 from crowdpref.config import load_study
+from crowdpref.pacer import launch_pace
 from crowdpref.recruitment import (
     ProlificState,
     ensure_prolific_study,
@@ -23,15 +24,6 @@ from crowdpref.settings import load_settings
 from crowdpref.studies import StudyKey, open_collection
 from tasks.artifacts import artifact_key
 from tasks.retries import NETWORK
-
-
-def launch_pace(config: Any, key: StudyKey, settings: Any) -> Any:
-    """The study's launch pace on this server: ``prolific.studyN.launch`` against the capacity
-    the dress rehearsal measured (``<state>/capacity.json``; the default without one)."""
-    from crowdpref.launch_pacing import study_pace
-    from crowdpref.preflight.host import read_capacity
-
-    return study_pace(config, key, read_capacity(settings.state_dir))
 
 
 def prolific_study_link(target: Any, study_id: str) -> str:

@@ -63,6 +63,17 @@ class PlatformStore(StoreBase):
             return None
         return PlatformStudy(row.collection_id, row.platform, row.external_id, row.state, row.group_id, row.places)
 
+    def platform_studies(self, platform: str) -> list[tuple[CollectionInfo, PlatformStudy]]:
+        """Every collection published on ``platform`` (e.g. ``prolific``), with its platform study,
+        oldest collection first."""
+        ps = t.platform_studies.c
+        with self._read() as conn:
+            rows = conn.execute(select(t.platform_studies).where(ps.platform == platform)
+                                .order_by(ps.collection_id)).all()
+            return [(self._info(row.collection_id, conn),
+                     PlatformStudy(row.collection_id, row.platform, row.external_id, row.state, row.group_id, row.places))
+                    for row in rows]
+
     def save_platform_study(self, cid: int, platform: str, external_id: str, state: str,
                             group_id: str | None = None, places: int | None = None) -> PlatformStudy:
         """Record (or update) the platform study of a collection. A different external id for a
