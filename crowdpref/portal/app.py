@@ -393,7 +393,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
 
         is1 = key == "study1"
         prolific = config.prolific.study1 if is1 else config.prolific.study2
-        minutes = prolific.estimated_completion_minutes if config.participants != "invite" else None
+        minutes = prolific.estimated_completion_minutes  # the study's estimate, invitations included
         what = "answer in writing (and rate each question)" if is1 else "compare two answers each"
         invited = config.participants == "invite"
         guidelines = STUDY1 if is1 else STUDY2

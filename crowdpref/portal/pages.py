@@ -151,7 +151,9 @@ def preparing(action: str, seconds: int, failing: bool = False) -> str:
 
 
 FRAME_SRC = re.compile(r'<iframe id="argilla" name="argilla" src="([^"]+)"')
-WORK_POLL_MS = 6000  # how often the bar asks for progress (stops once everything is submitted)
+WORK_POLL_MS = 2000  # how often the bar asks for progress (stops once everything is submitted)
+WORK_NUDGE_MS = (800, 2500)  # and this long after a click or key in the frame (one origin: a submit, maybe)
+WORKING_LABEL = "Check my progress"  # before every item is submitted: the finish page says what is left
 WORKING_WORDS = "{submitted} of {total} items submitted"
 DONE_WORDS = "All {total} items submitted. Press the button to finish."
 GIVEN_BACK_WORDS = "Your place in this study was given back, so there is nothing more to do here."
@@ -161,14 +163,18 @@ def work_frame(title: str, target: str, submitted: int, total: int, done: bool, 
                progress_action: str, invited: bool) -> str:
     """The participant's work: a thin bar on top (their progress, and a Finish button that is
     always on screen, at any size) over Argilla in a frame that fills the rest. The bar's
-    script asks ``progress_action`` every few seconds and, once every item is submitted, turns
-    the bar green and says so. ``target`` (the frame's Argilla page) may carry a password sign-in
+    script asks ``progress_action`` every :data:`WORK_POLL_MS` - and, where the frame is on the
+    portal's origin, soon after each click or key in it (a submit, maybe: :data:`WORK_NUDGE_MS`) -
+    and, once every item is submitted, turns the bar green, says so, and relabels the button
+    from :data:`WORKING_LABEL` to what it does then (get the code; an invitation: say they are
+    done). ``target`` (the frame's Argilla page) may carry a password sign-in
     on the laptop stack: this page is served with no-store and no referrer."""
-    done_label = "Finish" if invited else "Get my code"
+    done_label = "Finish: tell us I am done" if invited else "Finish: get my code"
     return _render("work_frame.html.j2", title=title, target=target, done=done, finish_action=finish_action,
-                   progress_action=progress_action, poll_ms=WORK_POLL_MS, done_label=done_label,
+                   progress_action=progress_action, poll_ms=WORK_POLL_MS, nudge_ms=list(WORK_NUDGE_MS),
+                   done_label=done_label,
                    words=(DONE_WORDS if done else WORKING_WORDS).format(submitted=submitted, total=total),
-                   label=done_label if done else "Finish", working_words=WORKING_WORDS, done_words=DONE_WORDS,
+                   label=done_label if done else WORKING_LABEL, working_words=WORKING_WORDS, done_words=DONE_WORDS,
                    given_back_words=GIVEN_BACK_WORDS)
 
 
@@ -250,7 +256,7 @@ def quiz_failed(title: str, score: int, total: int, pass_mark: int, wrong: list[
                 retry_url: str) -> str:
     """A failed attempt with attempts left: what was wrong, and try again."""
     return _render("quiz_failed.html.j2", title=f"{title}: not passed yet", score=score, total=total,
-                   pass_mark=pass_mark, wrong=wrong, attempts_left=attempts_left, retry_url=retry_url)
+                   pass_mark=pass_mark, wrong=[markdown(w) for w in wrong], attempts_left=attempts_left, retry_url=retry_url)
 
 
 def screened_out(back_url: str | None, paid: bool = True) -> str:

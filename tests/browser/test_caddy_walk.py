@@ -6,7 +6,7 @@ name for both, and the fake Prolific.
 Prolific-style link -> the portal's welcome page (its cookie ``Secure``, the ids gone from the
 address bar) -> *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla,
 signed in on the same origin, on the participant's first item -> every item answered in Argilla's
-UI inside the frame -> the bar turns to "Get my code", its button inside the viewport at desktop
+UI inside the frame -> the bar turns to "Finish: get my code", its button inside the viewport at desktop
 and at phone size (390 x 844) -> the completion code -> back to (fake) Prolific with it. Then Caddy's access log and its own log are read: they hold the paths walked
 and none of the Prolific ids, the ``auth=`` sign-in, the cookie or the participant's password.
 
@@ -132,7 +132,7 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     expect(bar).to_have_class("bar done", timeout=60_000)  # its next poll (the portal reads Argilla)
                     expect(page.locator("#progress")).to_have_text(f"All {ITEMS} items submitted. Press the button "
                                                                    "to finish.")
-                    expect(finish).to_have_text("Get my code")
+                    expect(finish).to_have_text("Finish: get my code")
                     for size, (width, height) in (("desktop", (1400, 1000)), ("phone", (390, 844))):
                         page.set_viewport_size({"width": width, "height": height})
                         expect(finish).to_be_in_viewport(ratio=1.0)

@@ -84,6 +84,8 @@ def _page_cases() -> dict[str, Callable[[], str]]:
         "screened_out_paid": lambda: pages.screened_out(URL, True),
         "screened_out_unpaid": lambda: pages.screened_out(URL, False),
         "screened_out_elsewhere": lambda: pages.screened_out(None),
+        "preparing": lambda: pages.preparing(URL, 2),
+        "preparing_failing": lambda: pages.preparing("/s/x/study1/start", 10, failing=True),
     }
 
 

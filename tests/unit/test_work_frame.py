@@ -58,7 +58,8 @@ def test_with_an_argilla_crowdpref_did_not_start_the_frame_signs_in_with_the_pas
     assert password not in caplog.text and "auth=" not in caplog.text
     # the bar: how far they are, and the way to the finish page, on screen from the first item on
     assert "0 of 3 items submitted" in work.text
-    assert '<a class="button" id="finish" href="/s/apart/study1/done" target="_top">Finish</a>' in work.text
+    assert ('<a class="button" id="finish" href="/s/apart/study1/done" target="_top">Check my progress</a>'
+            in work.text)  # before the end, the button says what it does then
     assert '"/s/apart/study1/progress"' in work.text  # what its script asks
 
 
@@ -128,8 +129,10 @@ def test_the_bar_words_a_finished_participant_by_how_they_came():
     invited = pages.work_frame("T", "https://a/x", 3, 3, True, "/d", "/p", invited=True)
     prolific = pages.work_frame("T", "https://a/x", 3, 3, True, "/d", "/p", invited=False)
     assert 'class="bar done"' in invited and "All 3 items submitted" in invited
-    assert ">Finish</a>" in invited and ">Get my code</a>" in prolific
-    assert "setTimeout(poll" in pages.work_frame("T", "https://a/x", 1, 3, False, "/d", "/p", invited=False)
+    assert ">Finish: tell us I am done</a>" in invited and ">Finish: get my code</a>" in prolific
+    working = pages.work_frame("T", "https://a/x", 1, 3, False, "/d", "/p", invited=False)
+    assert ">Check my progress</a>" in working and "get my code" not in working.split("<script>")[0]
+    assert "setTimeout(poll" in working and "addEventListener('click',nudge" in working  # a click: asked soon
 
 
 def test_without_argillas_webhooks_the_bar_reads_argilla_once_per_interval(rig, monkeypatch):  # noqa: F811

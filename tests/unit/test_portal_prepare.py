@@ -1,0 +1,108 @@
+"""Admission first (issue 34 item 2), on the unit rig (a real store, Argilla's owner side stood in
+for): an entry answers at once while Argilla hangs, *Start* answers with the page that waits
+(a meta refresh) instead of hanging, the work frame sends an unprepared participant there, a
+failing Argilla gets a 503 with Retry-After and is tried again after the back-off, and the
+participant gets in once Argilla answers. Also the page details of issue 34 item 4 that need no
+browser: the quiz's "not right" list rendered, an invitee's time estimate."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from crowdpref.argilla_client import ArgillaError
+from crowdpref.portal import app as portal_app
+from crowdpref.portal import pages
+from crowdpref.portal.app import create_app
+from tests.unit.test_portal_entry import _write, rig  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.usefixtures("rig")
+
+
+def _invited(rig: Any, name: str, **extra: Any) -> tuple[TestClient, str]:  # noqa: F811
+    _write(rig.studies, name, participants="invite", **extra)
+    client = TestClient(create_app(rig.portal), base_url="http://portal.test")
+    return client, rig.portal.invite_link(name, "study1", "inv-1").split(rig.settings.portal_public_url, 1)[1]
+
+
+def test_an_entry_is_admitted_at_once_while_argilla_hangs_and_start_shows_the_waiting_page(
+        rig, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(portal_app, "START_WAIT_S", 0.3)
+    argilla_answers = threading.Event()
+    logged = rig.owner.log_records
+
+    def hanging(dataset: Any, records: list[Any]) -> None:  # a stalled Argilla: the bulk write waits
+        assert argilla_answers.wait(30)
+        logged(dataset, records)
+
+    monkeypatch.setattr(rig.owner, "log_records", hanging)
+    client, link = _invited(rig, "hang")
+    try:
+        began = time.monotonic()
+        entry = client.post(link, follow_redirects=False)
+        assert entry.status_code == 303 and entry.headers["location"] == "/s/hang/study1/welcome"
+        assert time.monotonic() - began < 1.0
+        collection = rig.portal.collection("hang", "study1")
+        [claimed] = rig.store.participants(collection.info.id)  # the claim is in the store already
+        assert not claimed.records_logged and rig.owner.logged == 0
+        assert client.get("/s/hang/study1/welcome").status_code == 200
+        start = client.post("/s/hang/study1/start", follow_redirects=False)
+        assert start.status_code == 200 and "Your work is being prepared" in start.text
+        assert '<meta http-equiv="refresh" content="2;url=/s/hang/study1/start">' in start.text
+        assert client.get("/s/hang/study1/work", follow_redirects=False).headers["location"] == "/s/hang/study1/start"
+    finally:
+        argilla_answers.set()
+    assert rig.portal.preparer.wait_idle(10)
+    again = client.get("/s/hang/study1/start", follow_redirects=False)  # the waiting page's reload
+    assert again.status_code == 303 and again.headers["location"] == "/s/hang/study1/work"
+    assert rig.owner.logged == 3 and len(rig.store.participants(collection.info.id)) == 1
+
+
+def test_a_failing_argilla_gets_a_page_that_retries_and_is_tried_again_after_the_back_off(
+        rig, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(portal_app, "START_WAIT_S", 2.0)
+    failures = [ArgillaError("Argilla answered 503", transient=True)] * 2
+    logged = rig.owner.log_records
+
+    def failing(dataset: Any, records: list[Any]) -> None:
+        if failures:
+            raise failures.pop()
+        logged(dataset, records)
+
+    monkeypatch.setattr(rig.owner, "log_records", failing)
+    now = [1000.0]
+    rig.portal.preparer.clock = lambda: now[0]
+    client, link = _invited(rig, "fails")
+    assert client.post(link, follow_redirects=False).status_code == 303  # admitted: the claim is made
+    assert rig.portal.preparer.wait_idle(10)
+    start = client.post("/s/fails/study1/start", follow_redirects=False)  # inside the back-off: not tried
+    assert start.status_code == 503 and start.headers["retry-after"] == "10"
+    assert "busy" in start.text and "Your place and your work are kept" in start.text
+    assert '<meta http-equiv="refresh" content="10;url=/s/fails/study1/start">' in start.text
+    assert len(failures) == 1  # one try so far
+    now[0] += 5  # past the first back-off (2 s): tried again, fails again
+    assert client.get("/s/fails/study1/start", follow_redirects=False).status_code == 503
+    assert not failures
+    now[0] += 2  # within the second back-off (4 s): not tried
+    assert client.get("/s/fails/study1/start", follow_redirects=False).status_code == 503
+    assert rig.owner.logged == 0
+    now[0] += 5  # Argilla answers now: the next reload gets them in
+    ok = client.get("/s/fails/study1/start", follow_redirects=False)
+    assert ok.status_code == 303 and ok.headers["location"] == "/s/fails/study1/work"
+    assert rig.owner.logged == 3
+
+
+def test_the_quiz_failed_list_renders_the_prompts_markdown():
+    page = pages.quiz_failed("T", 1, 3, 2, ["*My friend* says **no**"], 1, "/r")
+    assert "<em>My friend</em> says <strong>no</strong>" in page and "*My friend*" not in page
+
+
+def test_an_invitee_sees_the_time_estimate(rig):  # noqa: F811
+    client, link = _invited(rig, "est", prolific={"study1": {"estimated_completion_minutes": 17}})
+    assert client.post(link, follow_redirects=False).status_code == 303
+    welcome = client.get("/s/est/study1/welcome")
+    assert "about <strong>17 minutes</strong>" in welcome.text
