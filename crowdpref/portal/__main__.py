@@ -37,6 +37,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
     logging.getLogger("crowdpref.portal").setLevel(logging.INFO)  # method, path, status: never a query
+    logging.getLogger("crowdpref.pacer").setLevel(logging.INFO)  # each raise of a launch's places
     try:
         settings = load_settings()
         app = build_app(settings)

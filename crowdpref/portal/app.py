@@ -221,12 +221,14 @@ def cookie_name(study: str, key: str) -> str:
     return f"crowdpref-{study}-{key}"
 
 
-def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
+def create_app(portal: Portal, *, argilla_webhook: bool = False, launch_pacer: bool = False) -> FastAPI:
     """The portal's web app. ``argilla_webhook``: register Argilla's response webhook when the
     app starts (in the background: Argilla may start later) and disable it when it stops (on
     SIGTERM, before the process ends), so monitoring polls while nobody receives deliveries.
     When it starts, the work of Prolific webhooks replied to but not finished (the portal died
-    or stopped first) runs again; when it stops, work not begun stays pending in the store."""
+    or stopped first) runs again; when it stops, work not begun stays pending in the store.
+    ``launch_pacer``: run the launch pacer (:mod:`crowdpref.pacer`) on a thread while the app
+    serves, so paced Prolific launches open their next step as their people arrive."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -236,7 +238,12 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False) -> FastAPI:
             await asyncio.to_thread(portal.resume_deliveries)
         except Exception as exc:  # noqa: BLE001 - serve anyway: the Prolific sync is the backstop
             log.warning("pending webhook work not resumed (%s)", exc.__class__.__name__)
+        pacer = portal.launch_pacer() if launch_pacer else None
+        if pacer is not None:
+            pacer.start()
         yield
+        if pacer is not None:
+            await asyncio.to_thread(pacer.stop)
         portal.after_reply.stop()
         portal.screen_outs.stop()
         portal.preparer.close()  # workspaces not begun: the next entry, Start or monitoring pass prepares them
@@ -545,4 +552,4 @@ def build_app(settings: Any | None = None) -> FastAPI:
 
     settings = settings or load_settings()
     portal = Portal(settings, open_store(settings))
-    return create_app(portal, argilla_webhook=True)  # Argilla reports responses to /hooks/argilla
+    return create_app(portal, argilla_webhook=True, launch_pacer=True)  # Argilla reports responses to /hooks/argilla

@@ -117,3 +117,11 @@ class Portal(Studies, EntryLimits, Entry, Onboarding, Sessions, Work, ProlificWe
         self._progress_reads = RateLimiter(1, PROGRESS_READ_S)  # the bar's Argilla reads, per username
         # claimed participants' workspaces in Argilla, prepared off the request (admission first)
         self.preparer = Preparer(prepare_workers)
+
+    def launch_pacer(self) -> Any:
+        """The launch pacer (:class:`crowdpref.pacer.Pacer`) over the studies this portal serves:
+        their configs and collections as the portal has them, its Prolific clients."""
+        from crowdpref.pacer import Pacer
+
+        return Pacer(self.store, self.settings, config_of=lambda study, key: self.config(study, key)[0],
+                     collection_of=self.collection, client_of=self.prolific)
