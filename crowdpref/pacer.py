@@ -84,11 +84,13 @@ class Pacer:
 
     def __init__(self, store: Any, settings: Any, *, config_of: Callable[[str, str], Any],
                  collection_of: Callable[[str, str], Any], client_of: Callable[[Any], Any],
-                 look_every_s: float = LOOK_EVERY_S, idle_look_s: float = IDLE_LOOK_S,
+                 look_every_s: float | None = None, idle_look_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.store, self.settings = store, settings
         self._config_of, self._collection_of, self._client_of = config_of, collection_of, client_of
-        self.look_every_s, self.idle_look_s, self._clock = look_every_s, idle_look_s, clock
+        self.look_every_s = LOOK_EVERY_S if look_every_s is None else look_every_s
+        self.idle_look_s = IDLE_LOOK_S if idle_look_s is None else idle_look_s
+        self._clock = clock
         self._next: dict[int, float] = {}  # collection id -> when to look at it again
         self._said: dict[int, str] = {}  # collection id -> the last problem logged (each said once)
         self._stop = threading.Event()

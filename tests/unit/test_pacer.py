@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from crowdpref import pacer as pacer_module
 from crowdpref.launch_pacing import resolve_pace
 from crowdpref.pacer import Pacer
 from crowdpref.prolific import ProlificClient
@@ -131,3 +132,51 @@ def test_the_thread_opens_the_next_step_by_itself(tmp_path: Path) -> None:
         client.close()
         collection.store.close()
 
+
+
+def test_the_portal_paces_a_launch_while_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portal's app (as build_app makes it) runs the pacer: a person takes the first place and
+    claims, and the portal opens the next one by itself; an app made without it does not."""
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from crowdpref.config import load_study
+    from crowdpref.portal.app import create_app
+    from crowdpref.portal.service import Portal
+    from crowdpref.study1 import study1_collection
+    from tests.conftest import isolated_settings
+    from tests.unit.test_recruitment import NoArgilla, _questions
+
+    monkeypatch.setattr(pacer_module, "LOOK_EVERY_S", 0.05)
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    config_file = studies / "recruit-test.yaml"
+    data = _config(study1={"max_places": 4, "launch": {"step": 1, "step_seconds": 0.1}}).model_dump(mode="json",
+                                                                                                      exclude_none=True)
+    config_file.write_text(yaml.safe_dump(data))
+    settings = isolated_settings(tmp_path / "home", portal_studies=studies, portal_url="https://portal.example.org",
+                                 prolific_workspace_id="ws-1", prolific_token="t")
+    store = Store(default_url(tmp_path))
+    with FakeProlific() as fake:
+        client = ProlificClient(fake.base_url, fake.token, backoff_s=0.0, sleep=lambda _s: None)
+
+        def open_collection(path: Path, key: str) -> Any:
+            return study1_collection(load_study(path), _questions(), NoArgilla(), tmp_path / "run", store)
+
+        portal = Portal(settings, store, open_collection=open_collection, prolific_factory=lambda target: client)
+        config, _ = portal.config("recruit-test", "study1")
+        collection = portal.collection("recruit-test", "study1")
+        platform = ensure_prolific_study(collection, config, settings, client,
+                                         pace=resolve_pace(config.prolific.study1.launch, None))
+        study = fake.studies[platform.external_id]
+        with TestClient(create_app(portal)):  # no pacer: the places stay
+            _claim(fake, collection, platform.external_id)
+            time.sleep(0.5)
+            assert study["total_available_places"] == 1
+        with TestClient(create_app(portal, launch_pacer=True)):
+            deadline = time.monotonic() + 10
+            while study["total_available_places"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert study["total_available_places"] == 2
+        client.close()
+    store.close()
