@@ -189,6 +189,19 @@ def session_handover(session_page: str) -> tuple[str, str] | None:
     return (token.group(1), json.loads(target.group(1))) if token and target else None
 
 
+PREPARING_REFRESH = re.compile(r'<meta http-equiv="refresh" content="(\d+);url=([^"]+)">')
+
+
+def preparing_refresh(page_text: str) -> tuple[int, str] | None:
+    """What a :func:`preparing` page's meta refresh does - (seconds, the address it reloads) -
+    or None when the page is not one (a client that is not a browser follows it: the simulated
+    crowd, the benchmark)."""
+    if "<title>Your work is being prepared</title>" not in page_text:
+        return None
+    found = PREPARING_REFRESH.search(page_text)
+    return (int(found.group(1)), html.unescape(found.group(2))) if found else None
+
+
 def frame_target(work_page: str) -> str | None:
     """The Argilla page a :func:`work_frame` page opens in its frame (what a browser loads into
     it), or None when the page has no frame."""

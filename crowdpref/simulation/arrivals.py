@@ -20,8 +20,8 @@ import base64
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,6 +62,8 @@ Onboard = Callable[[str], Any]
 (:class:`~crowdpref.simulation.crowd.OnboardingRun`: practice answers, quiz attempts)."""
 ONBOARDING_STEPS = 50
 """Pages a simulated person walks in onboarding at most (a loop would be a portal bug)."""
+PREPARED_WITHIN_S = 300.0
+"""How long a simulated person waits on the portal's "being prepared" page at most."""
 FORM = re.compile(r'<form method="(get|post)" action="([^"]+)"')
 
 
@@ -195,7 +197,7 @@ class ProlificDoor:
         if welcome.status_code != 200:
             raise CrowdprefError(f"the portal's welcome page answered {welcome.status_code}")
         action = _absolute(url, re.search(r'<form method="post" action="([^"]+)"', welcome.text).group(1))
-        start = browser.post(action)
+        start = self._until_prepared(browser, action, browser.post(action))
         handover = pages.session_handover(start.text) if start.status_code == 200 else None
         if start.status_code != 303 and handover is None:
             raise CrowdprefError(f"the portal's start answered {start.status_code}")
@@ -213,6 +215,20 @@ class ProlificDoor:
         username, password = base64.b64decode(auth).decode().split(":", 1)
         participant = self.collection.store.participant(self.collection.info.id, username)
         return Arrival(participant, password)
+
+    @staticmethod
+    def _until_prepared(browser: httpx.Client, url: str, start: httpx.Response) -> httpx.Response:
+        """*Start*'s answer once the work is ready: while the portal answers with the page that
+        says it is being prepared (admission first, :mod:`crowdpref.portal.prepare`), reload it
+        as its meta refresh says, as a browser does (at most :data:`PREPARED_WITHIN_S`)."""
+        deadline = time.monotonic() + PREPARED_WITHIN_S
+        while (refresh := pages.preparing_refresh(start.text)) is not None:
+            if time.monotonic() > deadline:
+                raise CrowdprefError(f"the portal did not prepare a simulated participant's work within "
+                                     f"{PREPARED_WITHIN_S:.0f} s: see its log")
+            time.sleep(refresh[0])
+            start = browser.get(_absolute(url, refresh[1]))
+        return start
 
     def _onboarding(self, key: str, browser: httpx.Client, url: str) -> str | ScreenedOut:
         """Walk the portal's onboarding as a person does, page by page, answering what
