@@ -18,8 +18,9 @@ simulated crowd arrives through the fake Prolific, 10% drop out part-way, 5% nev
 ``arrivals_per_visit`` = the config's pool size); ``too_fast_seconds: 0`` in both studies (the
 simulated crowd submits a batch in one bulk call, so its time on task means nothing);
 ``screening.fallback: profanity-check`` (detoxify's 'original' weights cannot be downloaded on
-an offline machine; the stage says so loudly, as in the demo); ``prolific.auto_approve: true``
-(nobody reviews the fake Prolific's submissions; as in the demo). The LLM endpoint is a machine
+an offline machine; the stage says so loudly, as in the demo); ``prolific.enabled: false`` (the real Prolific: no; the crowd arrives through the fake one) and
+``prolific.auto_approve: true`` (nobody reviews the fake Prolific's submissions; as in the demo); ``evaluation.enabled: true``
+(the evaluate stage runs before publishing, as in the demo). The LLM endpoint is a machine
 setting, not a config field: OPENAI_BASE_URL points at the fake, which writes distinct questions
 (:func:`llm_questions`). ``--questions N`` scales the question set down (``per_category`` and
 the number of categories); every other size stays the config's.
@@ -76,7 +77,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_port
 
 CONFIG = REPO / "studies" / "social-reasoning.yaml"
 TARGET_S = 45 * 60
@@ -89,6 +90,7 @@ STAGES = {  # the study flow's stage names -> the names printed here, in order
     "screen-responses": "screening",
     "collect (study2)": "study 2",
     "aggregate-ratings": "aggregation",
+    "evaluate": "evaluation",
     "publish-dataset": "publish",
 }
 # connection settings a developer may have in their shell: the benchmark must not pick them up
@@ -205,7 +207,10 @@ def simulation_config(source: Path, questions: int | None, arrivals: int | None)
     for key in ("study1", "study2"):
         put(f"{key}.too_fast_seconds", 0, "simulated participants submit a batch in one bulk call")
     put("screening.fallback", "profanity-check", "offline: detoxify's 'original' weights cannot be downloaded")
+    put("prolific.enabled", False, "the real Prolific: no (the simulated crowd arrives through the fake one, as in the demo)")
     put("prolific.auto_approve", True, "nobody reviews the fake Prolific's submissions (as in the demo)")
+    put("evaluation.enabled", True, "the evaluate stage runs before publishing, as in the demo (issue 35: "
+        "its time at full size; the simulated crowd's hidden truth is in the run folder)")
     if questions is not None:
         categories = config["questions"]["categories"]
         per_category = max(1, math.ceil(questions / len(categories)))
@@ -653,7 +658,7 @@ def main() -> int:
         for where in wheres:
             table.add_column(where, justify="right")
         order = ["questions", "study 1", "study 1: crowd", "screening", "study 2", "study 2: crowd", "aggregation",
-                 "publish"]
+                 "evaluation", "publish"]
         stage_names = list(dict.fromkeys([*order, *(s for s, _ in sampler.seconds)]))
         totals: Counter[str] = Counter()
         for stage in stage_names:
@@ -745,8 +750,8 @@ def main() -> int:
                     from prefect.logging.handlers import APILogHandler
 
                     APILogHandler.flush()
-                except Exception:  # noqa: BLE001 - logs only
-                    pass
+                except Exception as exc:  # noqa: BLE001 - logs only
+                    console.print(f"could not flush the run's last logs: {type(exc).__name__}", highlight=False)
 
                 stopped = stack.down(settings)
                 console.print(f"stopped: {', '.join(stopped)}", highlight=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import flow
 
 from crowdpref.config import EvaluationConfig, load_study
-from crowdpref.evaluation import EVALUATION_FILE
+from crowdpref.evaluation import EVALUATION_FILE, fine_tuned_lines, truth_line
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from tasks.evaluate import (
@@ -53,4 +53,8 @@ def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = 
     path = write_evaluation(result, folder)
     publish_evaluation_artifact(name, result)
     print(f"verdict: {result.verdict} -> {path}")
+    if result.truth:
+        print(truth_line(result.truth))
+    if result.fine_tuned:
+        print(" ".join(fine_tuned_lines(result.fine_tuned)).strip())
     return path

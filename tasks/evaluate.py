@@ -21,6 +21,7 @@ from crowdpref.evaluation import (
     markdown,
     write_outputs,
 )
+from crowdpref.evaluation.finetune import FineTune
 from tasks.artifacts import artifact_key
 
 
@@ -39,9 +40,13 @@ def run_evaluation(data: EvalData, config: EvaluationConfig, seed: int) -> Evalu
     """Split, fit, score; deterministic for a seed, so not retried."""
     logger = get_run_logger()
     encoder, skipped = load_encoder(config.embedding_model)
+    fine_tune = None if config.reward_model is None else FineTune(**config.reward_model.model_dump())
+    if fine_tune is not None:
+        logger.info("fine-tuning %s as a reward model (TRL RewardTrainer; device %s)",
+                    fine_tune.model, fine_tune.device)
     result = evaluate(data, seed=seed, test_share=config.test_share,
                       bootstrap_samples=config.bootstrap_samples, encoder=encoder,
-                      encoder_skipped=skipped)
+                      encoder_skipped=skipped, fine_tune=fine_tune)
     for line in [*result.skipped, *result.warnings]:
         logger.warning(line)
     return result

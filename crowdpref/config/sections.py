@@ -640,6 +640,34 @@ class FiltersConfig(_Section):
         return "off (every participant kept)" if not on else "leave out " + ", ".join(on)
 
 
+class RewardModelConfig(_Section):
+    """The optional fine-tuning path of the ``evaluate`` stage (:mod:`crowdpref.evaluation.finetune`):
+    TRL's ``RewardTrainer`` on a small causal LM, trained on the same training questions and
+    scored on the same held-out ones as the cheap models, with its own shuffled-label control.
+    Meant for a machine with a GPU (minutes there; hours on CPU at full size)."""
+
+    model: Str
+    """A Hugging Face model id (e.g. ``HuggingFaceTB/SmolLM2-135M``) or a local folder with the
+    model's files; loaded with ``transformers`` (the Hub is reached unless HF_HUB_OFFLINE=1)."""
+    random_weights: Bool = False
+    """Smoke test only: build the model from its config with RANDOM weights when the folder has
+    no weight files. Its numbers are then flagged "not a result" everywhere (evaluation.json,
+    the artifact, the card). False: missing weights are an error."""
+    epochs: Float = Field(1.0, gt=0, le=20)
+    """Passes over the training pairs."""
+    learning_rate: Float = Field(1e-5, gt=0, lt=1)
+    batch_size: Int = Field(8, ge=1, le=1024)
+    """Pairs per training step (per device)."""
+    max_length: Int = Field(512, ge=16, le=32768)
+    """Tokens of prompt + answer; longer training pairs are left out (TRL's rule, counted in the
+    report), longer held-out texts are cut from the left (the prompt's start)."""
+    shuffles: Int = Field(1, ge=0, le=20)
+    """Models trained on shuffled training labels (the control); 0: no control (the report
+    says so)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: the GPU when torch sees one, else the CPU."""
+
+
 class EvaluationConfig(_Section):
     """The ``evaluate`` stage (:mod:`crowdpref.evaluation`): before anything big is trained,
     does a small reward model trained on part of the preferences beat "the longer answer wins"
@@ -659,6 +687,9 @@ class EvaluationConfig(_Section):
     """A sentence-transformers model for the frozen-embedding reward model, loaded from local
     files only (a folder or the Hugging Face cache: nothing is downloaded); None: off. When it
     or sentence-transformers is missing the model is skipped and the report says so."""
+    reward_model: RewardModelConfig | None = None
+    """Fine-tune a small causal LM as a reward model too (:class:`RewardModelConfig`); None (the
+    default): off. Needs ``trl``, ``torch`` and ``transformers`` (``pip install crowdpref[test]``)."""
 
 
 class PublishConfig(_Section):

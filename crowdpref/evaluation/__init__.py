@@ -7,7 +7,8 @@ curve, accuracy by category and by rater agreement, and a one-line verdict.
 - :mod:`crowdpref.evaluation.data`: the inputs (run folder, release folder, Hub id) and the split;
 - :mod:`crowdpref.evaluation.models`: the models (length, TF-IDF, frozen embeddings, position);
 - :mod:`crowdpref.evaluation.report`: :func:`evaluate` and the verdict;
-- :mod:`crowdpref.evaluation.outputs`: ``evaluation.json``, the plot, the Markdown report.
+- :mod:`crowdpref.evaluation.outputs`: ``evaluation.json``, the plot, the Markdown report;
+- :mod:`crowdpref.evaluation.finetune`: the optional fine-tuned reward model (TRL, for a GPU).
 """
 
 from crowdpref.evaluation.data import (
@@ -20,8 +21,10 @@ from crowdpref.evaluation.data import (
 from crowdpref.evaluation.outputs import (
     EVALUATION_FILE,
     PLOT_FILE,
+    fine_tuned_lines,
     markdown,
     plot_learning_curve,
+    truth_line,
     write_outputs,
 )
 from crowdpref.evaluation.report import (
@@ -40,12 +43,14 @@ __all__ = [
     "EvaluationResult",
     "Split",
     "evaluate",
+    "fine_tuned_lines",
     "from_release",
     "from_run_folder",
     "load_encoder",
     "markdown",
     "plot_learning_curve",
     "split_by_question",
+    "truth_line",
     "verdict_line",
     "write_outputs",
 ]

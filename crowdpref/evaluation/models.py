@@ -46,12 +46,15 @@ class Oriented:
     truth: np.ndarray | None
     """1.0 when the first answer has the higher hidden quality, 0.0 when lower, NaN when equal
     or unknown."""
+    prompt: np.ndarray | None = None
+    """The question's text (the release's ``prompt``), for the fine-tuned reward model."""
 
     def take(self, mask: np.ndarray) -> Oriented:
         def sub(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[mask]
         return Oriented(self.first[mask], self.second[mask], self.y[mask], self.question[mask],
-                        self.category[mask], sub(self.position), sub(self.p_chosen), sub(self.truth))
+                        self.category[mask], sub(self.position), sub(self.p_chosen), sub(self.truth),
+                        sub(self.prompt))
 
     def __len__(self) -> int:
         return len(self.y)
@@ -93,7 +96,8 @@ def orient(prefs: pd.DataFrame, ratings: pd.DataFrame | None = None,
         y=first_is_chosen.astype(float),
         question=prefs["question_id"].astype(str).to_numpy(),
         category=prefs["category"].astype(str).to_numpy(),
-        position=position, p_chosen=p_chosen, truth=truth_first)
+        position=position, p_chosen=p_chosen, truth=truth_first,
+        prompt=prefs["prompt"].fillna("").astype(str).to_numpy() if "prompt" in prefs.columns else None)
 
 
 def _log_length(texts: Sequence[str] | np.ndarray) -> np.ndarray:

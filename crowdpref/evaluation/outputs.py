@@ -13,7 +13,8 @@ from typing import Any
 from crowdpref.evaluation.report import EvaluationResult
 from crowdpref.runfolder import write_json
 
-__all__ = ["EVALUATION_FILE", "PLOT_FILE", "markdown", "plot_learning_curve", "write_outputs"]
+__all__ = ["EVALUATION_FILE", "PLOT_FILE", "fine_tuned_lines", "markdown", "plot_learning_curve", "truth_line",
+           "write_outputs"]
 
 EVALUATION_FILE = "evaluation.json"
 PLOT_FILE = "evaluation-learning-curve.png"
@@ -29,23 +30,68 @@ def markdown(result: EvaluationResult) -> str:
              f"({result.train_pairs} pairs) train, {result.test_questions} questions "
              f"({result.test_pairs} pairs) test; 95% intervals from {result.bootstrap_samples} "
              "resamples of the held-out questions.")
-    lines = ["# Does the data carry signal?", "", f"**{result.verdict}**", "", split, "",
-             "| Model | Kind | Held-out accuracy | 95% interval | What it is |", "|---|---|---|---|---|"]
+    truth = result.truth or {}
+    lines = ["# Does the data carry signal?", "", f"**{result.verdict}**", "", split, ""]
+    if truth:
+        lines += [(f"Held-out accuracy against the crowd's labels, and (a simulated crowd) against the "
+                  f"hidden truth on the {truth['pairs']} held-out pairs whose truth is known; the "
+                  f"crowd's own labels match the truth in {_span(truth.get('crowd'))}."), "",
+                  ("| Model | Kind | Vs the crowd's labels | 95% interval | Vs the hidden truth (95% interval) "
+                  "| What it is |"), "|---|---|---|---|---|---|"]
+    else:
+        lines += ["| Model | Kind | Held-out accuracy | 95% interval | What it is |", "|---|---|---|---|---|"]
     for m in result.models:
-        lines.append(f"| {m.model} | {m.kind} | {_fmt(m.accuracy)} | {_fmt(m.low)} to {_fmt(m.high)} | {m.note} |")
+        vs_truth = f" {_span(truth.get(m.model))} |" if truth else ""
+        lines.append(f"| {m.model} | {m.kind} | {_fmt(m.accuracy)} | {_fmt(m.low)} to {_fmt(m.high)} |"
+                     f"{vs_truth} {m.note} |")
+    lines += fine_tuned_lines(result.fine_tuned)
     lines += ["", "Learning curve (share of the training questions):", "",
               "| Training questions | Pairs | length | tfidf |", "|---|---|---|---|"]
     for row in result.learning_curve:
         lines.append(f"| {row['fraction']:.0%} ({row['questions']}) | {row['pairs']} | "
                      f"{_fmt(row['length'])} | {_fmt(row['tfidf'])} ({_fmt(row['tfidf_low'])} to "
                      f"{_fmt(row['tfidf_high'])}) |")
-    if result.truth:
-        t = result.truth
-        lines += ["", (f"Against the simulated crowd's hidden truth ({t['pairs']} held-out pairs): "
-                       f"the crowd's labels {_fmt(t['crowd']['accuracy'])}, tfidf "
-                       f"{_fmt(t['tfidf']['accuracy'])}, length {_fmt(t['length']['accuracy'])}.")]
+    if truth:
+        lines += ["", truth_line(truth)]
     lines += [""] + [f"- {line}" for line in [*result.skipped, *result.warnings]]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _span(entry: Any) -> str:
+    """``0.812 (0.780 to 0.840)`` from an accuracy dict; n/a when missing."""
+    if not isinstance(entry, dict):
+        return "n/a"
+    return f"{_fmt(entry.get('accuracy'))} ({_fmt(entry.get('low'))} to {_fmt(entry.get('high'))})"
+
+
+def truth_line(truth: dict[str, Any]) -> str:
+    """One line: the crowd's labels and the models against a simulated crowd's hidden truth."""
+    models = ", ".join(f"{name} {_fmt(truth[name]['accuracy'])}" for name in ("tfidf", "embedding", "length")
+                       if isinstance(truth.get(name), dict))
+    return (f"Against the simulated crowd's hidden truth ({truth['pairs']} held-out pairs): the crowd's "
+            f"labels {_fmt(truth['crowd']['accuracy'])}; the models trained on them: {models}.")
+
+
+def fine_tuned_lines(fine_tuned: dict[str, Any] | None) -> list[str]:
+    """The fine-tuned reward model: its numbers when its weights were real; otherwise one loud
+    line and NO numbers (a smoke test is not a result)."""
+    if not fine_tuned:
+        return []
+    if not fine_tuned.get("result"):
+        return ["", (f"**Fine-tuned reward model `{fine_tuned['model']}`: {fine_tuned['status']}.** Its "
+                    "numbers are in evaluation.json under `fine_tuned` for checking the pipeline only.")]
+    lines = ["", (f"Fine-tuned reward model `{fine_tuned['model']}` (TRL RewardTrainer, {fine_tuned['epochs']:g} "
+                 f"epoch(s), {fine_tuned['train_pairs_used']} of {fine_tuned['train_pairs']} training pairs, "
+                 f"{fine_tuned['device']}, {fine_tuned['seconds']:.0f} s), on the same split:"), "",
+             "| Model | Held-out accuracy (95% interval) | Vs the hidden truth |", "|---|---|---|",
+             f"| fine-tuned | {_span(fine_tuned)} | {_span(fine_tuned.get('truth'))} |"]
+    for key, name in (("shuffled_labels", "fine-tuned, shuffled labels (control)"),
+                      ("position_only", "position-only (control, shared)")):
+        if fine_tuned.get(key):
+            lines.append(f"| {name} | {_span(fine_tuned[key])} | |")
+    gain = fine_tuned["gain_over_length"]
+    lines += ["", f"Gain over length: {gain['difference']:+.3f} ({gain['low']:+.3f} to {gain['high']:+.3f})."]
+    return lines
 
 
 def plot_learning_curve(result: EvaluationResult, path: Path) -> Path | None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from crowdpref.errors import first_line
 from crowdpref.evaluation.data import EvalData, split_by_question
+from crowdpref.evaluation.finetune import NOT_A_RESULT, FineTune, fit_reward_model
 from crowdpref.evaluation.models import (
     Oriented,
     Scorer,
@@ -83,6 +84,10 @@ class EvaluationResult:
     """True: the gain's interval is above 0; False: it is not; None: too few pairs to say."""
     seconds: float = 0.0
     test_question_ids: list[str] = field(default_factory=list)
+    fine_tuned: dict[str, Any] | None = None
+    """The fine-tuned reward model (:mod:`crowdpref.evaluation.finetune`) when one was asked
+    for: its held-out accuracy, controls and facts; ``result`` False (and ``status`` "NOT A
+    RESULT: ...") when it ran without real weights."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,9 +159,10 @@ def load_encoder(name: str | None) -> tuple[Callable[[list[str]], np.ndarray] | 
 def evaluate(data: EvalData, *, seed: int, test_share: float = 0.3, bootstrap_samples: int = 1000,
              encoder: Callable[[list[str]], np.ndarray] | None = None,
              encoder_skipped: str = "embedding: skipped (no embedding model given)",
-             shuffles: int = SHUFFLES) -> EvaluationResult:
+             shuffles: int = SHUFFLES, fine_tune: FineTune | None = None) -> EvaluationResult:
     """Run the whole evaluation on ``data`` (see the module docstring). ``shuffles``: models
-    trained on shuffled labels in that control."""
+    trained on shuffled labels in that control. ``fine_tune``: also fine-tune a small causal
+    LM as a reward model (TRL; same split, its own shuffled-label control)."""
     started = time.perf_counter()
     split = split_by_question(data.preferences, test_share, seed)
     pairs = orient(data.preferences, data.ratings, data.truth)
@@ -215,6 +221,19 @@ def evaluate(data: EvalData, *, seed: int, test_share: float = 0.3, bootstrap_sa
         for c in sorted(set(test.category))]
     by_agreement, column = _by_agreement(test, credits, boot, data)
     truth = _truth(test, credits, boot)
+    fine_tuned = None
+    if fine_tune is not None:
+        fine_tuned = _fine_tuned(train, test, boot, fine_tune, seed, credits, models)
+        if not fine_tuned["result"]:
+            warnings.append(f"fine-tuned reward model {fine_tune.model}: RAN WITHOUT REAL WEIGHTS "
+                            f"({fine_tuned['why_not_real']}): its numbers are {NOT_A_RESULT}, only a "
+                            "smoke test of the pipeline")
+        elif fine_tuned["shuffled_labels"] is not None:
+            control = fine_tuned["shuffled_labels"]
+            if control["low"] > 0.5 + CHANCE_TOLERANCE or control["high"] < 0.5 - CHANCE_TOLERANCE:
+                warnings.append(f"control reward-model shuffled-labels is off chance: "
+                                f"{control['accuracy']:.3f} ({control['low']:.3f} to {control['high']:.3f}); "
+                                "the split or the inputs leak the labels")
     for m in models:
         if m.kind == "control" and not math.isnan(m.low) and (
                 m.low > 0.5 + CHANCE_TOLERANCE or m.high < 0.5 - CHANCE_TOLERANCE):
@@ -232,7 +251,7 @@ def evaluate(data: EvalData, *, seed: int, test_share: float = 0.3, bootstrap_sa
         models=models, gain_over_length=gain, learning_curve=curve, by_category=by_category,
         by_agreement=by_agreement, agreement_column=column, truth=truth, skipped=skipped,
         warnings=warnings, verdict="", signal_beyond_length=None,
-        test_question_ids=list(split.test))
+        test_question_ids=list(split.test), fine_tuned=fine_tuned)
     result.verdict, result.signal_beyond_length = verdict_line(result)
     result.seconds = time.perf_counter() - started
     return result
@@ -273,6 +292,19 @@ def _by_agreement(test: Oriented, credits: dict[str, np.ndarray], boot: _Bootstr
     return rows, column
 
 
+def _against_truth(test: Oriented, credit: np.ndarray, boot: _Bootstrap) -> dict[str, float] | None:
+    """How often a model's pick (``credit`` against the crowd's labels) matches the hidden truth,
+    over the held-out pairs whose truth is known (a tie stays half)."""
+    if test.truth is None or not (known := ~np.isnan(test.truth)).any():
+        return None
+    truth = np.where(known, test.truth, 0.0)
+    # the model's pick agrees with the crowd (credit 1) or not (0); a tie stays half
+    picks_first = np.where(credit == 0.5, 0.5, np.where(credit == 1.0, test.y, 1 - test.y))
+    against = np.where(picks_first == 0.5, 0.5, (picks_first == truth).astype(float))
+    acc, low, high = boot.interval(against, known)
+    return {"accuracy": acc, "low": low, "high": high}
+
+
 def _truth(test: Oriented, credits: dict[str, np.ndarray], boot: _Bootstrap) -> dict[str, Any] | None:
     """Against the simulated crowd's hidden truth: the crowd's labels and each model."""
     if test.truth is None:
@@ -280,18 +312,53 @@ def _truth(test: Oriented, credits: dict[str, np.ndarray], boot: _Bootstrap) -> 
     known = ~np.isnan(test.truth)
     if not known.any():
         return None
-    truth = np.where(known, test.truth, 0.0)
     out: dict[str, Any] = {"pairs": int(known.sum())}
-    crowd = (test.y == truth).astype(float)
-    acc, low, high = boot.interval(crowd, known)
-    out["crowd"] = {"accuracy": acc, "low": low, "high": high}
+    out["crowd"] = _against_truth(test, np.ones(len(test)), boot)  # the crowd agrees with itself
     for name, credit in credits.items():
-        # the model's pick agrees with the crowd (credit 1) or not (0); a tie stays half
-        picks_first = np.where(credit == 0.5, 0.5, np.where(credit == 1.0, test.y, 1 - test.y))
-        against = np.where(picks_first == 0.5, 0.5, (picks_first == truth).astype(float))
-        acc, low, high = boot.interval(against, known)
-        out[name] = {"accuracy": acc, "low": low, "high": high}
+        out[name] = _against_truth(test, credit, boot)
     return out
+
+
+def _fine_tuned(train: Oriented, test: Oriented, boot: _Bootstrap, spec: FineTune, seed: int,
+                credits: dict[str, np.ndarray], models: list[Accuracy]) -> dict[str, Any]:
+    """The fine-tuned reward model on the same split: held-out accuracy, gain over length, its
+    own shuffled-label control, the (shared) position-only control, the hidden truth."""
+    scorer, facts = fit_reward_model(train, spec, seed)
+    credit = _credit(scorer(test), test.y)
+    acc, low, high = boot.interval(credit)
+    d, lo, hi = boot.interval(credit - credits["length"])
+    rng = np.random.default_rng([seed, 31])
+    shuffled = None
+    if spec.shuffles:
+        runs = np.array([_credit(fit_reward_model(train, spec, seed + 1 + k, rng.permutation(train.y))[0](test),
+                                 test.y) for k in range(spec.shuffles)])
+        if spec.shuffles == 1:
+            s_acc, s_low, s_high = boot.interval(runs[0])
+            how = "1 shuffle; the interval resamples the held-out questions"
+        else:
+            per = runs.mean(axis=1)
+            alpha = (1 - LEVEL) / 2
+            s_acc, s_low, s_high = (float(per.mean()), float(np.quantile(per, alpha)),
+                                    float(np.quantile(per, 1 - alpha)))
+            how = f"{spec.shuffles} shuffles; the interval: the middle 95% of their accuracies"
+        shuffled = {"accuracy": s_acc, "low": s_low, "high": s_high, "shuffles": spec.shuffles,
+                    "note": f"the same model trained on shuffled training labels ({how}): should sit at chance"}
+    position = next((m for m in models if m.model == "position-only"), None)
+    real = bool(facts["real_weights"])
+    return {
+        "model": spec.model, "result": real,
+        "status": "result" if real else (f"{NOT_A_RESULT}: {facts['why_not_real']}; a smoke test of the "
+                                         "pipeline, these numbers say nothing about the data"),
+        **facts, "epochs": spec.epochs, "learning_rate": spec.learning_rate, "batch_size": spec.batch_size,
+        "max_length": spec.max_length, "test_pairs": len(test), "questions": boot.n_questions,
+        "accuracy": acc, "low": low, "high": high,
+        "gain_over_length": {"difference": d, "low": lo, "high": hi},
+        "shuffled_labels": shuffled,
+        "position_only": None if position is None else {
+            "accuracy": position.accuracy, "low": position.low, "high": position.high,
+            "note": "the shared control: it reads no text, so it is the same for every model"},
+        "truth": _against_truth(test, credit, boot),
+    }
 
 
 def verdict_line(result: EvaluationResult) -> tuple[str, bool | None]:
