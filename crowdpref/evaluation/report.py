@@ -298,9 +298,10 @@ def _against_truth(test: Oriented, credit: np.ndarray, boot: _Bootstrap) -> dict
     if test.truth is None or not (known := ~np.isnan(test.truth)).any():
         return None
     truth = np.where(known, test.truth, 0.0)
-    # the model's pick agrees with the crowd (credit 1) or not (0); a tie stays half
-    picks_first = np.where(credit == 0.5, 0.5, np.where(credit == 1.0, test.y, 1 - test.y))
-    against = np.where(picks_first == 0.5, 0.5, (picks_first == truth).astype(float))
+    # ``credit``: how far the model agrees with the crowd's label (1, 0, a tie 0.5, or a share
+    # of shuffled models); where the crowd's label is the truth it agrees with the truth as much,
+    # elsewhere the rest
+    against = np.where(test.y == truth, credit, 1.0 - credit)
     acc, low, high = boot.interval(against, known)
     return {"accuracy": acc, "low": low, "high": high}
 

@@ -179,6 +179,13 @@ def test_tfidf_beats_length_when_the_words_decide(tmp_path: Path) -> None:
     assert tfidf.low > length.accuracy + 0.1, (tfidf, length)
     assert result.signal_beyond_length is True and result.verdict.startswith("Signal beyond length")
     assert result.truth is not None and result.truth["tfidf"]["accuracy"] > 0.7
+    # the shuffled-label control (a share of 3 shuffled models per pair) agrees with the truth
+    # no more than chance, and the artifact shows every model against the truth too
+    assert abs(result.truth["shuffled-labels"]["accuracy"] - 0.5) < 0.1, result.truth["shuffled-labels"]
+    report = markdown(result)
+    assert "| Vs the hidden truth (95% interval) |" in report
+    assert f"| tfidf | model | {tfidf.accuracy:.3f} |" in report
+    assert f"{result.truth['tfidf']['accuracy']:.3f} (" in report.split("| tfidf | model |", 1)[1].split("\n")[0]
     curve = result.learning_curve
     assert [row["fraction"] for row in curve] == [0.25, 0.5, 0.75, 1.0]
     assert curve[0]["pairs"] < curve[-1]["pairs"] == result.train_pairs
@@ -265,6 +272,31 @@ def test_the_card_shows_the_evaluation_only_when_there_is_one(published: tuple[P
         if (planted.run.path / "evaluation-learning-curve.png").exists():
             assert "](images/evaluation-learning-curve.png)" in section
             assert (folder / "images" / "evaluation-learning-curve.png").exists()
+        # a fine-tuned reward model without real weights: flagged, its numbers left out; the
+        # hidden truth (a simulated crowd's) is a column of the table
+        saved = json.loads((planted.run.path / EVALUATION_FILE).read_text())
+        fake_tuned = {"model": "tiny-random", "result": False, "status": "NOT A RESULT: random weights",
+                      "epochs": 1.0, "train_pairs": 4, "train_pairs_used": 4, "device": "cpu (2 cores)",
+                      "accuracy": 0.987654, "low": 0.9, "high": 1.0, "truth": None,
+                      "shuffled_labels": {"accuracy": 0.123456, "low": 0.0, "high": 0.3}}
+        saved["fine_tuned"] = fake_tuned
+        saved["truth"] = {"pairs": saved["test_pairs"], "crowd": {"accuracy": 0.9, "low": 0.8, "high": 1.0},
+                          "length": {"accuracy": 0.876543, "low": 0.8, "high": 0.95},
+                          "tfidf": {"accuracy": 0.8, "low": 0.7, "high": 0.9}}
+        (planted.run.path / EVALUATION_FILE).write_text(json.dumps(saved))
+        section = (build(planted) / "README.md").read_text(encoding="utf-8").split(
+            "## Does the data carry signal?", 1)[1].split("\n## ", 1)[0]
+        assert "was run without real weights: its numbers are not a result" in section
+        assert fmt(0.987654) not in section and fmt(0.123456) not in section
+        assert "| Vs the hidden truth (95% interval) |" in section
+        assert f"| `length` | model | {fmt(length.accuracy)} | {fmt(length.low)} to {fmt(length.high)} | " \
+               f"{fmt(0.876543)} (" in section
+        saved["fine_tuned"] = {**fake_tuned, "result": True, "status": "result"}  # real weights: shown
+        (planted.run.path / EVALUATION_FILE).write_text(json.dumps(saved))
+        section = (build(planted) / "README.md").read_text(encoding="utf-8").split(
+            "## Does the data carry signal?", 1)[1].split("\n## ", 1)[0]
+        assert f"| fine-tuned `tiny-random` | {fmt(0.987654)} | {fmt(0.9)} to {fmt(1.0)} |" in section
+        assert "not a result" not in section
         # an evaluation of other rows is not shown as if it were this release's
         stale = json.loads((planted.run.path / EVALUATION_FILE).read_text())
         stale["test_pairs"] += 1

@@ -18,7 +18,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from crowdpref.config import parse_study
 from crowdpref.errors import ConfigError, CrowdprefError
-from crowdpref.evaluation import EVALUATION_FILE, EvalData, evaluate, markdown, write_outputs
+from crowdpref.evaluation import (
+    EVALUATION_FILE,
+    EvalData,
+    evaluate,
+    markdown,
+    write_outputs,
+)
 from crowdpref.evaluation.finetune import NOT_A_RESULT, FineTune, load_reward_model
 
 GOOD = ["listen", "acknowledge", "gently", "understand", "respect", "support", "calmly", "kindly"]
