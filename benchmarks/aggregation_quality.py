@@ -3,7 +3,7 @@ reliability-weighted (agreement alone) vs gold-anchored aggregation, on crowds t
 assumes (vs an oracle that knows every rater's true noise) and on crowds it does not.
 
     .venv/bin/python benchmarks/aggregation_quality.py [--pairs 2000] [--seeds 3] [--per-rater 60]
-        [--part on|off|both] [--gold 5]
+        [--part on|off|reward|both|all] [--gold 5]
 
 Part ``off`` (issue 21): rater styles OUTSIDE the fitted model (tests/fakes/rater_simulation.py:
 heavy-tailed noise, extreme responders, central tendency, swayed by answer length - which says
@@ -17,6 +17,15 @@ ratings; the target is for the default method (gold-anchored) never more than 1 
 plain mean; "bias wins" marks cells where even the best method is more than 5 points below the
 best method on the all-careful crowd at the same R (the biased share is too large for any of
 them).
+
+Part ``reward`` (issue 35): what a reward model trained on the aggregated labels inherits. For
+a few of the crowds above (R = 3, gold-anchored aggregation), each answer gets words that carry
+its hidden quality (8 content words, each a "good" word with probability = its quality, else a
+"bad" one, padded with neutral filler to the answer's simulated length, which says nothing about
+quality), and the evaluate stage (crowdpref.evaluation: split by question, length-only and TF-IDF
+reward models) is run on the preferences with the hidden truth: held-out accuracy against the
+crowd's labels AND against the truth, next to the crowd's own labels against the truth. A model
+that matches the crowd but not the truth has learned the crowd's bias (length-swayed raters).
 
 Part ``on``: simulated studies (tests/fakes/rater_simulation.py, the simulated crowd's rating rule: hidden
 quality difference x 6 + Gaussian noise + position bias, mapped to the 8-point A/B scale with no
@@ -51,15 +60,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from crowdpref.aggregation import aggregate, unswap  # noqa: E402
-from crowdpref.config import AggregationConfig  # noqa: E402
-from tests.fakes.rater_simulation import SimulatedRatings, simulate  # noqa: E402
+from crowdpref.aggregation import aggregate, unswap
+from crowdpref.config import AggregationConfig
+from tests.fakes.rater_simulation import SimulatedRatings, simulate
 
 NOISE = (0.5, 1.0, 2.0)
 CLICKERS = (0.0, 0.1, 0.3)
@@ -184,18 +199,103 @@ def off_model(args: argparse.Namespace, console: Console, progress: Progress) ->
     return misses
 
 
+REWARD_CROWDS: list[tuple[str, dict[str, float]]] = [
+    ("all careful (reference)", {"careful": 1.0}),
+    ("25% length-swayed", {"length": 0.25}),
+    ("55% length-swayed", {"length": 0.55}),
+    ("30% random clickers", {"clicker": 0.3}),
+    ("styles mixed (60% careful)", MIXED),
+]
+GOOD_WORDS = ["listen", "acknowledge", "gently", "understand", "respect", "support", "calmly", "kindly"]
+BAD_WORDS = ["whatever", "ignore", "mock", "blame", "dismiss", "shrug", "sneer", "rudely"]
+FILLER_WORDS = ["the", "situation", "is", "that", "a", "person", "might", "feel", "this", "way", "when",
+                "it", "happens", "and", "so", "on"]
+
+
+def worded(sim: SimulatedRatings, seed: int) -> pd.DataFrame:
+    """The simulation's answers with words that carry their hidden quality, at their length."""
+    rng = np.random.default_rng([seed, 35])
+    quality = sim.truth.set_index("response_id")["hidden_quality"]
+    texts = []
+    for rid, length in zip(sim.responses["response_id"], sim.responses["text"].str.len(), strict=True):
+        words = [GOOD_WORDS[rng.integers(8)] if rng.random() < quality[rid] else BAD_WORDS[rng.integers(8)]
+                 for _ in range(8)]
+        size = sum(len(w) + 1 for w in words)
+        while size < length:
+            words.append(FILLER_WORDS[rng.integers(len(FILLER_WORDS))])
+            size += len(words[-1]) + 1
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+    return sim.responses.assign(text=texts)
+
+
+def reward_cell(styles: dict[str, float], args: argparse.Namespace, seed: int) -> dict[str, float]:
+    from crowdpref.evaluation import EvalData, evaluate
+
+    sim = simulate(n_pairs=args.pairs, ratings_per_pair=3, per_rater=args.per_rater, seed=seed,
+                   styles=styles, gold_pairs=args.gold)
+    config = AggregationConfig(bootstrap_samples=100).model_copy(update={"method": "gold_anchored"})
+    res = aggregate(sim.ratings, sim.pairs, worded(sim, seed), sim.questions, scale_points=sim.scale_points,
+                    ratings_per_pair=3, config=config, gold=sim.gold)
+    truth = sim.truth.set_index("response_id")["hidden_quality"].astype(float)
+    result = evaluate(EvalData(res.preferences, "simulated", None, truth), seed=seed,
+                      bootstrap_samples=200, shuffles=5)
+    assert result.truth is not None
+    out = {"pairs": float(result.test_pairs), "crowd vs truth": result.truth["crowd"]["accuracy"]}
+    for name in ("length", "tfidf"):
+        model = result.model(name)
+        assert model is not None
+        out[f"{name} vs crowd"] = model.accuracy
+        out[f"{name} vs truth"] = result.truth[name]["accuracy"]
+    return out
+
+
+def reward_models(args: argparse.Namespace, console: Console, progress: Progress) -> None:
+    """The reward-model table: against the crowd's labels and against the hidden truth."""
+    task = progress.add_task("reward models", total=len(REWARD_CROWDS) * args.seeds)
+    rows = []
+    for name, styles in REWARD_CROWDS:
+        runs = []
+        for seed in range(args.seeds):
+            runs.append(reward_cell(styles, args, 1000 * seed + 17))
+            progress.advance(task)
+        rows.append({"crowd": name, **{k: float(np.mean([x[k] for x in runs])) for k in runs[0]}})
+    table = Table(title=f"Reward models trained on the aggregated labels (gold-anchored, R = 3, {args.pairs} "
+                        f"pairs, 30% of the questions held out; mean of {args.seeds} seeds): held-out "
+                        "accuracy against the crowd's labels and against the hidden truth")
+    columns = ["crowd vs truth", "length vs crowd", "length vs truth", "tfidf vs crowd", "tfidf vs truth"]
+    for col in ("crowd", "held-out pairs", *columns, "tfidf - crowd (truth)"):
+        table.add_column(col, justify="left" if col == "crowd" else "right")
+    for row in rows:
+        table.add_row(row["crowd"], f"{row['pairs']:.0f}", *[f"{row[c]:.3f}" for c in columns],
+                      f"{100 * (row['tfidf vs truth'] - row['crowd vs truth']):+.1f} pt")
+    console.print(table)
+    console.print("Lengths say nothing about quality here, so 'length vs truth' near 0.5 is expected; where "
+                  "'length vs crowd' is well above it, the labels follow length and a reward model learns "
+                  "that bias. 'tfidf vs truth' above 'crowd vs truth': the model averages away some of the "
+                  "crowd's noise; below it: it inherits the noise and adds its own.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--per-rater", type=int, default=60)
     parser.add_argument("--gold", type=int, default=5, help="gold pairs per rater")
-    parser.add_argument("--part", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--part", choices=("on", "off", "reward", "both", "all"), default="all",
+                        help="both: on and off; all: on, off and reward")
     args = parser.parse_args(argv)
     console = Console(width=170)
     start = time.perf_counter()
+    if args.part in ("reward", "all"):
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as progress:
+            reward_models(args, console, progress)
+        console.print(f"{time.perf_counter() - start:.0f} s so far")
+        if args.part == "reward":
+            return 0
     off_misses = 0
-    if args.part in ("off", "both"):
+    if args.part in ("off", "both", "all"):
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as progress:
             off_misses = off_model(args, console, progress)
