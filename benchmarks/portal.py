@@ -106,7 +106,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -569,6 +569,60 @@ def cpu_table(phases: dict[str, tuple[dict[str, float], dict[str, float]]]) -> T
     return table
 
 
+STACK_PROCESSES = ("argilla-server", "argilla-worker", "redis", "portal", "postgres", "caddy")
+"""The stack's own processes (issue 34 item 5): Argilla (its server, its worker and their Redis),
+the portal, PostgreSQL and Caddy - not the load generator (this benchmark) nor the fake Prolific."""
+TARGET_STACK_CPU_S = 0.15  # CPU-s per arrival in the stack's own processes (issue 34 item 5)
+TARGET_CLAIM_P95_S = 1.0  # entry request sent -> the claim committed in the store, p95 (issue 34 item 5)
+CLAIM_POLL_S = 0.1  # how often the claim watcher reads the store's committed participants
+
+
+def stack_cpu(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each of the stack's own processes used between two :func:`cpu_seconds`
+    readings (:data:`STACK_PROCESSES`; one not running counts 0)."""
+    return {name: after.get(name, 0.0) - before.get(name, 0.0) for name in STACK_PROCESSES}
+
+
+class ClaimWatcher:
+    """When each participant's claim became durable: a thread reads the store's committed
+    participants (``store.key_hashes``: one indexed read, another connection than the portal's)
+    every :data:`CLAIM_POLL_S` and notes when each Prolific id's key hash first shows. So the time
+    to a durable claim is what a second process could see, not the portal's own clock; it can be
+    up to one poll late (0.1 s)."""
+
+    def __init__(self, store: Any, cid: int):
+        self.store, self.cid = store, cid
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._known = set(store.key_hashes(cid))  # claimed before the watch: not timed
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(CLAIM_POLL_S):
+            now = time.perf_counter()
+            for digest in set(self.store.key_hashes(self.cid)) - self._known - set(self.seen):
+                self.seen[digest] = now
+
+    def seconds(self, visits: list[Visit], t0: float) -> list[float]:
+        """Per burst arrival: from its first entry request to its claim seen committed; never
+        seen counts as never (inf)."""
+        out = []
+        for v in visits:
+            if math.isnan(v.started):
+                continue
+            seen = self.seen.get(self.store.key_hash(v.pid))
+            out.append(math.inf if seen is None else max(0.0, seen - (t0 + v.started)))
+        return out
+
+
 # --- more arrivals than places (--compare) ----------------------------------------------------------------
 def over_places_burst(crowded: list[Visit], window: float, argilla_url: str, dataset: str, expected: int,
                       store: Any, cid: str, places: int) -> tuple[Any, list[str]]:
@@ -818,12 +872,14 @@ def main(argv: list[str] | None = None) -> int:
                 visit(v, argilla_url, dataset, expected)
             return run
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
+        with ClaimWatcher(store, cid) as claims, Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=console) as progress:
             run_jobs([arrival(v) for v in burst], workers, progress,
                      f"burst: {n} arrivals starting within {window:g} s")
         burst_s = time.perf_counter() - t0
         cpu_after_burst = cpu_seconds(settings)
+        claim_s = claims.seconds(burst, t0)
         load_after_burst = os.getloadavg()
         log_end, argilla_log_end = log_size(portal_log_path), log_size(argilla_log_path)
         accounts_after = Counter(a.state for a in store.accounts(cid))
@@ -1059,6 +1115,26 @@ def main(argv: list[str] | None = None) -> int:
 
         p95 = pct(step_values(burst, "total"), 95)
         p50 = pct(step_values(burst, "total"), 50)
+        own_cpu = stack_cpu(cpu_before_burst, cpu_after_burst)
+        own_per_arrival = sum(own_cpu.values()) / max(1, n)
+        potato_per_arrival = (peer[0].cpu_s / max(1, peer[0].arrivals - peer[0].never)) if peer else math.nan
+        claim_p50, claim_p95 = pct(claim_s, 50), pct(claim_s, 95)
+        table = Table(title=f"issue 34 item 5: the burst's cost and first answers ({n} arrivals in {window:g} s, "
+                            f"{os.cpu_count()} cores{', potato in the same run' if peer else ''})")
+        for column in ("figure", "crowdpref", "potato 2.12.1" if peer else "potato (--compare potato)",
+                       "crowdpref / potato", "target"):
+            table.add_column(column, justify="right")
+        table.add_row("CPU-s per arrival, the stack's own processes (Argilla server+worker+Redis, portal, "
+                      "PostgreSQL, Caddy) / potato's server", f"{own_per_arrival:.3f}",
+                      f"{potato_per_arrival:.3f}" if peer else "-", ratio(own_per_arrival, potato_per_arrival),
+                      f"<= {TARGET_STACK_CPU_S:g}")
+        for name, used in own_cpu.items():
+            table.add_row(f"  {name}", f"{used / max(1, n):.3f} ({used:.1f} s)", "", "", "")
+        table.add_row("time to a durable claim (entry request -> claim committed in the store), p50 / p95",
+                      f"{fmt(claim_p50)} / {fmt(claim_p95)}", "-", "", f"p95 < {TARGET_CLAIM_P95_S:g} s")
+        table.add_row("time to the first item (entry request -> records listed / first item's page), p95",
+                      fmt(p95), fmt(peer[0].p95) if peer else "-", ratio(p95, peer[0].p95) if peer else "-", "")
+        console.print(table)
         lost_total = len(lost) + len(twice) + len(not_released) + len(released_twice) + len(unanswered)
         limit = public_target(n, window) if public else TARGET_P95_S
         seen_errors = sum(v.reloads + v.argilla_errors for v in burst)
@@ -1094,7 +1170,10 @@ def main(argv: list[str] | None = None) -> int:
                 "argilla_errors_logged": dict(burst_errors),
                 "cpu_s": {k: cpu_after_burst.get(k, 0.0) - cpu_before_burst.get(k, 0.0)
                           for k in cpu_after_burst if not k.startswith("(")},
-                "burst_wall_s": burst_s}, indent=1, default=str).replace("Infinity", "null").replace("NaN", "null"))
+                "burst_wall_s": burst_s, "stack_cpu_s": own_cpu, "stack_cpu_s_per_arrival": own_per_arrival,
+                "durable_claim_p50_s": claim_p50, "durable_claim_p95_s": claim_p95,
+                "potato_cpu_s_per_arrival": potato_per_arrival,
+                "potato_p95_s": peer[0].p95 if peer else None}, indent=1, default=str).replace("Infinity", "null").replace("NaN", "null"))
         table = Table(title="targets")
         for column in ("target", "measured", ""):
             table.add_column(column)

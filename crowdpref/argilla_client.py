@@ -318,10 +318,11 @@ class ArgillaOwner:
     def log_records(self, dataset: rg.Dataset | DatasetRef, records: Sequence[rg.Record]) -> None:
         """Upsert by record id: the id becomes the server's ``external_id``, and logging the same
         id again updates that record, never duplicates it. Sent straight to the bulk-upsert
-        endpoint (what the SDK does underneath, without its per-call progress bar)."""
+        endpoint (what the SDK does underneath, without its per-call progress bar). A record's
+        metadata is sent only when it has some (the studies' records have none: issue 34)."""
         for start in range(0, len(records), RECORDS_BULK_MAX):
             items = [
-                {"external_id": str(r.id), "fields": dict(r.fields), "metadata": dict(r.metadata or {})}
+                {"external_id": str(r.id), "fields": dict(r.fields), **({"metadata": dict(r.metadata)} if r.metadata else {})}
                 for r in records[start : start + RECORDS_BULK_MAX]
             ]
             response = self._http.put(f"/api/v1/datasets/{dataset.id}/records/bulk", json={"items": items})

@@ -112,10 +112,6 @@ class Study1Spec:
                     required=True,
                 ),
             ],
-            metadata=[
-                rg.TermsMetadataProperty(name="category", title="Category"),
-                rg.TermsMetadataProperty(name="question_id", title="Question id", visible_for_annotators=False),
-            ],
             distribution=rg.TaskDistribution(min_submitted=1),
         )
 
@@ -125,13 +121,11 @@ class Study1Spec:
             return rg.Record(
                 id=item_id,
                 fields={"question": checks.instruction(item_id, scale.min, scale.max).text()},
-                metadata={"category": checks.INSTRUCTED_CATEGORY, "question_id": item_id},
             )
         row = self._by_id.loc[item_id]
         return rg.Record(
             id=item_id,
             fields={"question": row["question"]},
-            metadata={"category": row["category"], "question_id": item_id},
         )
 
     def check_items(self, items: Sequence[str], orders: Mapping[str, bool], key_hash: str) -> list[tuple[str, bool | None]]:

@@ -118,11 +118,6 @@ class Study2Spec:
                     required=True,
                 )
             ],
-            metadata=[
-                rg.TermsMetadataProperty(name="category", title="Category"),
-                rg.TermsMetadataProperty(name="pair_id", title="Pair id", visible_for_annotators=False),
-                rg.TermsMetadataProperty(name="question_id", title="Question id", visible_for_annotators=False),
-            ],
             distribution=rg.TaskDistribution(min_submitted=1),
         )
 
@@ -134,8 +129,7 @@ class Study2Spec:
         if checks.is_check(item_id) and checks.check_kind(item_id) == checks.GOLD:
             gold = checks.GOLD_PAIRS[checks.gold_index(item_id)]
             a, b = (gold.good, gold.bad) if checks.gold_good_is_a(item_id) else (gold.bad, gold.good)
-            return rg.Record(id=item_id, fields={"question": gold.question, "response_a": a, "response_b": b},
-                             metadata={"category": gold.category, "pair_id": item_id, "question_id": item_id})
+            return rg.Record(id=item_id, fields={"question": gold.question, "response_a": a, "response_b": b})
         pair_id = checks.repeated_pair(item_id) if checks.is_check(item_id) else item_id
         pair = self._pairs.loc[pair_id]
         a, b = self.display(pair_id, swapped)
@@ -146,7 +140,6 @@ class Study2Spec:
                 "response_a": self._text[a],
                 "response_b": self._text[b],
             },
-            metadata={"category": pair["category"], "pair_id": item_id, "question_id": pair["question_id"]},
         )
 
     def display(self, item_id: str, swapped: bool | None) -> tuple[str, str]:

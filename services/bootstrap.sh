@@ -32,6 +32,8 @@ if ! stamp_ok .venv-argilla/.crowdpref-installed services/argilla/requirements.t
   .venv-argilla/bin/pip install -q --disable-pip-version-check -r services/argilla/requirements.txt
   touch .venv-argilla/.crowdpref-installed
 fi
+# crowdpref's patches of argilla-server are for one release: another one stops here, in one line
+.venv-argilla/bin/python services/argilla/lighter_requests.py --check >/dev/null
 
 apt_install() {  # apt-get only when we are root and it exists; otherwise say what is missing
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -261,7 +261,8 @@ def llm_answer_writer(client: object, model: str, crowd: CrowdConfig, base_url: 
                 temperature=0.9,
                 messages=[
                     {"role": "system", "content": "You are a study participant answering questions about social situations."},
-                    {"role": "user", "content": f"Question ({category}): {question}\nWrite {style}, in 2-4 sentences."},
+                    {"role": "user", "content": f"Question{f' ({category})' if category else ''}: {question}\n"
+                                                f"Write {style}, in 2-4 sentences."},
                 ],
             )
         except openai.AuthenticationError:

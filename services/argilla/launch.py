@@ -16,15 +16,25 @@ the secrets from the file - never from argv (visible in ``ps``) - and never prin
 the stock ``database users create`` which echoes an existing API key.
 
 ``start`` (and ``launch:app``, the ASGI app for ``uvicorn launch:app --workers N``, whose worker
-processes import it afresh) first moves bcrypt off argilla-server's event loop
-(:func:`bcrypt_off_the_loop`): a user's creation, password change and login hash or check the
-password in a thread, so a burst of them no longer stops every other request, and two cores hash
-at once (pyca/bcrypt releases the GIL), and makes an arrival's requests cheaper
-(``lighter_requests.py``: no webhook event built for records when no webhook wants one, settings
-parsed without a new pydantic schema per value, a workspace membership read once per request).
-If argilla-server's internals they rely on changed, the start fails with one ``crowdpref: ``
-line instead of running unpatched. Both also serve the session hand-over page
-(:func:`mount_session_handover`).
+processes import it afresh) applies two patches, and only to the argilla-server release they were
+written for (``lighter_requests.SUPPORTED_VERSION``, read with ``importlib.metadata``; ``make
+setup`` checks it too): on any other, the start fails with one ``crowdpref: `` line instead of
+running unpatched or patched wrongly.
+
+- :func:`bcrypt_off_the_loop`: a user's creation, password change and login hash or check the
+  password in a thread, not on the event loop. Participants never sign in with a password (the
+  portal mints their Argilla sessions), but every participant account is still created with one
+  (argilla-server requires it), by the warm pool's refill, which runs on the same server as the
+  arrivals it serves: on the loop, each creation stopped every other request for a bcrypt hash
+  (cost 12, ~0.25 s). The burst's cost with and without it: docs/performance.md, "Argilla as
+  shipped".
+- ``lighter_requests.record_events_only_when_wanted``: no webhook event built for records when no
+  webhook wants one (about half the bulk write of a participant's records).
+
+Issue 34 removed the patches that paid only for metadata participants' records no longer carry
+(settings adapters built once, a workspace membership read once per request).
+:func:`cheap_test_hashes` applies to test stacks only. Both commands also serve the session
+hand-over page (:func:`mount_session_handover`).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sql_search_engine  # noqa: E402,F401  (registers the "crowdpref-sql" engine)
-from lighter_requests import PatchProblem, lighter_requests, signature_problems, source_of  # noqa: E402
+from lighter_requests import PatchProblem, record_events_only_when_wanted, version_problem  # noqa: E402
 
 
 PROBLEM_PREFIX = "crowdpref: "
@@ -54,16 +64,6 @@ class LauncherProblem(Exception):
 
 _PREHASHED: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("crowdpref_prehashed",
                                                                                      default=None)
-# argilla_server.contexts.accounts as the patch expects it: name -> parameters (in order)
-_EXPECTED = {
-    "hash_password": ["password"],
-    "verify_password": ["password", "password_hash"],
-    "create_user": ["db", "user_attrs", "workspaces"],
-    "update_user": ["db", "user", "user_attrs"],
-    "authenticate_user": ["db", "username", "password"],
-    "get_user_by_username": ["db", "username"],
-    "_dummy_verify": [],
-}
 BCRYPT_PATCHED = "_crowdpref_bcrypt_off_the_loop"  # set on the accounts module once patched
 
 
@@ -73,22 +73,15 @@ def bcrypt_off_the_loop() -> None:
     then finds that hash through ``hash_password``, keyed by a context variable, so its own
     checks and writes are unchanged); ``authenticate_user`` (``POST /api/v1/token``) looks the
     user up, then checks the password - or runs the stock dummy check for an unknown name - in a
-    thread. Idempotent. :class:`LauncherProblem` naming what is missing when argilla-server's
-    internals are not the ones this was written against (argilla-server 2.8)."""
+    thread. Idempotent. :class:`LauncherProblem` (one line) on an argilla-server other than the
+    release it was written for (``lighter_requests.SUPPORTED_VERSION``), before anything changes."""
+    problem = version_problem()
+    if problem:
+        raise LauncherProblem(problem)
     from argilla_server.contexts import accounts
 
     if getattr(accounts, BCRYPT_PATCHED, False):
         return
-    problems = signature_problems(accounts, _EXPECTED)
-    for name in ("create_user", "update_user"):
-        function = getattr(accounts, name, None)
-        if callable(function) and "hash_password(" not in source_of(function):
-            problems.append(f"{name} no longer calls hash_password")
-    if problems:
-        raise LauncherProblem(
-            "argilla-server's accounts module is not the one the bcrypt patch was written for ("
-            + "; ".join(problems) + "): update bcrypt_off_the_loop in services/argilla/launch.py for this "
-            "argilla-server version, or reinstall the version in services/argilla/requirements.txt")
 
     stock_hash, stock_verify = accounts.hash_password, accounts.verify_password
     stock_create, stock_update = accounts.create_user, accounts.update_user
@@ -214,7 +207,7 @@ def _patched_or_exit() -> None:
     try:
         cheap_test_hashes()
         bcrypt_off_the_loop()
-        lighter_requests()
+        record_events_only_when_wanted()
     except (LauncherProblem, PatchProblem) as exc:  # one line for the operator, not a traceback per worker
         print(f"{PROBLEM_PREFIX}{exc}", file=sys.stderr)
         raise SystemExit(1) from None

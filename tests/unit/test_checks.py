@@ -60,7 +60,7 @@ def test_the_crowd_reads_the_instruction_and_careless_writers_do_not():
     text = record.fields["question"]
     word, rating = read_instruction(text)
     assert (word, rating) == (checks.instruction(items[0][0], 1, 5).word, checks.instruction(items[0][0], 1, 5).rating)
-    assert record.metadata["category"] == checks.INSTRUCTED_CATEGORY
+    assert not record.metadata  # Argilla gets the question only (issue 34: no metadata nothing reads back)
     assert read_instruction("How would you comfort a friend?") == (None, None)
     crowd = SimulatedCrowd(config.crowd.model_copy(update={"careless_rate": 0.3}), seed=1)
     careless = [u for u in (f"u{n}" for n in range(200)) if crowd.is_careless(u)]
@@ -145,9 +145,9 @@ def test_study2_checks_show_a_repeat_in_the_opposite_order():
     first = spec.record(original, not swapped)
     assert shown.fields["response_a"] == first.fields["response_b"]
     assert shown.fields["response_b"] == first.fields["response_a"]
-    assert shown.metadata["pair_id"] == item  # the visible metadata never says "check"
+    assert not shown.metadata  # no metadata at all: nothing Argilla holds says "check"
     g = spec.record(gold[0])
-    assert g.metadata["category"] in {p.category for p in checks.GOLD_PAIRS}
+    assert not g.metadata and set(g.fields) == set(first.fields)  # a gold pair looks like any pair
     # grading: the repeat needs the first rating; until it is in, it is not graded
     assert spec.grade_check(item, {"preference": 3}, {item: ({"preference": 3}, swapped)}) is None
     answers = {original: ({"preference": 2}, not swapped), item: ({"preference": 7}, swapped)}
