@@ -38,7 +38,10 @@ from crowdpref.errors import first_line
 log = logging.getLogger("crowdpref.pacer")
 
 LOOK_EVERY_S = 5.0
-"""How often a launch under way is looked at: a step opens at most this long after it may."""
+"""How often a launch under way is looked at at most: a step opens at most this long after it may
+(half its ``step_seconds`` when that is shorter, so a fine pace is kept)."""
+TICK_S = 0.5
+"""How often the pacer's thread wakes to see which launch is due."""
 IDLE_LOOK_S = 60.0
 """How often a launch that needs no place now (or may not be raised) is looked at again."""
 
@@ -75,7 +78,8 @@ class Look:
 
 class Pacer:
     """Applies the launch pace of every paced Prolific launch in the store, every
-    :data:`LOOK_EVERY_S` seconds (:meth:`start`), or once (:meth:`look`).
+    :data:`LOOK_EVERY_S` seconds or half the launch's ``step_seconds``, whichever is shorter
+    (:meth:`start`), or once (:meth:`look`).
 
     ``config_of(study, key)`` and ``collection_of(study, key)`` give a study's config and its
     collection (the portal's cached ones; :func:`from_settings` opens them from the recorded
@@ -119,6 +123,7 @@ class Pacer:
                 study = client.get_study(platform.external_id)
                 submissions = client.list_submissions(platform.external_id)
                 result = Look(info.study, info.key, raise_places(collection, config, client, study, submissions, pace))
+                cadence = min(self.look_every_s, pace.step_seconds / 2)
             except Exception as exc:  # noqa: BLE001 - one launch's problem never stops the others or the portal
                 result = Look(info.study, info.key, problem=first_line(exc, 200, with_type=True))
                 self._next[info.id] = now + self.look_every_s
@@ -129,7 +134,7 @@ class Pacer:
             else:
                 self._said.pop(info.id, None)
                 if result.under_way:
-                    self._next[info.id] = now + self.look_every_s
+                    self._next[info.id] = now + cadence
                 if result.raised:
                     log.info("pacing %s %s: places raised to %d (%s)", info.study, info.key,
                              result.decision.total, result.decision.reason)
@@ -145,7 +150,7 @@ class Pacer:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.look_every_s):
+        while not self._stop.wait(min(TICK_S, self.look_every_s)):
             try:
                 self.look()
             except Exception as exc:  # noqa: BLE001 - the store was unreachable: the next look tries again

@@ -560,8 +560,10 @@ def places_state(collection: Any, config: StudyConfig, study: Any, submissions: 
     while work waits); someone still ACTIVE who never came is not counted (a place is paid for:
     better one raise late than one too many); ``arriving``: people who took a place in the last
     :data:`~crowdpref.launch_pacing.ARRIVING_FOR_S` s and are not in the portal yet (neither
-    claimed nor began the onboarding); the time since the last raise (or the publish) from the
-    store's event log."""
+    claimed nor began the onboarding), and people the portal admitted whose work is not in Argilla
+    yet (claimed, records not logged: the server is still preparing them - a step opens as the
+    last one's people reach their work, not merely the portal); the time since the last raise
+    (or the publish) from the store's event log."""
     from crowdpref.launch_pacing import (
         ARRIVING_FOR_S,
         PUBLISH_EVENT,
@@ -574,6 +576,7 @@ def places_state(collection: Any, config: StudyConfig, study: Any, submissions: 
     batches = default_places(collection)
     holders = holding(submissions)
     claimed = store.key_hashes(cid)
+    preparing = store.preparing(cid)
     seen = claimed | {o.key_hash for o in store.onboarding_records(cid)}
     now = store.clock()
     holders_with_work, arriving, spent = 0, 0, 0
@@ -581,6 +584,7 @@ def places_state(collection: Any, config: StudyConfig, study: Any, submissions: 
         person = store.key_hash(submission.participant_id.lower())  # as the portal hashes the entry's id
         if person in claimed:
             holders_with_work += 1
+            arriving += person in preparing  # admitted, their workspace still being prepared: not in yet
         elif person not in seen:
             if str(submission.status).upper() != "ACTIVE":  # submitted without any work: the place is used up
                 spent += 1

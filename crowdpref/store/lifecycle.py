@@ -65,6 +65,15 @@ class LifecycleStore(StoreBase):
         with self._read() as conn:
             return set(conn.execute(select(t.participants.c.key_hash).where(t.participants.c.collection_id == cid)).scalars())
 
+    def preparing(self, cid: int) -> set[str]:
+        """Key hashes of the collection's active participants whose work is not in Argilla yet:
+        claimed in the store, their records not logged (the portal admits first and prepares
+        their workspace after)."""
+        p = t.participants.c
+        with self._read() as conn:
+            return set(conn.execute(select(p.key_hash).where(
+                p.collection_id == cid, p.status == ParticipantStatus.ACTIVE, p.records_logged.is_(False))).scalars())
+
     def key_hash_of(self, cid: int) -> dict[str, str]:
         """username -> key hash of every participant (for cross-study exclusion checks)."""
         p, a = t.participants.c, t.accounts.c

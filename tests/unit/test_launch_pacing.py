@@ -116,9 +116,14 @@ def _client(fake: FakeProlific) -> ProlificClient:
     return ProlificClient(fake.base_url, fake.token, backoff_s=0.0, sleep=lambda _s: None)
 
 
-def _claim(fake: FakeProlific, collection: Any, study_id: str) -> None:
+def _claim(fake: FakeProlific, collection: Any, study_id: str, prepared: bool = True) -> Any:
+    """A person takes a place and claims their work; ``prepared``: and their work is in Argilla
+    (records logged), as once the portal prepared it."""
     arrival = fake.arrive(study_id)
-    collection.store.claim(collection.info, arrival["participant_id"], "prolific")
+    claimed = collection.store.claim(collection.info, arrival["participant_id"], "prolific")
+    if prepared:
+        collection.store.records_logged(collection.info.id, claimed.participant.id)
+    return claimed
 
 
 def test_a_paced_launch_rises_in_steps_through_the_flip_to_the_cap_and_resumes_after_a_restart(

@@ -52,14 +52,19 @@ def test_steps_open_as_people_claim_with_no_collection_run_and_never_past_the_ca
         assert study["total_available_places"] == 1
         [look] = pacer.look(force=True)
         assert not look.raised and look.under_way  # the first step is open, nobody took it yet
+        claimed = _claim(fake, collection, study_id, prepared=False)  # admitted, workspace not ready yet
+        clock.shift += 11
+        assert not pacer.look(force=True)[0].raised  # still in flight: not in their work yet
+        collection.store.records_logged(collection.info.id, claimed.participant.id)  # now it is
+        assert pacer.look(force=True)[0].raised
         places = [study["total_available_places"]]
-        for _ in range(4):
+        for _ in range(3):
             _claim(fake, collection, study_id)  # the step is taken and claimed ...
             assert not pacer.look(force=True)[0].raised  # ... but step_seconds have not passed
             clock.shift += 11
             pacer.look(force=True)
             places.append(study["total_available_places"])
-        assert places == [1, 2, 3, 4, 4]  # one step per claim, up to the cap, never past it
+        assert places == [2, 3, 4, 4]  # one step per claim, up to the cap, never past it
         last = pacer.look(force=True)[0]
         assert not last.under_way and last.problem is None
         client.close()
