@@ -155,7 +155,7 @@ WORK_POLL_MS = 2000  # how often the bar asks for progress (stops once everythin
 WORK_NUDGE_MS = (800, 2500)  # and this long after a click or key in the frame (one origin: a submit, maybe)
 WORKING_LABEL = "Check my progress"  # before every item is submitted: the finish page says what is left
 WORKING_WORDS = "{submitted} of {total} items submitted"
-DONE_WORDS = "All {total} items submitted. Press the button to finish."
+DONE_WORDS = "All {total} items submitted."  # the button says what comes next (one line more on a phone otherwise)
 GIVEN_BACK_WORDS = "Your place in this study was given back, so there is nothing more to do here."
 
 

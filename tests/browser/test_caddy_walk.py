@@ -130,8 +130,7 @@ def test_a_participant_walks_from_the_prolific_link_to_the_code_through_caddy(ar
                     # after the last submit the bar says so, and Finish is on screen without scrolling or
                     # opening anything: at desktop size and at phone size
                     expect(bar).to_have_class("bar done", timeout=60_000)  # its next poll (the portal reads Argilla)
-                    expect(page.locator("#progress")).to_have_text(f"All {ITEMS} items submitted. Press the button "
-                                                                   "to finish.")
+                    expect(page.locator("#progress")).to_have_text(f"All {ITEMS} items submitted.")
                     expect(finish).to_have_text("Finish: get my code")
                     for size, (width, height) in (("desktop", (1400, 1000)), ("phone", (390, 844))):
                         page.set_viewport_size({"width": width, "height": height})

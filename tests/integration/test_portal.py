@@ -29,7 +29,7 @@ from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
-from crowdpref.portal.prepare import START_WAIT_S, WAITING_REFRESH_S
+from crowdpref.portal.prepare import WAITING_REFRESH_S
 from crowdpref.portal.service import WEBHOOK_SECRET, Portal
 from crowdpref.store import ACTIVE, COMPLETE, RELEASED, Store
 from crowdpref.study1 import study1_collection
@@ -449,7 +449,7 @@ def test_an_arrival_is_admitted_at_once_while_argilla_stalls_and_gets_in_once_it
         assert client.get(f"{base}/welcome").status_code == 200  # the welcome page needs no Argilla
         began = time.monotonic()
         start = client.post(f"{base}/start", follow_redirects=False)
-        assert time.monotonic() - began < START_WAIT_S + 2
+        assert time.monotonic() - began < 6.0  # not the tens of seconds a stalled Argilla would take
         assert start.status_code == 200 and "Your work is being prepared" in start.text
         assert f'<meta http-equiv="refresh" content="{WAITING_REFRESH_S};url={base}/start">' in start.text
         assert client.get(f"{base}/work", follow_redirects=False).headers["location"] == f"{base}/start"
