@@ -424,8 +424,9 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False, launch_pacer: b
     async def start_or_wait(study: str, key: str, request: Request) -> Response:
         """*Start*: once their workspace in Argilla is ready (waited for at most START_WAIT_S,
         without holding a thread), signed in; else a page that says their work is being prepared
-        and reloads itself (a meta refresh, no script needed) - 200 while it is prepared, 503
-        with Retry-After while Argilla fails - so no request hangs on a busy Argilla."""
+        and reloads itself (a meta refresh, no script needed; every FAILING_RETRY_S while Argilla
+        fails) - a 200 either way: their place is kept, nothing is wrong on their side, and no
+        5xx reaches a browser because Argilla is busy. No request hangs on a busy Argilla."""
         cookie = request.cookies.get(cookie_name(study, key))
         try:
             preparation = await run_in_threadpool(portal.preparation, study, _key(key), cookie)
@@ -434,8 +435,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False, launch_pacer: b
         if not await wait_ready(preparation, START_WAIT_S):
             here = f"/s/{study}/{key}/start"
             if failing(preparation):
-                return HTMLResponse(pages.preparing(here, FAILING_RETRY_S, failing=True), status_code=503,
-                                    headers={**NO_STORE, "Retry-After": str(FAILING_RETRY_S)})
+                return HTMLResponse(pages.preparing(here, FAILING_RETRY_S, failing=True), headers=NO_STORE)
             return HTMLResponse(pages.preparing(here, WAITING_REFRESH_S), headers=NO_STORE)
         return await run_in_threadpool(sign_in, study, key, cookie)
 

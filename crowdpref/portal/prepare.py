@@ -6,7 +6,7 @@ on a busy or stalled Argilla for longer than the portal chooses to.
 The entry waits at most :data:`ENTRY_WAIT_S` for it (on a quiet server the participant gets
 everything in one go, as before); *Start* at most :data:`START_WAIT_S`, then it answers with a
 page that says their work is being prepared and opens it by itself when it is ready (a meta
-refresh: no script needed). A preparation that failed (Argilla down, a timeout) is tried again
+refresh: no script needed), a 200 whatever Argilla does. A preparation that failed (Argilla down, a timeout) is tried again
 when the person's page asks, no sooner than :func:`backoff_s` after the failure; the flow's
 monitoring pass repairs any claim the portal left unprepared (``Store.due_for_reading``)."""
 
@@ -30,7 +30,7 @@ PREPARE_WORKERS = 4  # Argilla is the bottleneck: a few writers at a time, never
 ENTRY_WAIT_S = 0.5  # the entry answers within this (plus the store's claim), ready or not
 START_WAIT_S = 4.0  # Start (and the waiting page's reload) waits at most this for the workspace
 WAITING_REFRESH_S = 2  # the waiting page reloads itself after this many seconds
-FAILING_RETRY_S = 10  # after a failed preparation: the retry page's Retry-After / Refresh
+FAILING_RETRY_S = 10  # after a failed preparation: the waiting page reloads itself this often
 MAX_FAILURES_KEPT = 10_000  # bounded memory, whoever arrives
 
 

@@ -12,7 +12,7 @@ import httpx
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
 from crowdpref.portal import argilla_session, links
-from crowdpref.portal.prepare import NotReady, ready
+from crowdpref.portal.prepare import FAILING_RETRY_S, NotReady, ready
 from crowdpref.portal.refusal import RETURN_WORDING, Refusal, log, one_line, unavailable
 from crowdpref.portal.session import first_item_path
 from crowdpref.portal.studies import Key
@@ -128,8 +128,11 @@ class Work:
         try:
             participant = collection.refresh(participant)
         except (CrowdprefError, httpx.TransportError) as exc:
-            raise unavailable(f"Argilla read failed on the finish page: {one_line(exc)}",
-                               "We cannot check your answers right now. Please wait a minute and reload this page.") from exc
+            refusal = unavailable(f"Argilla read failed on the finish page: {one_line(exc)}",
+                                  "We cannot check your answers right now: the annotation server is busy. Your "
+                                  "answers are kept; this page tries again by itself.")
+            refusal.retry_after = FAILING_RETRY_S  # Retry-After, and the page reloads itself
+            raise refusal from exc
         total = len(participant.assignments)
         submitted = len(participant.submitted)
         if participant.status != COMPLETE:

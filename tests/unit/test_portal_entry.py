@@ -541,7 +541,8 @@ def test_the_finish_page_503_names_its_cause(rig, caplog, monkeypatch):
 
     monkeypatch.setattr(collection, "refresh", unreachable)
     with caplog.at_level("WARNING", logger="crowdpref.portal"):
-        assert client.get(f"/s/{name}/study1/done").status_code == 503
+        busy = client.get(f"/s/{name}/study1/done")
+    assert busy.status_code == 503 and busy.headers["Retry-After"] == busy.headers["Refresh"] == "10"  # reloads itself
     assert "503: Argilla read failed on the finish page: ArgillaError: Argilla is unreachable" in caplog.text
 
     def dropped(participant: Any) -> Any:  # a raw transport error from Argilla: a 503 too, never a 500
