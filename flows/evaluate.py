@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prefect import flow
 
-from crowdpref.config import EvaluationConfig, load_study
-from crowdpref.evaluation import EVALUATION_FILE, fine_tuned_lines, truth_line
+from crowdpref.config import EvaluationConfig, RewardModelConfig, load_study
+from crowdpref.evaluation import EVALUATION_FILE, fine_tuned_line, truth_line
 from crowdpref.runfolder import RunFolder
 from crowdpref.settings import load_settings
 from tasks.evaluate import (
@@ -20,7 +20,8 @@ from tasks.evaluate import (
 
 
 @flow(name="evaluate", log_prints=True)
-def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = False, seed: int = 0) -> Path:
+def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = False, seed: int = 0,
+             reward_model: str = "") -> Path:
     """Train small reward models (length only; TF-IDF + length; frozen sentence embeddings
     where a model is available locally) on part of the preferences, split by question, and
     score them on the held-out questions next to two controls that must sit at chance
@@ -32,7 +33,9 @@ def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = 
     ``evaluation.json`` and ``evaluation-learning-curve.png`` there. ``release`` (when given, instead): a
     published release folder or a Hub dataset id, evaluated with the default settings and
     ``seed``; the outputs go to ``<runs>/evaluations/<name>/``. An existing
-    ``evaluation.json`` is kept unless ``force`` is true. Returns its path."""
+    ``evaluation.json`` is kept unless ``force`` is true. ``reward_model`` (a Hugging Face model
+    id or folder): also fine-tune it as a reward model (TRL; meant for a GPU), with the config's
+    ``evaluation.reward_model`` settings when it has them, else their defaults. Returns its path."""
     settings = load_settings()
     if release:
         config, name = EvaluationConfig(), re.sub(r"[^a-z0-9]+", "-", release.lower()).strip("-")[-60:]
@@ -44,6 +47,10 @@ def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = 
         folder, run_seed = run_folder, cfg.evaluation.seed if cfg.evaluation.seed is not None else cfg.seed
     else:
         raise ValueError("evaluate: give a study config or a release (folder or Hub dataset id)")
+    if reward_model:
+        tuned = (config.reward_model.model_copy(update={"model": reward_model}) if config.reward_model
+                 else RewardModelConfig(model=reward_model))
+        config = config.model_copy(update={"reward_model": tuned})
     target = folder / EVALUATION_FILE
     if target.exists() and not force:
         print(f"{target} already exists: skipping the evaluation (run with force=True to redo it)")
@@ -56,5 +63,5 @@ def evaluate(study: str = "studies/demo.yaml", release: str = "", force: bool = 
     if result.truth:
         print(truth_line(result.truth))
     if result.fine_tuned:
-        print(" ".join(fine_tuned_lines(result.fine_tuned)).strip())
+        print(fine_tuned_line(result.fine_tuned))
     return path

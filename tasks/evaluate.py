@@ -35,9 +35,11 @@ def read_data(run_folder: Path | None = None, release: str | None = None) -> Eva
     return from_run_folder(run_folder)
 
 
-@task(name="evaluate-preferences", cache_policy=NONE)
+@task(name="evaluate-preferences", cache_policy=NONE, log_prints=False)
 def run_evaluation(data: EvalData, config: EvaluationConfig, seed: int) -> EvaluationResult:
-    """Split, fit, score; deterministic for a seed, so not retried."""
+    """Split, fit, score; deterministic for a seed, so not retried. Not ``log_prints``: dill
+    (under ``datasets``, under TRL) reads the disassembly it prints to a captured stdout, which
+    Prefect's print-to-log would send to the run's log instead."""
     logger = get_run_logger()
     encoder, skipped = load_encoder(config.embedding_model)
     fine_tune = None if config.reward_model is None else FineTune(**config.reward_model.model_dump())

@@ -21,6 +21,7 @@ from crowdpref.evaluation.data import (
 from crowdpref.evaluation.outputs import (
     EVALUATION_FILE,
     PLOT_FILE,
+    fine_tuned_line,
     fine_tuned_lines,
     markdown,
     plot_learning_curve,
@@ -43,6 +44,7 @@ __all__ = [
     "EvaluationResult",
     "Split",
     "evaluate",
+    "fine_tuned_line",
     "fine_tuned_lines",
     "from_release",
     "from_run_folder",

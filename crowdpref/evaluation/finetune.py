@@ -14,6 +14,8 @@ not loaded; it cannot tell good weights from bad ones."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import tempfile
@@ -192,7 +194,11 @@ def fit_reward_model(train: Oriented, spec: FineTune, seed: int, y: np.ndarray |
             lg.setLevel(logging.ERROR)
         progress = os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS")
         datasets.disable_progress_bars()
+        # the libraries under TRL print to stdout while they prepare the data (with Prefect's
+        # log_prints, a disassembly of their own functions): kept out of the run's log
+        quiet = contextlib.redirect_stdout(io.StringIO())
         try:
+            quiet.__enter__()
             trainer = trl.RewardTrainer(model=loaded.model, args=args, processing_class=loaded.tokenizer,
                                         train_dataset=datasets.Dataset.from_dict(rows))
             trainer.remove_callback(PrinterCallback)  # no metrics dict printed to stdout
@@ -202,6 +208,7 @@ def fit_reward_model(train: Oriented, spec: FineTune, seed: int, y: np.ndarray |
                                      "no training pair (TRL drops longer ones): raise it")
             loss = float(trainer.train().training_loss)
         finally:
+            quiet.__exit__(None, None, None)
             for lg, level in zip(loggers, levels, strict=True):
                 lg.setLevel(level)
             if progress is None:

@@ -13,7 +13,7 @@ from typing import Any
 from crowdpref.evaluation.report import EvaluationResult
 from crowdpref.runfolder import write_json
 
-__all__ = ["EVALUATION_FILE", "PLOT_FILE", "fine_tuned_lines", "markdown", "plot_learning_curve", "truth_line",
+__all__ = ["EVALUATION_FILE", "PLOT_FILE", "fine_tuned_line", "fine_tuned_lines", "markdown", "plot_learning_curve", "truth_line",
            "write_outputs"]
 
 EVALUATION_FILE = "evaluation.json"
@@ -70,6 +70,19 @@ def truth_line(truth: dict[str, Any]) -> str:
                        if isinstance(truth.get(name), dict))
     return (f"Against the simulated crowd's hidden truth ({truth['pairs']} held-out pairs): the crowd's "
             f"labels {_fmt(truth['crowd']['accuracy'])}; the models trained on them: {models}.")
+
+
+def fine_tuned_line(fine_tuned: dict[str, Any]) -> str:
+    """One line: the fine-tuned reward model's held-out accuracy and controls, or that it is not
+    a result (then without its numbers)."""
+    if not fine_tuned.get("result"):
+        return f"fine-tuned reward model {fine_tuned['model']}: {fine_tuned['status']}"
+    control = fine_tuned.get("shuffled_labels")
+    gain = fine_tuned["gain_over_length"]
+    return (f"fine-tuned reward model {fine_tuned['model']} ({fine_tuned['device']}, {fine_tuned['seconds']:.0f} s): "
+            f"held-out {_span(fine_tuned)}, gain over length {gain['difference']:+.3f} ({gain['low']:+.3f} to "
+            f"{gain['high']:+.3f}), shuffled-label control {_span(control) if control else 'not run'}"
+            + (f", against the hidden truth {_span(fine_tuned['truth'])}" if fine_tuned.get("truth") else ""))
 
 
 def fine_tuned_lines(fine_tuned: dict[str, Any] | None) -> list[str]:
