@@ -10,7 +10,8 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``POST /s/<study>/<key>?invite=..``: the entry below, on the person's press.
 - ``GET  /s/<study>/<key>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..`` (an invitation: its POST): check
   the ids (with Prolific: the submission must name this person and this study), refuse the
-  excluded, claim the work (the same work when they come back), set a signed cookie and send
+  excluded, claim the work in the store (the same work when they come back; their workspace in
+  Argilla is prepared off the request, :mod:`crowdpref.portal.prepare`), set a signed cookie and send
   them to the welcome page (or the onboarding) - a clean URL, so their ids leave the address bar
   after one hop; someone who already completed gets the "you are done" page (with their code).
 - ``GET  /s/<study>/<key>/onboarding`` (when the study has an ``onboarding:`` section and the
@@ -22,7 +23,9 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   attempt: a pass claims their work and goes on to the welcome page, a fail says what was wrong
   (try again) or, on the last attempt, screens them out (on Prolific: the screen-out code).
 - ``GET  /s/<study>/<key>/welcome``: the guidelines and what to expect; *Start* posts to
-- ``POST /s/<study>/<key>/start``: where the portal and Argilla share an origin (the public
+- ``POST /s/<study>/<key>/start`` (and ``GET``, where the waiting page reloads): while their
+  workspace in Argilla is not ready (waited for at most ``START_WAIT_S``), a page that says so
+  and reloads itself (a meta refresh; 200); then, where the portal and Argilla share an origin (the public
   profile), a page that stores an Argilla session minted for them (no password, no bcrypt; the
   token is in this POST's answer, never in a URL) and goes on to the work frame
   (:mod:`crowdpref.portal.argilla_session`); else 303 to the work frame; once they completed,
@@ -31,11 +34,12 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
   the finish page) over Argilla in a frame, which opens their first item (one origin), Argilla's
   session hand-over page with a session minted for them (two origins, where Argilla serves
   that page), or else the one-hop password sign-in (no-store); once they completed, 303 to the
-  finish page.
+  finish page; while their workspace is not ready, 303 to ``/start`` (the waiting page).
 - ``GET  /s/<study>/<key>/progress``: what the bar shows, as JSON (``submitted``, ``total``,
   ``done``, ``given_back``): from the store, which Argilla's webhooks keep current; without
   them, read from Argilla at most once per 10 s per person.
-- ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted; then, on
+- ``GET  /s/<study>/<key>/done``: checks with Argilla that every item is submitted (at most
+  ``FINISH_WAIT_S``; then, or on an Argilla error, a 503 page that reloads itself); then, on
   Prolific, the completion code and the way back; with an invitation, thanks and what happens
   next (no code: it would be of no use); else how many are left.
 - ``POST /hooks/prolific``: Prolific's webhooks (signed over the raw body or its documented
