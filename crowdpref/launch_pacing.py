@@ -11,12 +11,14 @@ steps. :func:`places_now` then decides, from what Prolific and the study store s
 - never less than what is open (Prolific's places only go up), never past ``max_places``, never
   past the places the work needs;
 - paced: at most ``step`` places *in flight* at once - open places nobody took yet, plus people
-  who took a place in the last :data:`ARRIVING_FOR_S` seconds and have not reached the portal -
+  who took a place in the last :data:`ARRIVING_FOR_S` seconds and have not reached the portal,
+  plus people the portal admitted whose work is not in Argilla yet -
   and at least ``step_seconds`` between two raises. So the next step opens as the last one's
   people arrive and claim their work, and never faster than ``step`` per ``step_seconds``.
 
-Everything here is pure (no I/O, no clock): the caller (:func:`crowdpref.recruitment.sync_prolific`
-and :func:`~crowdpref.recruitment.ensure_prolific_study`) reads Prolific's current total and the
+Everything here is pure (no I/O, no clock): the caller (the portal's launch pacer,
+:mod:`crowdpref.pacer`, every few seconds; :func:`crowdpref.recruitment.sync_prolific` at each
+collection run; :func:`~crowdpref.recruitment.ensure_prolific_study` at the publish) reads Prolific's current total and the
 store's event log on every run - never a counter kept in memory - so a restart picks up where the
 last run left off.
 
@@ -226,7 +228,7 @@ def places_now(now: PlacesNow, pace: Pace) -> PlacesDecision:
     if now.since_last_raise_s is not None and now.since_last_raise_s < pace.step_seconds:
         wait = pace.step_seconds - now.since_last_raise_s
         return decided(now.open, f"the last step was {now.since_last_raise_s:.0f} s ago",
-                       f"+{min(room, target - now.open)} in {math.ceil(wait)} s (at the next run after that)")
+                       f"+{min(room, target - now.open)} in {math.ceil(wait)} s (at the pacer's next look after that)")
     total = min(target, now.open + room)
     left = target - total
     return decided(total, f"a step: {in_flight} places in flight of {pace.step}",

@@ -23,11 +23,13 @@ class LaunchConfig(_Section):
     step: Int | None = Field(None, ge=1)
     """Places per step; None (the default): the server's measured capacity (arrivals per second
     at p95 < 1 s, written to ``<state>/capacity.json`` by the pre-flight's dress rehearsal)
-    times ``step_seconds``; without a measurement 1 arrival/s is assumed, so 10 places.
+    times ``step_seconds``; without a measurement 1 arrival/s is assumed, so 2 places.
     ``crowdpref validate`` warns when a step set here is above what the capacity allows."""
-    step_seconds: Float = Field(10.0, gt=0, le=3600)
-    """The window a step's arrivals are assumed to come in, and the least time between two
-    steps: the pace never opens more than ``step`` places per ``step_seconds``."""
+    step_seconds: Float = Field(2.0, gt=0, le=3600)
+    """The least time between two steps: the pace never opens more than ``step`` places per
+    ``step_seconds``. Prolific's crowd may take a whole step at once, and a server of capacity
+    c serves such a burst of s people in about s / c seconds: the default of 2 s keeps a step's
+    last person within about 2 s of their first item (benchmarks/paced_launch.py)."""
     max_concurrent_submissions: Int | None = Field(None, ge=1)
     """Prolific's ``submissions_config.max_concurrent_submissions``: the most people holding the
     study at once (reserved or active); None (the default): no limit (Prolific's -1). Sent when

@@ -70,11 +70,11 @@ def test_the_pace_comes_from_the_measured_capacity_or_the_default() -> None:
     assert DEFAULT_ARRIVALS_PER_S == DEFAULT_CAPACITY_PER_S  # the pre-flight states the same default
     default = LaunchConfig()
     assert default.mode == "paced"  # the default launch is paced
-    assert (resolve_pace(default, None).step, resolve_pace(default, None).measured) == (10, False)
-    assert resolve_pace(default, {"arrivals_per_s": 2.5}).step == 25
+    assert (resolve_pace(default, None).step, resolve_pace(default, None).measured) == (2, False)
+    assert resolve_pace(default, {"arrivals_per_s": 2.5}).step == 5
     assert resolve_pace(default, {"arrivals_per_s": 2.5}).measured
     assert resolve_pace(default, {"arrivals_per_s": 0.05}).step == 1  # at least one place
-    assert resolve_pace(default, {"arrivals_per_s": "x"}).step == 10  # unreadable: the default
+    assert resolve_pace(default, {"arrivals_per_s": "x"}).step == 2  # unreadable: the default
     assert resolve_pace(LaunchConfig(step=4, step_seconds=30), {"arrivals_per_s": 2.5}).step == 4
 
 
@@ -88,12 +88,12 @@ def test_a_full_study_is_raised_but_one_a_person_stopped_is_not() -> None:
 def test_validate_warns_about_a_pace_the_server_cannot_take() -> None:
     fast = LaunchConfig(step=50)
     assert pace_warnings("study1", fast, {"arrivals_per_s": 1.0})[0].startswith(
-        "prolific.study1.launch.step: 50 places per 10 s is 5 arrivals/s, above this server's capacity 1/s "
-        "(measured): set step to 10 or less")
-    assert pace_warnings("study1", fast, {"arrivals_per_s": 5.0}) == []
+        "prolific.study1.launch.step: 50 places per 2 s is 25 arrivals/s, above this server's capacity 1/s "
+        "(measured): set step to 2 or less")
+    assert pace_warnings("study1", fast, {"arrivals_per_s": 25.0}) == []
     assert "mode: all opens 40 places at once" in pace_warnings("study2", LaunchConfig(mode="all"), None,
                                                                 first_places=40)[0]
-    assert "pool_size" in pace_warnings("study1", LaunchConfig(), None, pool_size=4)[0]
+    assert "pool_size" in pace_warnings("study1", LaunchConfig(), None, pool_size=1)[0]
     assert pace_warnings("study1", LaunchConfig(), None, first_places=40, pool_size=10) == []
 
 
@@ -213,8 +213,8 @@ def test_progress_and_validate_show_the_pacing(tmp_path: Path, monkeypatch: pyte
     rows, warnings = launch_report(config, {"arrivals_per_s": 0.1})
     # (no question count in this config: no first places in the row)
     assert rows[0] == ("Launch, study 1",
-                       "paced: 2 places per step, at least 10 s apart (capacity 0.1 arrival/s, measured)")
-    assert warnings and warnings[0].startswith("prolific.study1.launch.step: 2 places per 10 s")
+                       "paced: 2 places per step, at least 2 s apart (capacity 0.1 arrival/s, measured)")
+    assert warnings and warnings[0].startswith("prolific.study1.launch.step: 2 places per 2 s")
     # the command reads the capacity from <state>/capacity.json
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "cli-home"))
@@ -228,4 +228,4 @@ def test_progress_and_validate_show_the_pacing(tmp_path: Path, monkeypatch: pyte
     result = CliRunner().invoke(app, ["validate", "paced.yaml"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "capacity 0.1 arrival/s, measured" in result.output
-    assert "prolific.study1.launch.step: 2 places per 10 s is 0.2 arrivals/s" in result.output
+    assert "prolific.study1.launch.step: 2 places per 2 s is 1 arrivals/s" in result.output
