@@ -656,6 +656,7 @@ class RewardModelConfig(_Section):
     epochs: Float = Field(1.0, gt=0, le=20)
     """Passes over the training pairs."""
     learning_rate: Float = Field(1e-5, gt=0, lt=1)
+    """The optimiser's learning rate (TRL's AdamW)."""
     batch_size: Int = Field(8, ge=1, le=1024)
     """Pairs per training step (per device)."""
     max_length: Int = Field(512, ge=16, le=32768)

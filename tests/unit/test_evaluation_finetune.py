@@ -78,7 +78,7 @@ def test_random_weights_run_on_the_same_split_and_are_never_a_result(data: EvalD
                                                                      tmp_path: Path) -> None:
     spec = FineTune(str(model_folder), random_weights=True, epochs=1, batch_size=16, max_length=64,
                     learning_rate=1e-3, shuffles=1)
-    result = evaluate(data, seed=0, bootstrap_samples=200, shuffles=2, fine_tune=spec)
+    result = evaluate(data, seed=0, bootstrap_samples=100, shuffles=1, fine_tune=spec)
     tuned = result.fine_tuned
     assert tuned is not None
     # the same split and held-out pairs as the cheap models, with its own controls and the truth
