@@ -8,7 +8,11 @@ bcrypt on the event loop). Against each, in turn:
 
 1. burst: every user's ``POST /api/v1/token`` at once (one thread each) while a prober sends
    ``GET /api/v1/status`` one after another: burst wall time, login p50 / p95, status p95 /
-   max, the server's CPU seconds;
+   max, the server's CPU seconds; then ``--creations`` new accounts created one after another
+   (``POST /api/v1/users`` as the owner: what the warm pool's refill asks of Argilla for every
+   participant account, one bcrypt hash each - participants no longer log in with a password, but
+   their accounts are still made with one) while the prober runs: what that does to every other
+   request (issue 34: does the bcrypt patch still pay?);
 2. one arrival after another, ``--sequential`` of them: the password login (``POST
    /api/v1/token`` + ``GET /api/v1/me/datasets``) against the portal's minted token
    (crowdpref/portal/argilla_session.py, + the same ``GET``): latency p50 and server CPU per
@@ -17,7 +21,10 @@ bcrypt on the event loop). Against each, in turn:
 
 Stops every process it started, also on an error.
 
-    .venv/bin/python benchmarks/argilla_auth.py [--users 40] [--sequential 20]
+    .venv/bin/python benchmarks/argilla_auth.py [--users 40] [--sequential 20] [--creations 16]
+
+Argilla hashes at its own cost 12 here (the test stacks' cheap cost, which importing
+tests.conftest sets, is unset again).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ sys.path.insert(0, str(REPO))
 from crowdpref.portal import argilla_session  # noqa: E402
 from tests.conftest import isolated_settings  # noqa: E402
 from tests.ports import free_port  # noqa: E402
+
+os.environ.pop("CROWDPREF_TEST_BCRYPT_ROUNDS", None)  # tests.conftest sets the test stacks' cheap cost: Argilla's own here
 
 PASSWORD = "bench-" + "p" * 26
 LAUNCH = REPO / "services" / "argilla" / "launch.py"
@@ -78,7 +87,10 @@ def start_server(settings, variant: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"{variant} server did not start")
 
 
-def burst(url: str, pid: int, users: list[str]) -> dict[str, float]:
+def burst(url: str, pid: int, users: list[str], create: dict[str, str] | None = None) -> dict[str, float]:
+    """Every user's login at once (``create``: the owner's headers - each user created instead, one
+    after another, as the warm pool's refill does), while a prober sends ``GET /api/v1/status``
+    one after another."""
     status_s: list[float] = []
     done = threading.Event()
 
@@ -91,13 +103,17 @@ def burst(url: str, pid: int, users: list[str]) -> dict[str, float]:
 
     def login(user: str) -> tuple[float, int]:
         began = time.perf_counter()
-        reply = httpx.post(f"{url}/api/v1/token", data={"username": user, "password": PASSWORD}, timeout=300)
+        if create is not None:
+            reply = httpx.post(f"{url}/api/v1/users", headers=create, timeout=300, json={
+                "username": user, "first_name": user, "password": PASSWORD, "role": "annotator"})
+        else:
+            reply = httpx.post(f"{url}/api/v1/token", data={"username": user, "password": PASSWORD}, timeout=300)
         return time.perf_counter() - began, reply.status_code
 
     cpu0, began = cpu_s(pid), time.perf_counter()
     prober = threading.Thread(target=probe)
     prober.start()
-    with ThreadPoolExecutor(len(users)) as pool:
+    with ThreadPoolExecutor(1 if create is not None else len(users)) as pool:
         answers = list(pool.map(login, users))
     logins = [seconds for seconds, _ in answers]
     wall = time.perf_counter() - began
@@ -129,6 +145,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=40)
     parser.add_argument("--sequential", type=int, default=20)
+    parser.add_argument("--creations", type=int, default=16,
+                        help="accounts created one after another while the prober runs (default 16)")
     args = parser.parse_args()
     from services import stack
     from services.argilla.service import SERVER, auth_secret, server_python
@@ -157,6 +175,11 @@ def main() -> int:
             print(f"{variant:8} burst of {len(users)} logins: wall {b['wall']:.1f} s, login p50 {b['login p50']:.2f} s "
                   f"p95 {b['login p95']:.2f} s, status p95 {b['status p95']:.3f} s max {b['status max']:.3f} s, "
                   f"server CPU {b['cpu']:.1f} s, {b['errors']} not 201 (HTTP 5xx)")
+            made = [f"bench-{variant}-new-{i}" for i in range(args.creations)]
+            c = burst(url, proc.pid, made, create=owner)
+            print(f"{variant:8} {len(made)} accounts created one after another (the warm pool's refill): wall "
+                  f"{c['wall']:.1f} s, creation p50 {c['login p50']:.2f} s, status p95 {c['status p95']:.3f} s max "
+                  f"{c['status max']:.3f} s, server CPU {c['cpu']:.1f} s, {c['errors']} not 201")
             for how in ("password", "token"):
                 a = arrivals(url, proc.pid, users[:args.sequential], secret, how)
                 print(f"{variant:8} {how:8} arrival one at a time: p50 {a['p50'] * 1000:.0f} ms, "

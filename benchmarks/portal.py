@@ -144,7 +144,7 @@ POLL_S = 0.05  # a participant whose records are not listed yet looks again afte
 PAUSE_FIRST_S, PAUSE_MAX_S = 1.0, 8.0  # a person reloading after an error: 1, 2, 4, 8 s
 SETTLE_MAX_S = 600.0  # the longest wait for the portal's background refill before the webhooks
 SETTLE_STALL_S = 20.0  # ... and the longest with no account becoming ready
-STEPS = ("entry", "welcome", "start", "work", "login", "datasets", "records", "pauses after errors")
+STEPS = ("entry", "welcome", "start", "preparing", "work", "login", "datasets", "records", "pauses after errors")
 FORM = re.compile(r'<form method="post" action="([^"]+)"')
 PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
 EXCEPTION_LINE = re.compile(r"^(Exception in thread|[\w.]+(Error|Exception)\b)")
@@ -325,6 +325,15 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                     raise Fatal("the welcome page has no Start form")
                 start = step("start", lambda: v.browser.post(_absolute(v.url, form.group(1))))
                 _check(start, (200, 303), "start")  # 200: the public profile's session page
+                while (refresh := pages.preparing_refresh(start.text)) is not None:  # admission first: the
+                    if time.perf_counter() > deadline or STOP.is_set():  # "being prepared" page reloads
+                        raise Fatal(f"still 'being prepared' after {GIVE_UP_S:g} s")  # itself, as a browser does
+                    waited = time.perf_counter()
+                    STOP.wait(refresh[0])
+                    v.steps["preparing"] = v.steps.get("preparing", 0.0) + time.perf_counter() - waited
+                    again = _absolute(v.url, refresh[1])
+                    start = step("preparing", lambda: v.browser.get(again))  # noqa: B023 - called at once
+                    _check(start, (200, 303), "start (reloaded)")
                 break
             except (Transient, httpx.TransportError) as exc:
                 v.reloads += 1
@@ -1025,7 +1034,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [("entry -> records listed (all)", "total"),
                 ("  portal: entry -> work frame", "portal"),
                 ("    entry (Prolific check, claim, records logged)", "entry"),
-                ("    welcome page", "welcome"), ("    Start (sign-in link)", "start"), ("    work frame", "work"),
+                ("    welcome page", "welcome"), ("    Start (sign-in link)", "start"),
+                ("    'being prepared' page (its reloads and waits)", "preparing"), ("    work frame", "work"),
                 ("  Argilla: login -> records listed", "argilla"),
                 ("    token login (bcrypt)", "login"), ("    my datasets", "datasets"),
                 ("    pending records (search)", "records"), ("  pauses after errors (reloads)", "pauses after errors")]
