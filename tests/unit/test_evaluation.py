@@ -23,6 +23,7 @@ from crowdpref.evaluation import (
     from_run_folder,
     markdown,
     split_by_question,
+    truth_line,
     write_outputs,
 )
 from crowdpref.ids import stable_id
@@ -184,6 +185,8 @@ def test_tfidf_beats_length_when_the_words_decide(tmp_path: Path) -> None:
     assert abs(result.truth["shuffled-labels"]["accuracy"] - 0.5) < 0.1, result.truth["shuffled-labels"]
     report = markdown(result)
     assert "| Vs the hidden truth (95% interval) |" in report
+    assert truth_line(result.truth) in report  # the line the flow prints after the verdict
+    assert f"the crowd's labels {result.truth['crowd']['accuracy']:.3f}; " in truth_line(result.truth)
     assert f"| tfidf | model | {tfidf.accuracy:.3f} |" in report
     assert f"{result.truth['tfidf']['accuracy']:.3f} (" in report.split("| tfidf | model |", 1)[1].split("\n")[0]
     curve = result.learning_curve
