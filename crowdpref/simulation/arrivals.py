@@ -37,6 +37,10 @@ ENTRY_TRIES, ENTRY_PAUSE_S = 3, 2.0
 """A simulated person opens the study link again after a 503 (the portal asks them to), this
 many times in all, pausing ``ENTRY_PAUSE_S`` x the attempt in between."""
 
+PLACE_WAIT_S, PLACE_POLL_S = 6.0, 0.5
+"""A simulated person who finds a paced launch full tries again every ``PLACE_POLL_S`` for up to
+``PLACE_WAIT_S`` while the pace has places still to open (Prolific's crowd keeps coming)."""
+
 CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
 
 
@@ -155,7 +159,16 @@ class ProlificDoor:
 
     def arrive(self, key: str) -> Arrival | ScreenedOut | None:
         pid = simulated_prolific_id(self.seed, key)
-        reply = self.fake.post(f"/_fake/studies/{self.study_id}/arrive", json={"participant_id": pid})
+        waited = 0.0
+        while True:
+            reply = self.fake.post(f"/_fake/studies/{self.study_id}/arrive", json={"participant_id": pid})
+            # a paced launch full for now: Prolific's crowd keeps coming, and the portal's pacer
+            # opens the next step as the last one's people reach their work
+            if reply.status_code == 409 and "no places" in reply.text and waited < PLACE_WAIT_S and self._paced_more():
+                self.sleep(PLACE_POLL_S)
+                waited += PLACE_POLL_S
+                continue
+            break
         if reply.status_code in (403, 409):  # no places / blocklisted: Prolific would not show the study
             return None
         reply.raise_for_status()
@@ -166,6 +179,18 @@ class ProlificDoor:
         if arrival is None:  # the portal said full / not eligible: they return the study, as it asks
             self.fake.post(f"/_fake/submissions/{reply.json()['session_id']}/return").raise_for_status()
         return arrival
+
+    def _paced_more(self) -> bool:
+        """Whether the launch pace's last decision (store meta) has places still to open."""
+        import json
+
+        from crowdpref.launch_pacing import PACING_META
+
+        try:
+            last = json.loads(self.collection.store.get_meta(PACING_META.format(cid=self.collection.info.id)) or "{}")
+            return int(last.get("target", 0)) > int(last.get("open", 0))
+        except (ValueError, TypeError, AttributeError):
+            return False
 
     def known(self) -> int:
         """Everyone who took a place on the study so far (also those the portal turned away)."""
