@@ -311,7 +311,7 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False, launch_pacer: b
         entered = await run_in_threadpool(lambda: portal.enter(
             study, _key(key), dict(request.query_params), client=client_address(request, proxies),
             cookie=request.cookies.get(cookie_name(study, key))))
-        if entered.preparing is not None:
+        if entered.preparing is not None and not portal.preparer.busy():  # a burst: no wait at all
             await wait_ready(entered.preparing, ENTRY_WAIT_S)
         if entered.finished is not None:  # they completed: "you are done" (and their code), no sign-in
             done = entered.finished

@@ -4,7 +4,7 @@ afterwards, on a few threads of the portal's own (:class:`Preparer`), so that no
 on a busy or stalled Argilla for longer than the portal chooses to.
 
 The entry waits at most :data:`ENTRY_WAIT_S` for it (on a quiet server the participant gets
-everything in one go, as before); *Start* at most :data:`START_WAIT_S`, then it answers with a
+everything in one go, as before), and not at all while preparations queue (a burst); *Start* at most :data:`START_WAIT_S`, then it answers with a
 page that says their work is being prepared and opens it by itself when it is ready (a meta
 refresh: no script needed), a 200 whatever Argilla does. A preparation that failed (Argilla down, a timeout) is tried again
 when the person's page asks, no sooner than :func:`backoff_s` after the failure; the flow's
@@ -108,6 +108,12 @@ class Preparer:
         with self._lock:
             self._failures.pop(job, None)
             self._jobs.pop(job, None)
+
+    def busy(self) -> bool:
+        """Whether preparations wait in the queue (more jobs than workers): then a new one will
+        not be done within :data:`ENTRY_WAIT_S`, and the entry does not wait for it."""
+        with self._lock:
+            return len(self._jobs) > self.workers
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no preparation runs (tests, benchmarks); True when none does."""

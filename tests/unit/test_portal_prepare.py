@@ -19,6 +19,7 @@ from crowdpref.argilla_client import ArgillaError
 from crowdpref.portal import app as portal_app
 from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
+from crowdpref.portal.service import Portal
 from tests.unit.test_portal_entry import _write, rig  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.usefixtures("rig")
@@ -95,6 +96,31 @@ def test_a_failing_argilla_gets_a_page_that_retries_and_is_tried_again_after_the
     ok = client.get("/s/fails/study1/start", follow_redirects=False)
     assert ok.status_code == 303 and ok.headers["location"] == "/s/fails/study1/work"
     assert rig.owner.logged == 3
+
+
+def test_in_a_burst_the_entry_does_not_wait_for_a_workspace_at_all(rig, monkeypatch):  # noqa: F811
+    """With preparations queued behind the workers (more arrivals than writers to Argilla), an
+    entry answers at once instead of waiting ENTRY_WAIT_S for a preparation that cannot be done by then."""
+    monkeypatch.setattr(portal_app, "ENTRY_WAIT_S", 3.0)
+    argilla_answers = threading.Event()
+    logged = rig.owner.log_records
+    monkeypatch.setattr(rig.owner, "log_records", lambda d, r: (argilla_answers.wait(30), logged(d, r)))
+    portal = Portal(rig.settings, rig.store, open_collection=rig.portal._open_collection, prepare_workers=1)
+    _write(rig.studies, "burst", participants="invite")
+    client = TestClient(create_app(portal), base_url="http://portal.test")
+    links = [portal.invite_link("burst", "study1", f"inv-{n}").split(rig.settings.portal_public_url, 1)[1]
+             for n in range(2)]
+    try:
+        took = []
+        for link in links:
+            began = time.monotonic()
+            assert client.post(link, follow_redirects=False).status_code == 303
+            took.append(time.monotonic() - began)
+        assert took[0] >= 2.5  # one preparation in flight, none queued: the entry waited for it
+        assert took[1] < 1.0  # one queued behind it: no wait
+    finally:
+        argilla_answers.set()
+    assert portal.preparer.wait_idle(10) and rig.owner.logged == 6
 
 
 def test_the_finish_page_waits_on_a_stalled_argilla_at_most_finish_wait_s(rig, monkeypatch):  # noqa: F811
