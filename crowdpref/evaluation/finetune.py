@@ -169,6 +169,11 @@ def fit_reward_model(train: Oriented, spec: FineTune, seed: int, y: np.ndarray |
     import datasets
     import torch
     import trl
+    from datasets.utils import (
+        disable_progress_bar,
+        enable_progress_bar,
+        is_progress_bar_enabled,
+    )
     from transformers import PrinterCallback
 
     started = time.perf_counter()
@@ -192,8 +197,8 @@ def fit_reward_model(train: Oriented, spec: FineTune, seed: int, y: np.ndarray |
         levels = [lg.level for lg in loggers]
         for lg in loggers:
             lg.setLevel(logging.ERROR)
-        progress = os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS")
-        datasets.disable_progress_bars()
+        bars = is_progress_bar_enabled()
+        disable_progress_bar()
         # the libraries under TRL print to stdout while they prepare the data (with Prefect's
         # log_prints, a disassembly of their own functions): kept out of the run's log
         quiet = contextlib.redirect_stdout(io.StringIO())
@@ -211,8 +216,8 @@ def fit_reward_model(train: Oriented, spec: FineTune, seed: int, y: np.ndarray |
             quiet.__exit__(None, None, None)
             for lg, level in zip(loggers, levels, strict=True):
                 lg.setLevel(level)
-            if progress is None:
-                datasets.enable_progress_bars()
+            if bars:
+                enable_progress_bar()
     model, tokenizer = trainer.model, loaded.tokenizer
 
     def score(pairs: Oriented) -> np.ndarray:
