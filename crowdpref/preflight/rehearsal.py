@@ -139,13 +139,17 @@ def _seconds(value: float | None) -> str:
 
 def rehearsal_study(data: dict[str, Any], name: str, participants: int, questions: int) -> dict[str, Any]:
     """The rehearsal's copy of a study config (its YAML as a dict): named ``name``, simulated
-    participants arriving through the fake Prolific, none careless or dropping out, no LLM, no
+    participants arriving through the fake Prolific with every place open at once (the waves pace
+    the arrivals), none careless or dropping out, no LLM, no
     Hub, study 1 sized for ``participants`` batches of its ``questions_per_participant`` over
     ``questions`` questions. Study 1's onboarding and checks stay as they are."""
     copy = {k: v for k, v in data.items() if k not in ("title",)}
     copy["name"] = name
     copy["participants"] = "simulated"
-    copy["prolific"] = {**(data.get("prolific") or {}), "enabled": False}
+    prolific = dict(data.get("prolific") or {})
+    # every place open at once: the waves set the arrival rates (a paced launch would cap them)
+    prolific["study1"] = {**(prolific.get("study1") or {}), "launch": {"mode": "all"}}
+    copy["prolific"] = {**prolific, "enabled": False}
     copy["crowd"] = {**(data.get("crowd") or {}), "arrive_via": "prolific", "llm": False, "dropout_rate": 0.0,
                      "never_start_rate": 0.0, "low_effort_rate": 0.0, "offensive_rate": 0.0,
                      "careless_rate": 0.0, "random_clicker_rate": 0.0}

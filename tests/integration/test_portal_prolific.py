@@ -56,7 +56,7 @@ def _study(folder: Path, name: str, **overrides: object) -> str:
 @pytest.fixture()
 def prolific_stack(study_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The fake Prolific, and the portal over real HTTP serving the studies in ``tmp_path/studies``,
-    subscribed to the fake's webhooks."""
+    subscribed to the fake's webhooks, opening paced launches' places as a deployed portal does."""
     studies = tmp_path / "studies"
     studies.mkdir()
     with FakeProlific(page_size=5, retry_delay_s=0.1) as fake:
@@ -66,7 +66,7 @@ def prolific_stack(study_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         settings = load_settings()
         store = open_store(settings)
         portal = Portal(settings, store)
-        with PortalThread(create_app(portal), port=settings.portal_port), \
+        with PortalThread(create_app(portal, launch_pacer=True), port=settings.portal_port), \
                 ProlificClient(fake.base_url, fake.token) as client:
             setup_webhooks(settings, store, client, "workspace", force=True)
             yield fake, client, studies, settings

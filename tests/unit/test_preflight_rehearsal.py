@@ -76,6 +76,7 @@ def test_the_copy_is_simulated_on_the_fake_prolific_and_sized_for_n() -> None:
     assert config.crowd.dropout_rate == config.crowd.careless_rate == config.crowd.never_start_rate == 0
     assert config.study1.username_prefix == "demo-rehearsal-2611281200-s1"
     assert config.study1.onboarding is not None  # the study's own onboarding is rehearsed
+    assert config.prolific.study1.launch.mode == "all"  # the waves set the rates, not a paced launch
     plan = config.study1.batches(12)
     assert plan.participants >= 20  # 20 batches of 5 over 12 questions
     assert data["name"] == "demo" and data["participants"] == "prolific"  # the original is untouched
