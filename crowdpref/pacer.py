@@ -81,9 +81,9 @@ class Pacer:
     :data:`LOOK_EVERY_S` seconds or half the launch's ``step_seconds``, whichever is shorter
     (:meth:`start`), or once (:meth:`look`).
 
-    ``config_of(study, key)`` and ``collection_of(study, key)`` give a study's config and its
-    collection (the portal's cached ones; :func:`from_settings` opens them from the recorded
-    config paths), ``client_of(config)`` a Prolific client for it (kept open by the caller).
+    ``config_of(study, key)`` and ``collection_of(study, key)`` give a study's config (None: skip
+    it) and its collection, ``client_of(config)`` a Prolific client for it (the portal's own,
+    :meth:`crowdpref.portal.service.Portal.launch_pacer`).
     """
 
     def __init__(self, store: Any, settings: Any, *, config_of: Callable[[str, str], Any],
@@ -163,28 +163,3 @@ class Pacer:
             self._thread.join(timeout_s)
             self._thread = None
 
-
-def from_settings(store: Any, settings: Any, **options: Any) -> Pacer:
-    """A pacer that opens each study's config from the path the store recorded for it (None when
-    the file is gone: that launch is skipped) and makes its own Prolific clients, one per API
-    address (the CLI's and the tests'; the portal passes its own)."""
-    from crowdpref import study_paths
-    from crowdpref.config import load_study
-    from crowdpref.recruitment import prolific_client
-    from crowdpref.studies import open_collection
-
-    clients: dict[str, Any] = {}
-
-    def config_of(study: str, key: str) -> Any:
-        path = study_paths.known(store, study)
-        return None if path is None else load_study(path)
-
-    def collection_of(study: str, key: str) -> Any:
-        return open_collection(study_paths.known(store, study), key, settings)  # type: ignore[arg-type]
-
-    def client_of(config: Any) -> Any:
-        if config.name not in clients:
-            clients[config.name] = prolific_client(config, settings)
-        return clients[config.name]
-
-    return Pacer(store, settings, config_of=config_of, collection_of=collection_of, client_of=client_of, **options)

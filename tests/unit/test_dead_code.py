@@ -52,6 +52,10 @@ ALLOWED: dict[str, str] = {
     "crowdpref/argilla_client.py::ArgillaOwner.delete_webhook": (
         "benchmarks/full_scale.py stands the Argilla webhook down with it (argilla_hooks.stand_down)"
     ),
+    "crowdpref/portal/prepare.py::Preparer.wait_idle": (
+        "for the tests that drive the portal: they wait until the workspaces it prepares after the "
+        "entry (admission first) are ready before they look in Argilla"
+    ),
     "crowdpref/portal/argilla_session.py::OwnerSessions.auth_flow": (
         "httpx.Auth hook: httpx calls it by name for every request of a client built with the auth"
     ),
