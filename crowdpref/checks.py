@@ -52,7 +52,6 @@ INSTRUCTED_TEXT = (
     "This item checks that the instructions are being read; it is not a question to answer. "
     "In the answer box, write only the word \"{word}\". Then rate this item {rating}."
 )
-INSTRUCTED_CATEGORY = "instructions"
 
 
 @dataclass(frozen=True)
