@@ -24,7 +24,7 @@ stops every process it started at the end, also on an error or Ctrl-C.
    length against what the pace allows (places / (step / step_seconds)) and its raises from the
    store's event log. Exit 1 when someone waited over the limit, got a 5xx or failed.
 
-    .venv/bin/python benchmarks/paced_launch.py [--places 400] [--capacity 2] [--step-seconds 10]
+    .venv/bin/python benchmarks/paced_launch.py [--places 400] [--capacity 2] [--step-seconds S]
                                                 [--quick] [--home DIR]
 
 ``--quick``: 40 places (a minute or two).
@@ -164,11 +164,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--places", type=int, default=400)
     parser.add_argument("--capacity", type=float, default=2.0, help="arrivals/s written to capacity.json")
-    parser.add_argument("--step-seconds", type=float, default=10.0)
+    parser.add_argument("--step-seconds", type=float, default=None,
+                        help="the launch's step_seconds (default: the config's default)")
     parser.add_argument("--quick", action="store_true", help="40 places")
     parser.add_argument("--home", type=Path, default=None)
     args = parser.parse_args()
     places = 40 if args.quick else args.places
+    if args.step_seconds is None:
+        from crowdpref.config import LaunchConfig
+
+        args.step_seconds = LaunchConfig().step_seconds
     home = args.home or Path(tempfile.mkdtemp(prefix="paced-bench-"))
 
     from crowdpref.config import load_study
