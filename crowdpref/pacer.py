@@ -17,7 +17,8 @@ their work (and ``step_seconds`` have passed), at the rate the server was measur
 - **What it reads.** Prolific's study and submissions, and the store - never a count of its own
   - each look, through the same :func:`~crowdpref.recruitment.raise_places` the runs call: a
   restart, or a run and the pacer looking at once, decides from the same facts (two looks at once
-  raise to the same total).
+  raise to the same total). Prolific busy or unreachable is looked at again after
+  :data:`LOOK_EVERY_S`; any other failure (the study deleted there: 404) after :data:`IDLE_LOOK_S`.
 - **Where it runs.** In the participant portal (a thread of its own), which sees the arrivals and
   already holds the Prolific token to verify them; :meth:`Pacer.look` is one pass (tests, the
   CLI). A failure (Prolific down, a config that no longer loads) is logged in one line and
@@ -126,11 +127,13 @@ class Pacer:
                 cadence = min(self.look_every_s, pace.step_seconds / 2)
             except Exception as exc:  # noqa: BLE001 - one launch's problem never stops the others or the portal
                 result = Look(info.study, info.key, problem=first_line(exc, 200, with_type=True))
-                self._next[info.id] = now + self.look_every_s
+                # Prolific busy or unreachable: soon again; anything else (a study deleted there, a
+                # config that no longer loads) waits for a person: no faster than idle_look_s
+                again = self.look_every_s if getattr(exc, "transient", False) else self.idle_look_s
+                self._next[info.id] = now + again
                 if self._said.get(info.id) != result.problem:
                     self._said[info.id] = result.problem
-                    log.warning("pacing %s %s: %s (tried again in %g s)", info.study, info.key, result.problem,
-                                self.look_every_s)
+                    log.warning("pacing %s %s: %s (tried again in %g s)", info.study, info.key, result.problem, again)
             else:
                 self._said.pop(info.id, None)
                 if result.under_way:

@@ -109,10 +109,16 @@ def test_prolific_down_is_one_line_per_launch_and_the_next_look_goes_on(tmp_path
         assert first[0].problem and "\n" not in first[0].problem and second[0].problem == first[0].problem
         said = [r.getMessage() for r in caplog.records if r.name == "crowdpref.pacer"]
         assert len(said) == 1 and "a-secret-token" not in said[0]  # said once, no token
+        now = time.monotonic()
+        assert pacer._next[collection.info.id] - now < 10  # busy or unreachable: looked at again soon
         current[0] = client  # Prolific is back
         _claim(fake, collection, study_id)
         clock.shift += 11
         assert pacer.look(force=True)[0].raised
+        with fake.lock:  # the study deleted on Prolific (404): not a thing to ask every few seconds
+            del fake.studies[study_id]
+        gone = pacer.look(force=True)[0]
+        assert "ProlificNotFound" in gone.problem and pacer._next[collection.info.id] - time.monotonic() > 30
         down.close()
         client.close()
         collection.store.close()
