@@ -37,7 +37,6 @@ import json
 import math
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -53,8 +52,9 @@ import pandas as pd
 import yaml
 from rich.console import Console
 
-from crowdpref.settings import Settings, load_settings
-from tests.ports import free_port
+from benchmarks.percentiles import pct
+from benchmarks.portal import private_settings
+from crowdpref.settings import Settings
 
 NAME = "paced-bench"
 R, Q = 4, 4  # copies per question, questions per participant: one batch per participant
@@ -66,16 +66,6 @@ PORTAL_LOG = re.compile(r"crowdpref\.portal (GET|POST) (\S+) (\d{3}) (\d+) ms")
 console = Console()
 if not console.is_terminal:
     console = Console(width=160)
-
-
-def private_settings(home: Path) -> Settings:
-    """Own state folder, free ports, its own studies folder, the embedded (laptop) profile, nothing
-    external."""
-    return load_settings(
-        public_url=None, home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
-        portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "portal-studies",
-        argilla_venv=REPO / ".venv-argilla", argilla_url=None, argilla_api_key=None, argilla_public_url=None,
-        prefect_api_url=None, database_url=None, portal_url=None, prolific_token=None)
 
 
 def write_study(settings: Settings, places: int, step_seconds: float, pool: int) -> Path:
@@ -155,11 +145,6 @@ class Crowd:
             door.close()
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else math.nan
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--places", type=int, default=400)
@@ -232,8 +217,8 @@ def main() -> int:
                       f"(the pace allows it in {allowed_s:.0f} s at the earliest: {len(raises)} raises after the first "
                       f"step of {step})")
         if waits:
-            console.print(f"time to the first item: p50 {statistics.median(waits):.2f} s, p95 "
-                          f"{percentile(waits, 0.95):.2f} s, max {max(waits):.2f} s; over {WAIT_LIMIT_S:g} s: "
+            console.print(f"time to the first item: p50 {pct(waits, 50):.2f} s, p95 "
+                          f"{pct(waits, 95):.2f} s, max {max(waits):.2f} s; over {WAIT_LIMIT_S:g} s: "
                           f"{len(over)}")
         console.print(f"portal answers: {len(statuses)}, of them 5xx: {five}; people who failed: {len(errors)}"
                       + "".join(f"\n  {p.key}: {p.error}" for p in errors[:5]))

@@ -328,18 +328,12 @@ def _onboarding(store: Store, cid: int) -> Onboarding:
 
 
 def _pacing(store: Store, cid: int) -> Pacing | None:
-    """The last pacing decision the store keeps (a JSON meta value); None when there is none or
-    it cannot be read."""
-    import json
+    """The last pacing decision the store keeps (:func:`crowdpref.recruitment.last_pacing`);
+    None when there is none or it cannot be read."""
+    from crowdpref.recruitment import last_pacing
 
-    from crowdpref.launch_pacing import PACING_META
-
-    raw = store.get_meta(PACING_META.format(cid=cid))
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = last_pacing(store, cid)
+    if data is None:
         return None
     return Pacing(str(data.get("pace", "")), data.get("open"), data.get("needed"), data.get("cap"),
                   str(data.get("next", "")), data.get("at"))

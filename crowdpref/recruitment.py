@@ -187,6 +187,22 @@ def _record_first_step(store: Any, cid: int, pace: Any, opened: int, planned: in
         else f"none: all {planned} first places are open"}))
 
 
+def last_pacing(store: Any, cid: int) -> dict[str, Any] | None:
+    """The last pacing decision the store keeps for collection ``cid`` (the JSON meta value that
+    the publish and every :func:`raise_places` write: open, needed, target, pace, next, ...);
+    None when there is none or it cannot be read."""
+    import json
+
+    from crowdpref.launch_pacing import PACING_META
+
+    raw = store.get_meta(PACING_META.format(cid=cid))
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def group_name(config: StudyConfig) -> str:
     """The name of study 1's completers' group on Prolific (how a lost creation is found again)."""
     return f"{config.name}: completed part 1"

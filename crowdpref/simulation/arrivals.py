@@ -181,15 +181,14 @@ class ProlificDoor:
         return arrival
 
     def _paced_more(self) -> bool:
-        """Whether the launch pace's last decision (store meta) has places still to open."""
-        import json
+        """Whether the launch pace's last decision (:func:`crowdpref.recruitment.last_pacing`) has
+        places still to open."""
+        from crowdpref.recruitment import last_pacing
 
-        from crowdpref.launch_pacing import PACING_META
-
+        last = last_pacing(self.collection.store, self.collection.info.id) or {}
         try:
-            last = json.loads(self.collection.store.get_meta(PACING_META.format(cid=self.collection.info.id)) or "{}")
             return int(last.get("target", 0)) > int(last.get("open", 0))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError):
             return False
 
     def known(self) -> int:
