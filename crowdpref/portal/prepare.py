@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crowdpref.errors import CrowdprefError
+from crowdpref.portal.refusal import one_line
 from crowdpref.store import ACTIVE, CREATING, ParticipantState
 
 log = logging.getLogger("crowdpref.portal")
@@ -95,8 +96,6 @@ class Preparer:
             if not ready(current):
                 collection.make_visible(current)
         except Exception as exc:  # Argilla down or slow: the person's page asks again later
-            from crowdpref.portal.refusal import one_line
-
             with self._lock:
                 count = self._failures.get(job, (0, 0.0))[0] + 1
                 if len(self._failures) >= MAX_FAILURES_KEPT:
