@@ -29,7 +29,7 @@ from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
 from crowdpref.portal import pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
-from crowdpref.portal.prepare import WAITING_REFRESH_S
+from crowdpref.portal.prepare import ENTRY_WAIT_S, START_WAIT_S, WAITING_REFRESH_S
 from crowdpref.portal.service import WEBHOOK_SECRET, Portal
 from crowdpref.store import ACTIVE, COMPLETE, RELEASED, Store
 from crowdpref.study1 import study1_collection
@@ -439,7 +439,10 @@ def test_an_arrival_is_admitted_at_once_while_argilla_stalls_and_gets_in_once_it
         entry = client.get(f"{base}?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
                            follow_redirects=False)
         assert entry.status_code == 303 and entry.headers["location"] == f"{base}/welcome"
-        assert time.monotonic() - began < 1.0
+        # a stalled Argilla holds a request for the client's 60-s timeout (and its retries): the bound
+        # separates "did not wait for Argilla" from "waited", with room for a loaded CI machine (the
+        # 1-s admission figure is measured by benchmarks/portal.py, not asserted here)
+        assert time.monotonic() - began < ENTRY_WAIT_S + 9.5
         other = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")  # durable: another connection reads it
         try:
             [claimed] = other.participants(collection.info.id)
@@ -449,7 +452,7 @@ def test_an_arrival_is_admitted_at_once_while_argilla_stalls_and_gets_in_once_it
         assert client.get(f"{base}/welcome").status_code == 200  # the welcome page needs no Argilla
         began = time.monotonic()
         start = client.post(f"{base}/start", follow_redirects=False)
-        assert time.monotonic() - began < 6.0  # not the tens of seconds a stalled Argilla would take
+        assert time.monotonic() - began < START_WAIT_S + 10  # not the minute a stalled Argilla would take
         assert start.status_code == 200 and "Your work is being prepared" in start.text
         assert f'<meta http-equiv="refresh" content="{WAITING_REFRESH_S};url={base}/start">' in start.text
         assert client.get(f"{base}/work", follow_redirects=False).headers["location"] == f"{base}/start"

@@ -47,7 +47,7 @@ def test_an_entry_is_admitted_at_once_while_argilla_hangs_and_start_shows_the_wa
         began = time.monotonic()
         entry = client.post(link, follow_redirects=False)
         assert entry.status_code == 303 and entry.headers["location"] == "/s/hang/study1/welcome"
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 10.0  # not the 30 s the hanging write holds (room for a loaded CI)
         collection = rig.portal.collection("hang", "study1")
         [claimed] = rig.store.participants(collection.info.id)  # the claim is in the store already
         assert not claimed.records_logged and rig.owner.logged == 0
@@ -101,7 +101,15 @@ def test_a_failing_argilla_gets_a_page_that_retries_and_is_tried_again_after_the
 def test_in_a_burst_the_entry_does_not_wait_for_a_workspace_at_all(rig, monkeypatch):  # noqa: F811
     """With preparations queued behind the workers (more arrivals than writers to Argilla), an
     entry answers at once instead of waiting ENTRY_WAIT_S for a preparation that cannot be done by then."""
-    monkeypatch.setattr(portal_app, "ENTRY_WAIT_S", 3.0)
+    monkeypatch.setattr(portal_app, "ENTRY_WAIT_S", 0.2)
+    waited: list[float] = []  # the entries that waited for their workspace (not timed: a loaded CI varies)
+    real_wait = portal_app.wait_ready
+
+    async def wait_ready(preparation: Any, timeout_s: float) -> bool:
+        waited.append(timeout_s)
+        return await real_wait(preparation, timeout_s)
+
+    monkeypatch.setattr(portal_app, "wait_ready", wait_ready)
     argilla_answers = threading.Event()
     logged = rig.owner.log_records
     monkeypatch.setattr(rig.owner, "log_records", lambda d, r: (argilla_answers.wait(30), logged(d, r)))
@@ -111,13 +119,11 @@ def test_in_a_burst_the_entry_does_not_wait_for_a_workspace_at_all(rig, monkeypa
     links = [portal.invite_link("burst", "study1", f"inv-{n}").split(rig.settings.portal_public_url, 1)[1]
              for n in range(2)]
     try:
-        took = []
         for link in links:
-            began = time.monotonic()
             assert client.post(link, follow_redirects=False).status_code == 303
-            took.append(time.monotonic() - began)
-        assert took[0] >= 2.5  # one preparation in flight, none queued: the entry waited for it
-        assert took[1] < 1.0  # one queued behind it: no wait
+        # one preparation in flight, none queued: the first entry waited for it; the second, queued
+        # behind it, did not wait at all
+        assert waited == [0.2]
     finally:
         argilla_answers.set()
     assert portal.preparer.wait_idle(10) and rig.owner.logged == 6
@@ -133,7 +139,7 @@ def test_the_finish_page_waits_on_a_stalled_argilla_at_most_finish_wait_s(rig, m
     try:
         began = time.monotonic()
         busy = client.get("/s/fin/study1/done")
-        assert time.monotonic() - began < 3.0
+        assert time.monotonic() - began < 10.0  # not the 30 s the stalled read holds
         assert busy.status_code == 503 and busy.headers["Retry-After"] == busy.headers["Refresh"] == "10"
         assert "tries again by itself" in busy.text
     finally:
