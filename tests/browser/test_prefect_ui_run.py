@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -95,6 +96,7 @@ def _runs_with(api: str, deployment_id: str, study: str) -> list[dict]:
 
 
 def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny_study, browser_page, output_dir):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
     page = browser_page
@@ -127,7 +129,19 @@ def test_a_study_run_started_from_the_ui_completes(prefect_server, serving, tiny
     study_field.fill(str(config))
     expect(page.locator("label", has_text=re.compile(r"^simulate"))).to_be_visible()
     page.screenshot(path=str(output_dir / "prefect-ui-study-custom-run.png"), full_page=True)
-    page.get_by_role("button", name="Submit").click()
+    # Submit: on success the UI goes back to the deployment's page; a busy server (a 503 the UI does
+    # not retry) gets its error toast, and a person clicks Submit again
+    for attempt in range(3):
+        page.get_by_role("button", name="Submit").click()
+        try:
+            page.wait_for_url(lambda url: not urlsplit(url).path.endswith("/run"), timeout=30_000)
+            break
+        except PlaywrightTimeout:
+            page.screenshot(path=str(output_dir / f"prefect-ui-study-submit-{attempt}.png"), full_page=True)
+            assert page.get_by_text("Something went wrong").count(), \
+                "Submit neither created a run nor reported an error: see prefect-ui-study-submit-*.png"
+    else:
+        raise AssertionError("creating the flow run failed three times: see prefect-ui-study-submit-*.png")
 
     # the run exists with our parameters, the stack's worker runs it, it completes
     deadline = time.monotonic() + 30
