@@ -96,8 +96,10 @@ class Pacer:
         self.look_every_s = LOOK_EVERY_S if look_every_s is None else look_every_s
         self.idle_look_s = IDLE_LOOK_S if idle_look_s is None else idle_look_s
         self._clock = clock
-        self._next: dict[int, float] = {}  # collection id -> when to look at it again
-        self._said: dict[int, str] = {}  # collection id -> the last problem logged (each said once)
+        # keyed by the collection id and Prolific's study id: SQLite gives a deleted collection's id
+        # (a dress rehearsal's) to the next one made, which must not inherit its timing
+        self._next: dict[tuple[int, str], float] = {}  # when to look at the launch again
+        self._said: dict[tuple[int, str], str] = {}  # the last problem logged (each said once)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -108,10 +110,10 @@ class Pacer:
 
         found: list[Look] = []
         for info, platform in self.store.platform_studies("prolific"):
-            now = self._clock()
-            if not force and now < self._next.get(info.id, 0.0):
+            now, launch = self._clock(), (info.id, platform.external_id)
+            if not force and now < self._next.get(launch, 0.0):
                 continue
-            self._next[info.id] = now + self.idle_look_s
+            self._next[launch] = now + self.idle_look_s
             try:
                 config = self._config_of(info.study, info.key)
                 if config is None or not recruits_on_prolific(config):
@@ -130,14 +132,14 @@ class Pacer:
                 # Prolific busy or unreachable: soon again; anything else (a study deleted there, a
                 # config that no longer loads) waits for a person: no faster than idle_look_s
                 again = self.look_every_s if getattr(exc, "transient", False) else self.idle_look_s
-                self._next[info.id] = now + again
-                if self._said.get(info.id) != result.problem:
-                    self._said[info.id] = result.problem
+                self._next[launch] = now + again
+                if self._said.get(launch) != result.problem:
+                    self._said[launch] = result.problem
                     log.warning("pacing %s %s: %s (tried again in %g s)", info.study, info.key, result.problem, again)
             else:
-                self._said.pop(info.id, None)
+                self._said.pop(launch, None)
                 if result.under_way:
-                    self._next[info.id] = now + cadence
+                    self._next[launch] = now + cadence
                 if result.raised:
                     log.info("pacing %s %s: places raised to %d (%s)", info.study, info.key,
                              result.decision.total, result.decision.reason)

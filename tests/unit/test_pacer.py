@@ -110,7 +110,7 @@ def test_prolific_down_is_one_line_per_launch_and_the_next_look_goes_on(tmp_path
         said = [r.getMessage() for r in caplog.records if r.name == "crowdpref.pacer"]
         assert len(said) == 1 and "a-secret-token" not in said[0]  # said once, no token
         now = time.monotonic()
-        assert pacer._next[collection.info.id] - now < 10  # busy or unreachable: looked at again soon
+        assert pacer._next[collection.info.id, study_id] - now < 10  # busy or unreachable: looked at again soon
         current[0] = client  # Prolific is back
         _claim(fake, collection, study_id)
         clock.shift += 11
@@ -118,7 +118,7 @@ def test_prolific_down_is_one_line_per_launch_and_the_next_look_goes_on(tmp_path
         with fake.lock:  # the study deleted on Prolific (404): not a thing to ask every few seconds
             del fake.studies[study_id]
         gone = pacer.look(force=True)[0]
-        assert "ProlificNotFound" in gone.problem and pacer._next[collection.info.id] - time.monotonic() > 30
+        assert "ProlificNotFound" in gone.problem and pacer._next[collection.info.id, study_id] - time.monotonic() > 30
         down.close()
         client.close()
         collection.store.close()
@@ -191,3 +191,29 @@ def test_the_portal_paces_a_launch_while_it_serves(tmp_path: Path, monkeypatch: 
             assert study["total_available_places"] == 2
         client.close()
     store.close()
+
+
+def test_a_launch_on_a_deleted_launchs_collection_id_is_looked_at_at_once(tmp_path: Path) -> None:
+    """SQLite gives a deleted collection's id (a dress rehearsal's copy, removed) to the next
+    collection made: the new launch must not inherit the old one's next look (60 s away here)."""
+    clock = Clock()
+    with FakeProlific() as fake:
+        settings, config, collection, (client, first) = _launch(tmp_path, fake, clock, step=1)
+        now, current = [100.0], {"collection": collection}
+        pacer = Pacer(collection.store, settings, config_of=lambda study, key: config,
+                      collection_of=lambda study, key: current["collection"], client_of=lambda _config: client,
+                      look_every_s=5, idle_look_s=60, clock=lambda: now[0])
+        with fake.lock:  # deleted on Prolific: a 404, looked at again only after idle_look_s
+            del fake.studies[first]
+        [gone] = pacer.look()
+        assert gone.problem is not None
+        old_store, old_id = collection.store, collection.info.id
+        old_store.delete_study(collection.info.study)
+        settings, config, collection, (client2, second) = _launch(tmp_path, fake, clock, step=1)
+        current["collection"] = collection
+        assert collection.info.id == old_id and second != first  # SQLite reused the id; a new Prolific study
+        now[0] += 1
+        [look] = pacer.look()  # due at once, though the same collection id waits 59 s more
+        assert look.problem is None and look.under_way
+        for closing in (client, client2, collection.store, old_store):
+            closing.close()
