@@ -1,8 +1,7 @@
 """Each service as its own unprivileged user when ``crowdpref up`` runs as root.
 
 Under systemd the units do it (services/systemd.py, ``crowdpref service install``). Without
-systemd, ``crowdpref up`` - and the supervisor, which starts again what died - would start every
-service as root. So when it runs as root and the setting ``service_users`` says so (``auto``,
+systemd, ``crowdpref up`` would start every service as root. So when it runs as root and the setting ``service_users`` says so (``auto``,
 the default: in the public profile; ``per-service``: on any profile; ``off``: never), it drops
 privileges the way the units do (:func:`manager` gives the :class:`ProcessManager` that does it):
 
@@ -31,9 +30,12 @@ privileges the way the units do (:func:`manager` gives the :class:`ProcessManage
 
 What the units do that this cannot: systemd's sandbox (``ProtectSystem``, private ``/tmp``, the
 system call filter, ``IPAddressAllow``) needs systemd's namespaces: on a host with systemd,
-prefer ``crowdpref service install``. ``crowdpref up`` itself and the supervisor stay root: like
-systemd's PID 1, they start the services as their users and run PostgreSQL's preparation (as
-root, then the server as ``postgres``); they serve nothing on the network.
+prefer ``crowdpref service install``. ``crowdpref up`` itself runs as root, like systemd's PID
+1: it makes the accounts, runs PostgreSQL's preparation (as root, then the server as
+``postgres``), copies each service's secrets and starts the services as their users - then it
+ends. What starts a dead service again is its keeper (services/keeper.py), which ``up`` starts
+through the same drop: it runs as the service's user with the service's capabilities only, so
+no crowdpref process stays root.
 
 Every folder from ``/`` to the checkout, its interpreters and the state folder must let others
 pass (``o+x``): a venv made from a Python under ``/root`` cannot run as another user. ``up``
@@ -146,8 +148,9 @@ def prepare(settings: Settings, log=lambda line: None) -> Privileges | None:
     return Privileges(settings, {unit.service: unit.confinement for unit in units if unit.confinement})
 
 
-def manager(settings: Settings, privileges: Privileges | None = None) -> ProcessManager:
-    """The process manager ``up`` starts services with: as their users where :func:`active`."""
+def manager(settings: Settings, privileges: Privileges | None = None, keep: bool = False) -> ProcessManager:
+    """The process manager ``up`` starts services with: as their users where :func:`active`;
+    ``keep``: each under its keeper, which starts it again when it dies (services/keeper.py)."""
     if privileges is None:
         privileges = prepare(settings)
-    return ProcessManager(settings.state_dir, launch_as=privileges.launch_as if privileges else None)
+    return ProcessManager(settings.state_dir, launch_as=privileges.launch_as if privileges else None, keep=keep)

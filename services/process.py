@@ -4,6 +4,9 @@ Each service runs in its own session (process group) with its output in
 ``<state>/logs/<name>.log`` and a pid record in ``<state>/run/<name>.json`` holding the pid,
 its kernel start time (so a recycled pid is never mistaken for ours) and the port. ``stop``
 signals the whole group, so children (uvicorn workers, rq work horses) go too.
+With ``keep=True`` each service runs under a keeper that starts it again when it dies
+(services/keeper.py): the record then holds the keeper, and :meth:`ProcessManager.running`
+reports the keeper's child, the service itself.
 
 Linux only (reads ``/proc``), like the machines this project targets.
 """
@@ -21,10 +24,11 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from crowdpref.errors import ServiceError
+from services import keeper
 
 
 @dataclass
@@ -119,11 +123,24 @@ def port_in_use(host: str, port: int) -> bool:
 class ProcessManager:
     """Pid records and process groups under one state folder."""
 
-    def __init__(self, state_dir: Path, launch_as: Callable[[ServiceSpec], ServiceSpec] | None = None):
+    def __init__(self, state_dir: Path, launch_as: Callable[[ServiceSpec], ServiceSpec] | None = None,
+                 keep: bool = False):
         self.pids_dir = state_dir / "run"
         self.logs_dir = state_dir / "logs"
         # how a spec is started: as its own user where `crowdpref up` runs as root (services/privileges.py)
         self.launch_as = launch_as or (lambda spec: spec)
+        self.keep = keep  # under a keeper that starts it again when it dies (services/keeper.py)
+
+    def _record(self, name: str) -> dict | None:
+        """The pid record if its process (the service, or its keeper) still runs."""
+        try:
+            record = json.loads(self.record_path(name).read_text())
+            pid = int(record["pid"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+        if not _is_live(pid) or process_start_time(pid) != record.get("start_time"):
+            return None
+        return record
 
     def record_path(self, name: str) -> Path:
         return self.pids_dir / f"{name}.json"
@@ -132,14 +149,13 @@ class ProcessManager:
         return self.logs_dir / f"{name}.log"
 
     def running(self, name: str) -> RunningService | None:
-        """The service if its recorded process is still alive (and is the same process)."""
-        path = self.record_path(name)
-        try:
-            record = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        """The service if its recorded process is still alive (and is the same process); a kept
+        one: its keeper's child, None while the keeper starts it again."""
+        record = self._record(name)
+        if record is None:
             return None
-        pid = int(record["pid"])
-        if not _is_live(pid) or process_start_time(pid) != record.get("start_time"):
+        pid = _service_child(record["pid"]) if record.get("kept") else record["pid"]
+        if pid is None:
             return None
         return RunningService(name=name, pid=pid, port=record.get("port"), started_at=record["started_at"])
 
@@ -148,6 +164,8 @@ class ProcessManager:
         process that is not ours. With ``spec.restart_on_change``, a running one started with
         other settings is stopped and started again (``restarted``)."""
         spec = self.launch_as(spec)
+        if self.keep:
+            spec = replace(spec, argv=keeper.wrap(spec.argv, spec.name, spec.term_signals))
         current = self.running(spec.name)
         restarted = False
         if current is not None:
@@ -155,6 +173,8 @@ class ProcessManager:
                 return current
             self.stop(spec.name)
             restarted = True
+        elif self._record(spec.name) is not None:  # its keeper runs, starting it again: this start replaces both
+            self.stop(spec.name)
         if spec.port is not None and port_in_use(host, spec.port):
             hint = f": stop it or set {spec.port_setting} to a free port" if spec.port_setting else ""
             raise ServiceError(
@@ -182,6 +202,7 @@ class ProcessManager:
             "started_at": time.time(),
             "argv0": spec.argv[0],
             "term_signals": spec.term_signals,
+            "kept": self.keep,
         }
         if spec.restart_on_change:
             salt = secrets.token_hex(16)
@@ -199,7 +220,14 @@ class ProcessManager:
                     f" (last line: {last_line(log_path)})"
                 )
             if spec.health():
-                return RunningService(spec.name, proc.pid, spec.port, record["started_at"], restarted)
+                pid = proc.pid
+                if self.keep:  # its child runs (so the keeper's traps are set): from now on it is started again
+                    pid = _service_child(proc.pid)
+                    if pid is None:
+                        time.sleep(0.05)
+                        continue
+                    os.kill(proc.pid, getattr(signal, keeper.ARM))
+                return RunningService(spec.name, pid, spec.port, record["started_at"], restarted)
             time.sleep(0.3)
         self.stop(spec.name)
         raise ServiceError(
@@ -221,11 +249,15 @@ class ProcessManager:
 
     def stop(self, name: str, timeout_s: float = 20.0) -> bool:
         """Stop the service's whole process group: SIGTERM, then SIGKILL after ``timeout_s``.
-        Returns True if something was stopped."""
-        current = self.running(name)
-        if current is None:
+        A kept one: SIGTERM to its keeper, which starts nothing again and stops the service the
+        same way; after ``timeout_s`` both groups are killed. Returns True if something was stopped."""
+        record = self._record(name)
+        if record is None:
             self._forget(name)
             return False
+        if record.get("kept"):
+            return self._stop_kept(name, int(record["pid"]), timeout_s)
+        current = RunningService(name, int(record["pid"]), record.get("port"), record["started_at"])
         pgid = os.getpgid(current.pid)
         for attempt in range(self._term_signals(name)):
             if attempt:
@@ -236,6 +268,38 @@ class ProcessManager:
             self._wait_group_gone(pgid, current.pid, 5.0)
         self._forget(name)
         return True
+
+    def _stop_kept(self, name: str, keeper_pid: int, timeout_s: float) -> bool:
+        child = _service_child(keeper_pid)
+        self._signal(keeper_pid, signal.SIGTERM)  # it passes the service its SIGTERM(s), waits, exits
+        groups = [keeper_pid] + ([child] if child else [])  # each leads its own process group
+        if not self._wait_groups_gone(groups, keeper_pid, timeout_s + self._term_signals(name) + 5.0):
+            for pgid in groups:
+                self._signal_group(pgid, signal.SIGKILL)
+            self._wait_groups_gone(groups, keeper_pid, 5.0)
+        self._forget(name)
+        return True
+
+    @staticmethod
+    def _signal(pid: int, sig: signal.Signals) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _wait_groups_gone(groups: list[int], leader: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:  # reap the keeper if it is our own child (tests start and stop in one process)
+                os.waitpid(leader, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not any(group_members(pgid) for pgid in groups):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
     def _term_signals(self, name: str) -> int:
         try:
@@ -265,6 +329,17 @@ class ProcessManager:
 
     def _forget(self, name: str) -> None:
         self.record_path(name).unlink(missing_ok=True)
+
+
+def _service_child(keeper_pid: int) -> int | None:
+    """The service a keeper runs: its child that leads its own session (a ``sleep`` of the
+    keeper's own stays in the keeper's group)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat and stat[0] not in ("Z", "X") and int(stat[1]) == keeper_pid and int(stat[2]) == int(entry.name):
+                return int(entry.name)
+    return None
 
 
 def last_line(path: Path, limit: int = 300) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crowdpref.settings import Settings
-from services import caddy, portal, postgres, privileges, redis, supervision
+from services import caddy, portal, postgres, privileges, redis
 from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager
@@ -33,7 +33,7 @@ COMPONENTS = ("argilla", "prefect", "portal", "worker", "caddy")  # caddy: the p
 WORKER, SERVE = "prefect-worker", "prefect-serve"
 # stop order is the reverse of this order (the flow runners last: stopped first)
 SERVICE_NAMES = (postgres.NAME, redis.NAME, argilla.SERVER, argilla.WORKER, prefect.NAME, portal.NAME, portal.FAKE_PROLIFIC,
-                 caddy.NAME, SERVE, WORKER, supervision.NAME)  # the supervisor last: `down` stops it first
+                 caddy.NAME, SERVE, WORKER)
 # reported only once started (the fake Prolific: by the demo, for simulated studies); the
 # worker also when it does not run while a serve process does, or the Prefect server is elsewhere
 ON_DEMAND = (SERVE, portal.FAKE_PROLIFIC)
@@ -59,7 +59,6 @@ def _urls(settings: Settings) -> dict[str, str]:
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
         caddy.NAME: f"{settings.public_url} (HTTPS on port {settings.https_port}, HTTP {settings.http_port} redirects)",
-        supervision.NAME: f"restarts what dies, every {supervision.INTERVAL_S:g} s",
     }
 
 
@@ -75,32 +74,12 @@ def _health(settings: Settings) -> dict[str, Callable[[], bool]]:
         SERVE: lambda: _deploy().serve_healthy(settings),
         WORKER: lambda: _deploy().worker_healthy(settings),
         caddy.NAME: lambda: caddy.healthy(settings),
-        supervision.NAME: lambda: supervision.healthy(settings),
     }
 
 
 def _worker_expected(settings: Settings, manager: ProcessManager) -> bool:
     """``up`` starts a worker: the Prefect server is ours and no serve process runs the flows."""
     return settings.embedded_prefect and manager.running(SERVE) is None
-
-
-worker_expected = _worker_expected  # public: the supervisor asks it too
-
-
-def services_of(settings: Settings, component: str) -> list[str]:
-    """The long-running services ``up`` starts for ``component`` in this profile (what the
-    supervisor watches)."""
-    if component == "argilla":
-        return [redis.NAME, argilla.SERVER, argilla.WORKER] if settings.embedded_argilla else []
-    if component == "prefect":
-        return [prefect.NAME] if settings.embedded_prefect else []
-    if component == "worker":
-        return [WORKER] if settings.embedded_prefect else []
-    if component == "portal":
-        return [portal.NAME]
-    if component == "caddy":
-        return [caddy.NAME] if settings.public else []
-    raise ValueError(f"unknown component {component!r}; choose from {COMPONENTS}")
 
 
 def _deploy():  # deployments/ imports Prefect-side helpers; load it only when asked
@@ -115,16 +94,14 @@ def up(
     on_step: Callable[[str], None] = lambda message: None,
     on_note: Callable[[str], None] = lambda message: None,
     supervise: bool | None = None,
-    restart: bool = False,
 ) -> list[ServiceStatus]:
     """Start the embedded services of ``components`` that are not running yet; wait for health.
     A running portal whose settings changed is restarted; ``on_note`` hears it in one line.
     ``worker``: the Prefect worker on the ``crowdpref`` pool, for the embedded Prefect server
     only, and not while a serve process runs the deployments (``on_note`` says so).
-    ``supervise`` (default: in the public profile, ``settings.public``): last, the supervisor
-    (services/supervisor.py) in the background, which starts again whatever of ``components``
-    dies. ``restart``: the supervisor starting again what died after it ran, so Argilla's
-    database migration and owner step (done at its first start) are skipped. An Argilla that
+    ``supervise`` (default: in the public profile, ``settings.public``): each service under its
+    keeper, as the service's own user, which starts it again when it dies (services/keeper.py).
+    An Argilla that
     already runs is not restarted, so it gets no migration either: ``up`` only asks it over HTTP
     whether it takes the owner's API key (no launcher process, ~6 s of CPU less)."""
     wanted = set(components)
@@ -132,7 +109,7 @@ def up(
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
     # run as root: each service as its own user (services/privileges.py), its accounts made first
-    manager = privileges.manager(settings)
+    manager = privileges.manager(settings, keep=settings.public if supervise is None else supervise)
     if settings.public:  # Argilla's database and the study store: first (and stopped last)
         on_step("postgres")
         postgres.start_service(settings, manager)
@@ -147,10 +124,9 @@ def up(
                     "restart with it")
         on_step("argilla database + owner, server")
         running = manager.running(argilla.SERVER) is not None and argilla.server_healthy(settings)
-        if running and not restart:
+        if running:
             argilla.check_running_owner(settings)  # it runs, and up never restarts it: no launcher
-        # (the supervisor's restarts: migrated and owned at the first start)
-        argilla.start_server(settings, manager, prepare_first=not running and not restart)
+        argilla.start_server(settings, manager, prepare_first=not running)
         on_step("argilla worker")
         manager.start(argilla.worker_spec(settings), settings.host)
     if "prefect" in wanted and settings.embedded_prefect:
@@ -180,9 +156,6 @@ def up(
         on_step("caddy (HTTPS)")
         if caddy.start(settings, manager).restarted:
             on_note("caddy restarted: its Caddyfile changed since it started")
-    if settings.public if supervise is None else supervise:
-        on_step("supervisor")
-        manager.start(supervision.spec(settings, [c for c in COMPONENTS if c in wanted]), settings.host)
     return status(settings)
 
 
@@ -208,7 +181,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for name in SERVICE_NAMES:
         running = manager.running(name)
         if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)
-                                or name in (supervision.NAME, postgres.NAME, caddy.NAME) and not settings.public):
+                                or name in (postgres.NAME, caddy.NAME) and not settings.public):
             continue
         rows.append(
             ServiceStatus(

@@ -79,8 +79,8 @@ keys and values it cannot parse. Any message about one of our units fails the ch
 :func:`exposure` runs ``systemd-analyze security --offline=yes`` on unit files.
 
 The units are not enabled or started here: ``systemctl daemon-reload`` then ``systemctl enable
---now crowdpref-<service>`` (the command prints the line). Under systemd the supervisor
-(services/supervisor.py) is not needed, and ``crowdpref status`` does not see the units'
+--now crowdpref-<service>`` (the command prints the line). Under systemd the keepers
+(services/keeper.py) are not needed, and ``crowdpref status`` does not see the units'
 processes (they have no pid record): ``systemctl status 'crowdpref-*'`` does.
 """
 

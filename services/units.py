@@ -16,7 +16,7 @@ def unit_specs(settings: Settings) -> list[tuple[ServiceSpec, tuple[str, ...]]]:
     """Every long-running service of this profile as the :class:`ServiceSpec` ``up`` starts it
     with, in start order, each with the services it needs running first: what
     ``crowdpref service install`` writes systemd units for (services/systemd.py). A service
-    added to ``up`` is added here too. The supervisor is not one (systemd restarts the units)."""
+    added to ``up`` is added here too. No keeper runs under systemd (systemd restarts the units)."""
     from deployments import deploy  # (Prefect-side helpers: loaded only when asked)
 
     units: list[tuple[ServiceSpec, tuple[str, ...]]] = []

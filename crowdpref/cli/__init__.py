@@ -10,7 +10,7 @@ The commands live by group in the modules of this package (each registers its co
 typer :data:`app` of :mod:`crowdpref.cli.common`; they are imported here in the order ``crowdpref
 --help`` lists them, the ``service`` group last):
 
-- :mod:`~crowdpref.cli.services`: ``up``, ``deploy``, ``down``, ``supervise``, ``status``, ``service install``;
+- :mod:`~crowdpref.cli.services`: ``up``, ``deploy``, ``down``, ``status``, ``service install``;
 - :mod:`~crowdpref.cli.studies`: ``validate``, ``new-study``;
 - :mod:`~crowdpref.cli.runs`: ``smoke``, ``run``, ``demo``, ``simulate``;
 - :mod:`~crowdpref.cli.work`: ``drop``, ``reopen``, ``progress``;

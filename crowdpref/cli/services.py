@@ -1,5 +1,5 @@
-"""Commands that run the services: ``up``, ``deploy``, ``down``, ``supervise``, ``service install``
-and ``status``."""
+"""Commands that run the services: ``up``, ``deploy``, ``down``, ``service install`` and
+``status``."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def up(
              "was lost or damaged); the stack must be down."),
     supervise: bool = typer.Option(
         None, "--supervise/--no-supervise", show_default=False,
-        help="Also start the supervisor, which starts again any of these services that dies (checks every "
-             "2 s); default: on in the public profile (CROWDPREF_PUBLIC_URL), off otherwise."),
+        help="Run each service under a keeper (as the service's own user) that starts it again when it dies; "
+             "default: on in the public profile (CROWDPREF_PUBLIC_URL), off otherwise."),
 ) -> None:
     """Start the embedded services that are not running yet and print the UI URLs.
 
@@ -134,31 +134,6 @@ def down() -> None:
 
     stopped = stack.down(_settings())
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
-
-
-@app.command()
-@friendly_errors
-def supervise(
-    only: list[str] = typer.Option(
-        None, "--only", help="Watch only these components: argilla, prefect, portal, worker, caddy (default: all)."),
-    interval: float = typer.Option(2.0, min=0.5, help="Seconds between checks."),
-) -> None:
-    """Run the supervisor in the foreground: every INTERVAL seconds, start again (and wait until
-    healthy) any service of the stack whose process died. `crowdpref up --supervise` (the
-    default in the public profile) runs it in the background instead. Ctrl-C stops it."""
-    use_project()
-    from services import stack
-    from services.supervisor import supervise as loop
-
-    settings = _settings()
-    components = only or list(stack.COMPONENTS)
-    unknown = sorted(set(components) - set(stack.COMPONENTS))
-    if unknown:
-        raise ConfigError(f"--only {', '.join(unknown)}: unknown component; choose from {', '.join(stack.COMPONENTS)}")
-    try:
-        loop(settings, components, interval, log=lambda line: console.print(line, highlight=False))
-    except KeyboardInterrupt:
-        console.print("supervisor stopped")
 
 
 service_app = typer.Typer(help="Run the stack under systemd instead of `crowdpref up`.", no_args_is_help=True)

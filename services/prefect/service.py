@@ -4,7 +4,7 @@ its database, and the flows' persisted results, live under ``<state>/prefect``.
 In the public profile (``settings.prefect_requires_auth``) its API requires an auth string: one
 generated once into ``<state>/secrets/prefect-auth-string`` (0600, ``crowdpref:<random>``), given
 to the server as ``PREFECT_SERVER_API_AUTH_STRING`` and to every client (the CLI, ``crowdpref
-deploy``, the worker and the flows it runs, the supervisor) as ``PREFECT_API_AUTH_STRING`` by
+deploy``, the worker and the flows it runs) as ``PREFECT_API_AUTH_STRING`` by
 ``Settings.prefect_env``; never on a command line. Prefect then answers 401 to any API request
 without it in an ``Authorization: Basic`` header, except ``GET /api/health``, and its UI asks for
 it on a login page. The laptop stack's server stays open on its loopback address."""
