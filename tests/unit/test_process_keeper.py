@@ -32,13 +32,20 @@ def _until(condition, timeout_s: float = 10.0):
     raise AssertionError(f"not within {timeout_s} s")
 
 
+@pytest.fixture()
+def manager(tmp_path):
+    """A manager that keeps its services; whatever a failing test left running is stopped."""
+    kept = ProcessManager(tmp_path, keep=True)
+    yield kept
+    kept.stop("svc", timeout_s=5)
+
+
 def _spec(argv, term_signals: int = 1) -> ServiceSpec:
     return ServiceSpec("svc", argv, {"PATH": os.environ["PATH"]}, health=lambda: True, start_timeout_s=10,
                        term_signals=term_signals)
 
 
-def test_a_killed_service_comes_back_and_stop_ends_both_with_no_restart(tmp_path):
-    manager = ProcessManager(tmp_path, keep=True)
+def test_a_killed_service_comes_back_and_stop_ends_both_with_no_restart(manager):
     first = manager.start(_spec(["sleep", "300"]), "127.0.0.1")
     keeper_pid = _record_pid(manager)
     assert first.pid != keeper_pid and os.getpgid(first.pid) == first.pid  # the service leads its own group
@@ -60,10 +67,9 @@ def test_a_killed_service_comes_back_and_stop_ends_both_with_no_restart(tmp_path
     assert "started again" in manager.log_path("svc").read_text()
 
 
-def test_stop_passes_the_service_its_sigterms(tmp_path):
+def test_stop_passes_the_service_its_sigterms(manager):
     """A service that needs two SIGTERMs (the Prefect worker) gets them from its keeper."""
     program = "trap 'echo first term' TERM; sleep 300 & wait; trap - TERM; echo second; sleep 300 & wait"
-    manager = ProcessManager(tmp_path, keep=True)
     service = manager.start(_spec([SHELL, "-c", program], term_signals=2), "127.0.0.1")
     started = time.monotonic()
     assert manager.stop("svc", timeout_s=10) is True
@@ -72,8 +78,7 @@ def test_stop_passes_the_service_its_sigterms(tmp_path):
     assert "first term\nsecond" in manager.log_path("svc").read_text()
 
 
-def test_a_service_that_cannot_start_fails_the_start_at_once(tmp_path):
-    manager = ProcessManager(tmp_path, keep=True)
+def test_a_service_that_cannot_start_fails_the_start_at_once(manager):
     started = time.monotonic()
     with pytest.raises(ServiceError, match=r"svc exited with code 3 while starting: see .*svc\.log"):
         manager.start(replace(_spec([SHELL, "-c", "echo cannot start >&2; exit 3"]), health=lambda: False), "127.0.0.1")
@@ -82,8 +87,7 @@ def test_a_service_that_cannot_start_fails_the_start_at_once(tmp_path):
     assert not manager.record_path("svc").exists()
 
 
-def test_a_killed_keeper_takes_its_service_with_it(tmp_path):
-    manager = ProcessManager(tmp_path, keep=True)
+def test_a_killed_keeper_takes_its_service_with_it(manager):
     service = manager.start(_spec(["sleep", "300"]), "127.0.0.1")
     os.kill(_record_pid(manager), signal.SIGKILL)
     _until(lambda: not group_members(service.pid))  # parent-death signal: no service outlives its keeper
