@@ -2,8 +2,8 @@
 
 ``crowdpref up`` in the public profile (``settings.public``), or ``crowdpref up --supervise`` on
 any profile, starts every long-running service of the stack under a **keeper**: a small bash
-loop (services/keeper.sh, given to ``bash -c``, so it needs no file the service's user may not
-read) that runs the service as its child and starts it again when it dies. The keeper is
+loop (services/keeper.sh, given to ``bash -p -c``, so it needs no file the service's user may
+not read, and reads no ``$BASH_ENV``) that runs the service as its child and starts it again when it dies. The keeper is
 started exactly as the service would be (:class:`services.process.ProcessManager` with
 ``keep=True``): where ``up`` runs as root, through the same ``setpriv`` drop
 (services/privileges.py), so it runs as the service's own user, with the service's capabilities
@@ -59,7 +59,8 @@ def wrap(argv: Sequence[str], name: str, term_signals: int) -> list[str]:
     it runs as the service's user with its capabilities only."""
     argv = [str(word) for word in argv]
     script = "".join(line for line in SCRIPT.read_text().splitlines(keepends=True) if not line.startswith("#"))
-    keeper = [shutil.which("bash") or "/bin/bash", "-c", script, "crowdpref-keeper", name,
+    # -p: no $BASH_ENV or functions taken from the service's environment
+    keeper = [shutil.which("bash") or "/bin/bash", "-p", "-c", script, "crowdpref-keeper", name,
               str(term_signals), shutil.which("setsid") or "setsid", shutil.which("setpriv") or "setpriv", "--"]
     if Path(argv[0]).name == "setpriv" and "--" in argv:
         cut = argv.index("--") + 1

@@ -2,15 +2,16 @@
 # NAME TERM_SIGNALS SETSID SETPRIV -- ARGV. Runs ARGV in its own session; starts it again when it dies.
 name=$1 term_signals=$2 setsid=$3 setpriv=$4
 shift 5
-armed=0 stopping=0 delay=1 alive=0
+armed=0 stopping=0 delay=1 alive=0 termed=0
 exec 3>&2 2>/dev/null  # the child's errors go to the log (3); bash's own job notices nowhere
 trap 'armed=1' USR1
-trap 'stopping=1' TERM INT HUP
+# the first SIGTERM goes to the service at once: the loop may be just entering its wait
+trap 'stopping=1; ((alive && !termed)) && kill -TERM -- "-$child" 2>/dev/null && termed=1' TERM INT HUP
 say() { printf '%(%Y-%m-%d %H:%M:%S)T crowdpref-keeper: %s\n' -1 "$*"; }
-spawn() { "$setsid" "$setpriv" --pdeathsig TERM -- "$@" 2>&3 3>&- & child=$! started=$SECONDS alive=1; }
+spawn() { "$setsid" "$setpriv" --pdeathsig TERM -- "$@" 2>&3 3>&- & child=$! started=$SECONDS alive=1 termed=0; }
 finish() {
   if ((alive)); then
-    for ((i = 0; i < term_signals; i++)); do ((i)) && sleep 1; kill -TERM -- "-$child" 2>/dev/null; done
+    for ((i = termed; i < term_signals; i++)); do ((i)) && sleep 1; kill -TERM -- "-$child" 2>/dev/null; done
     while ((alive)); do done=; wait -p done "$child"; [[ -n $done ]] && ! kill -0 "$child" 2>/dev/null && alive=0; done
   fi
   exit 0

@@ -56,15 +56,15 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     studies = tmp_path / "studies"
     studies.mkdir()
     https = free_port()
-    for name, value in dict(
-        CROWDPREF_HOME=str(tmp_path / "home"), CROWDPREF_ARGILLA_PORT=str(free_port()),
-        CROWDPREF_PREFECT_PORT=str(free_port()), CROWDPREF_REDIS_PORT=str(free_port()),
-        CROWDPREF_PORTAL_PORT=str(free_port()), CROWDPREF_FAKE_PROLIFIC_PORT=str(free_port()),
-        CROWDPREF_ARGILLA_VENV=str(REPO / ".venv-argilla"), CROWDPREF_PORTAL_STUDIES=str(studies),
-        CROWDPREF_PUBLIC_URL=f"https://localhost:{https}", CROWDPREF_PUBLIC_TLS="internal",
-        CROWDPREF_HTTPS_PORT=str(https), CROWDPREF_HTTP_PORT=str(free_port()),
-        CROWDPREF_POSTGRES_PORT=str(free_port()),
-    ).items():
+    for name, value in {
+        "CROWDPREF_HOME": str(tmp_path / "home"), "CROWDPREF_ARGILLA_PORT": str(free_port()),
+        "CROWDPREF_PREFECT_PORT": str(free_port()), "CROWDPREF_REDIS_PORT": str(free_port()),
+        "CROWDPREF_PORTAL_PORT": str(free_port()), "CROWDPREF_FAKE_PROLIFIC_PORT": str(free_port()),
+        "CROWDPREF_ARGILLA_VENV": str(REPO / ".venv-argilla"), "CROWDPREF_PORTAL_STUDIES": str(studies),
+        "CROWDPREF_PUBLIC_URL": f"https://localhost:{https}", "CROWDPREF_PUBLIC_TLS": "internal",
+        "CROWDPREF_HTTPS_PORT": str(https), "CROWDPREF_HTTP_PORT": str(free_port()),
+        "CROWDPREF_POSTGRES_PORT": str(free_port()),
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     settings = load_settings()
