@@ -31,7 +31,8 @@ How it behaves:
   it is being started again. ``crowdpref down`` sends the keeper ``SIGTERM``: it stops starting
   anything, passes the service its ``SIGTERM`` (two for the Prefect worker), waits for it and
   exits; after the stop timeout both process groups are killed. So nothing comes back while
-  the stack goes down.
+  the stack goes down. PostgreSQL is stopped by ``pg_ctl stop -m fast`` first: ``down``
+  releases its keeper before (``SIGUSR2``), which then lets it end and exits.
 
 How fast: a SIGKILLed service is started again within about a second, then takes its own start
 until healthy. tests/integration/test_supervisor.py holds the public profile's portal to 60 s
@@ -50,7 +51,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("keeper.sh")
-ARM = "SIGUSR1"  # what up sends once the service is healthy: from then on it is started again
+# (signal, what the keeper then says in the log): what up sends once the service is healthy, from
+# then on started again; and before the service is stopped another way (pg_ctl stop), let it end
+ARM = ("SIGUSR1", "is up: started again if it dies")
+RELEASE = ("SIGUSR2", "is being stopped: not started again")
 
 
 def wrap(argv: Sequence[str], name: str, term_signals: int) -> list[str]:

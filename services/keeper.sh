@@ -2,9 +2,11 @@
 # NAME TERM_SIGNALS SETSID SETPRIV -- ARGV. Runs ARGV in its own session; starts it again when it dies.
 name=$1 term_signals=$2 setsid=$3 setpriv=$4
 shift 5
-armed=0 stopping=0 delay=1 alive=0 termed=0
+armed=0 stopping=0 released=0 delay=1 alive=0 termed=0
 exec 3>&2 2>/dev/null  # the child's errors go to the log (3); bash's own job notices nowhere
-trap 'armed=1' USR1
+# each said in the log, where the manager waits for it (services/process.py)
+trap 'armed=1; say "$name is up: started again if it dies"' USR1
+trap 'released=1; say "$name is being stopped: not started again"' USR2
 # the first SIGTERM goes to the service at once: the loop may be just entering its wait
 trap 'stopping=1; ((alive && !termed)) && kill -TERM -- "-$child" 2>/dev/null && termed=1' TERM INT HUP
 say() { printf '%(%Y-%m-%d %H:%M:%S)T crowdpref-keeper: %s\n' -1 "$*"; }
@@ -27,6 +29,7 @@ while :; do
   ((stopping)) && finish
   if ((code > 128)); then how="killed by SIG$(kill -l "$code")"; else how="exit code $code"; fi
   ((armed)) || { say "$name ended while starting ($how)"; exit "$code"; }
+  ((released)) && { say "$name ended ($how)"; exit 0; }
   ran=$((SECONDS - started))
   ((ran >= 60)) && delay=1
   say "$name died ($how) after $ran s: starting it again in $delay s"

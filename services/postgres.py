@@ -387,6 +387,7 @@ def stop_service(settings: Settings, manager: object) -> bool:
     was_running = manager.running(NAME) is not None  # type: ignore[attr-defined]
     bin_dir = find_bin_dir()
     if was_running and bin_dir is not None:
+        manager.release(NAME)  # type: ignore[attr-defined]  # its keeper lets it end (services/keeper.py)
         folder = data_folder(settings)
         try:
             _stop_data_dir(bin_dir, folder / "data", folder)

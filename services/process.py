@@ -226,7 +226,7 @@ class ProcessManager:
                     if pid is None:
                         time.sleep(0.05)
                         continue
-                    os.kill(proc.pid, getattr(signal, keeper.ARM))
+                    self._tell_keeper(spec.name, proc.pid, keeper.ARM)
                 return RunningService(spec.name, pid, spec.port, record["started_at"], restarted)
             time.sleep(0.3)
         self.stop(spec.name)
@@ -268,6 +268,28 @@ class ProcessManager:
             self._wait_group_gone(pgid, current.pid, 5.0)
         self._forget(name)
         return True
+
+    def release(self, name: str) -> None:
+        """Before a kept service is stopped another way (PostgreSQL's ``pg_ctl stop``): its keeper
+        lets it end and exits instead of starting it again (nothing for a service not kept)."""
+        record = self._record(name)
+        if record is not None and record.get("kept"):
+            self._tell_keeper(name, int(record["pid"]), keeper.RELEASE)
+
+    def _tell_keeper(self, name: str, pid: int, what: tuple[str, str], timeout_s: float = 5.0) -> None:
+        """Signal the keeper, then wait until it says in the log that it took it (a signal that
+        came with its child's death could otherwise be handled after it)."""
+        log = self.log_path(name)
+        offset = log.stat().st_size if log.exists() else 0
+        self._signal(pid, getattr(signal, what[0]))
+        said = f"crowdpref-keeper: {name} {what[1]}".encode()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _is_live(pid):
+            with open(log, "rb") as handle:
+                handle.seek(offset)
+                if said in handle.read():
+                    return
+            time.sleep(0.02)
 
     def _stop_kept(self, name: str, keeper_pid: int, timeout_s: float) -> bool:
         child = _service_child(keeper_pid)

@@ -95,6 +95,19 @@ def test_a_killed_keeper_takes_its_service_with_it(manager):
     manager.stop("svc")
 
 
+def test_a_released_service_ends_with_its_keeper(manager):
+    """PostgreSQL is stopped with pg_ctl: ``down`` releases its keeper first, which then starts
+    nothing again."""
+    service = manager.start(_spec(["sleep", "300"]), "127.0.0.1")
+    keeper_pid = _record_pid(manager)
+    manager.release("svc")
+    os.kill(service.pid, signal.SIGTERM)  # stopped by other means
+    _until(lambda: not group_members(keeper_pid) and not group_members(service.pid))
+    assert manager.running("svc") is None
+    log = manager.log_path("svc").read_text()
+    assert "svc is being stopped: not started again" in log and "svc ended (" in log and "started again (" not in log
+
+
 def test_the_keeper_runs_after_the_privilege_drop():
     dropped = ["/usr/bin/setpriv", "--reuid=1", "--no-new-privs", "--", "/usr/bin/prog", "--flag"]
     wrapped = keeper.wrap(dropped, "svc", 2)
