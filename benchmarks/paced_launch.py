@@ -172,7 +172,7 @@ def main() -> int:
     try:
         started = time.perf_counter()
         with console.status("starting Argilla, the portal and the fake Prolific"):
-            stack.up(settings, components=["argilla", "portal"], supervise=False)
+            stack.up(settings, components=["argilla", "portal", "caddy"], supervise=False)  # one origin
             stack.start_fake_prolific(settings)
         console.print(f"stack up in {time.perf_counter() - started:.0f} s (state folder {home})")
         (settings.state_dir / "capacity.json").write_text(json.dumps({"arrivals_per_s": args.capacity}))

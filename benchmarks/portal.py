@@ -86,7 +86,6 @@ p95, errors and double allocations, with the ratio of the p95s, per burst.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import math
 import os
@@ -107,7 +106,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 import pandas as pd
@@ -160,7 +159,8 @@ STOP = threading.Event()  # Ctrl-C / SIGTERM: waiting threads stop waiting
 def private_settings(home: Path, public: bool = False, argilla_workers: int | None = None) -> Settings:
     """Own state folder, free ports, its own studies folder; nothing external (a developer's
     CROWDPREF_* / ARGILLA_* environment cannot point the benchmark at a real server, store or
-    Prolific). ``public``: the public profile on ``https://localhost:<free port>`` (Caddy with
+    Prolific). Caddy serves the portal and Argilla on one origin: plain HTTP on a free port, or with
+    ``public``, the public profile on ``https://localhost:<free port>`` (Caddy with
     ``tls internal``, free HTTP and PostgreSQL ports; Argilla and the study store on that
     PostgreSQL, ``argilla_workers`` uvicorn workers, default the profile's 2)."""
     extra: dict[str, Any] = {}
@@ -170,7 +170,7 @@ def private_settings(home: Path, public: bool = False, argilla_workers: int | No
                  "http_port": free_port(), "postgres_port": free_port(), "argilla_workers": argilla_workers,
                  "portal_trusted_proxies": None}
     else:  # the embedded profile even where CROWDPREF_PUBLIC_URL is set
-        extra = {"public_url": None, "argilla_workers": argilla_workers}
+        extra = {"public_url": None, "argilla_workers": argilla_workers, "site_port": free_port()}  # Caddy, HTTP
     return load_settings(**extra,
         home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
         portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=home / "portal-studies",
@@ -324,7 +324,7 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                 if form is None:
                     raise Fatal("the welcome page has no Start form")
                 start = step("start", lambda: v.browser.post(_absolute(v.url, form.group(1))))
-                _check(start, (200, 303), "start")  # 200: the public profile's session page
+                _check(start, 200, "start")  # the page that stores the minted Argilla session
                 while (refresh := pages.preparing_refresh(start.text)) is not None:  # admission first: the
                     if time.perf_counter() > deadline or STOP.is_set():  # "being prepared" page reloads
                         raise Fatal(f"still 'being prepared' after {GIVE_UP_S:g} s")  # itself, as a browser does
@@ -333,19 +333,18 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                     v.steps["preparing"] = v.steps.get("preparing", 0.0) + time.perf_counter() - waited
                     again = _absolute(v.url, refresh[1])
                     start = step("preparing", lambda: v.browser.get(again))  # noqa: B023 - called at once
-                    _check(start, (200, 303), "start (reloaded)")
+                    _check(start, 200, "start (reloaded)")
                 break
             except (Transient, httpx.TransportError) as exc:
                 v.reloads += 1
                 pause(exc)
-        # then the work frame (the portal's bar over Argilla), as the browser opens it
-        if start.status_code == 303:  # two origins (the laptop stack): the frame signs in with the password
-            work_url = _absolute(v.url, start.headers["location"])
-        else:  # the public profile: a page that stores an Argilla session the portal minted (no bcrypt)
-            handover = pages.session_handover(start.text)
-            if handover is None:
-                raise Fatal("the Start page holds neither a sign-in link nor an Argilla session")
-            work_url = _absolute(v.url, handover[1])
+        # then the page that stores an Argilla session the portal minted (no bcrypt), on the origin
+        # the portal and Argilla share, and the work frame (the portal's bar over Argilla)
+        session = pages.read_argilla_session(start.text) if start.status_code == 200 else None
+        if session is None:
+            raise Fatal(f"the Start page ({start.status_code}) holds no Argilla session")
+        minted, work_path = session
+        work_url = _absolute(v.url, work_path)
         while True:
             try:
                 work = step("work", lambda: v.browser.get(work_url))
@@ -355,21 +354,14 @@ def visit(v: Visit, argilla_url: str, dataset_name: str, expected: int) -> None:
                 v.reloads += 1
                 pause(exc)
         v.portal = time.perf_counter() - begun
-        frame = pages.frame_target(work.text)
-        if frame is None:
+        if pages.frame_target(work.text) is None:
             raise Fatal("the work frame opens no Argilla page")
-        # a minted session: in the frame's hand-over URL (two origins), or from the Start page (one)
-        minted = argilla_session.handover_token(frame) or (handover[0] if start.status_code != 303 else None)
-        if minted is not None:
-            password, username = None, argilla_session.username_of(minted)
-        else:  # an Argilla without the hand-over page: the password sign-in in the frame
-            auth = parse_qs(urlsplit(frame).query)["auth"][0]
-            username, password = base64.b64decode(auth).decode().split(":", 1)
+        password, username = None, argilla_session.username_of(minted)
         v.usernames.add(username)
-        if minted is not None and v.password is None:
+        if v.password is None:
             token = minted  # what the page's script writes where Argilla's frontend keeps its session
-        while minted is None or v.password is not None:  # Argilla's sign-in posts the credentials (bcrypt)
-            if password is None and v.password is not None:
+        while v.password is not None:  # --sign-in password: Argilla's sign-in posts the credentials (bcrypt)
+            if password is None:
                 password = v.password(v.pid)  # --sign-in password: the login the minted session replaced
             try:
                 login = step("login", lambda: v.argilla.post(f"{argilla_url}/api/v1/token",
@@ -698,13 +690,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run potato 2.12.1 (pip-installed into a temporary virtualenv) under the same "
                              "bursts, and a burst with more arrivals than places on both (benchmarks/potato_peer.py)")
     parser.add_argument("--profile", choices=["embedded", "public"], default="embedded",
-                        help="embedded: the laptop stack (SQLite, one Argilla process, two ports); public: Caddy with "
+                        help="embedded: the laptop stack (SQLite, one Argilla process, Caddy over plain HTTP in front of "
+                             "portal and Argilla on one http://127.0.0.1:<port>); public: Caddy with "
                              "TLS (tls internal) in front of portal and Argilla on one https://localhost:<port>, Argilla "
                              "with N uvicorn workers on PostgreSQL, the study store on PostgreSQL (issue 19)")
     parser.add_argument("--argilla-workers", type=int, default=None,
                         help="Argilla's uvicorn workers (default: the profile's, 2 public / 1 embedded)")
     parser.add_argument("--sign-in", choices=["portal", "password"], default="portal",
-                        help="portal: what Start hands (public profile: a session the portal minted, no bcrypt); "
+                        help="portal: what Start hands (a session the portal minted, no bcrypt); "
                              "password: each arrival logs in to Argilla with its password (POST /api/v1/token, a "
                              "bcrypt check) as before the minted session - the lever measured alone")
     parser.add_argument("--bcrypt-on-loop", action="store_true",
@@ -819,14 +812,14 @@ def main(argv: list[str] | None = None) -> int:
         secret = secrets.token_urlsafe(32)
         store.set_meta(WEBHOOK_SECRET_META, secret)
         started = time.perf_counter()
-        with console.status("starting the portal" + (" and Caddy" if public else "")):
+        with console.status("starting the portal and Caddy"):
             stack.up(settings, components=["portal", "caddy"], supervise=False)
         verify: Any = True
         if public:  # the participants' browsers trust Caddy's internal root (tls internal), nothing else
             from services import caddy
 
             verify = ssl.create_default_context(cafile=str(caddy.internal_root(settings)))
-        console.print(f"portal at {settings.portal_public_url} (its own process{', through Caddy' if public else ''}) up in "
+        console.print(f"portal at {settings.portal_public_url} (its own process, through Caddy) up in "
                       f"{time.perf_counter() - started:.1f} s; Prolific study {study.status} with "
                       f"{study.total_available_places} places, entry {study.external_study_url.split('?')[0]}")
         argilla_url, dataset = settings.argilla_participant_url, collection.dataset_name

@@ -1,9 +1,9 @@
 """The passwords of participants' Argilla accounts: derived when needed, kept nowhere.
 
-Argilla needs a password to create an account, and two places still use one: the check that
-an account found in Argilla is the one crowdpref made (:meth:`ArgillaOwner.ensure_annotator`),
-and the one-hop ``/sign-in?auth=`` where an Argilla serves no session hand-over page
-(:mod:`crowdpref.portal.work`). Neither needs it stored. An account's password is the HMAC-SHA256
+Argilla needs a password to create an account, and one place still uses it afterwards: the
+check that an account found in Argilla is the one crowdpref made
+(:meth:`ArgillaOwner.ensure_annotator`). Participants never sign in with it (the portal mints
+their Argilla sessions: :mod:`crowdpref.portal.argilla_session`). Neither needs it stored. An account's password is the HMAC-SHA256
 of its username under a key generated once into ``<secrets>/argilla-account-key`` (0600),
 shortened to 27 URL-safe characters (160 bits): the study store, its backups' database dumps and
 every log hold no password, and each process that holds the key (the flows, the portal, the

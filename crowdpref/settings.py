@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         validation_alias=_env("CROWDPREF_PORTAL_PORT"),
         description="Port of the participant portal (crowdpref up starts it).",
     )
+    site_port: int = Field(
+        default=6930,
+        validation_alias=_env("CROWDPREF_SITE_PORT"),
+        description="Port of the laptop stack's one origin: Caddy serves the portal and Argilla there over plain "
+        "HTTP on HOST (crowdpref up starts it; the public profile serves them on the public URL instead).",
+    )
     fake_prolific_port: int = Field(
         default=6920,
         validation_alias=_env("CROWDPREF_FAKE_PROLIFIC_PORT"),
@@ -137,15 +143,9 @@ class Settings(BaseSettings):
     argilla_public_url: str | None = Field(
         default=None,
         validation_alias=_env("CROWDPREF_ARGILLA_PUBLIC_URL"),
-        description="Argilla as participants' browsers reach it. Unset: the Argilla URL.",
-    )
-    argilla_handover: bool | None = Field(
-        default=None,
-        validation_alias=_env("CROWDPREF_ARGILLA_HANDOVER"),
-        description="Whether Argilla serves crowdpref's session hand-over page (/crowdpref/session, added by "
-        "services/argilla/launch.py, which runs every Argilla crowdpref starts): the portal on another origin "
-        "then opens a participant's first item with a session it minted, instead of a password sign-in that "
-        "lands on Argilla's home. Unset: yes for the embedded Argilla, no for one at CROWDPREF_ARGILLA_URL.",
+        description="Argilla as participants' browsers reach it: on the portal's origin (a proxy route), since "
+        "the portal hands the browser an Argilla session it minted. Unset: the origin of the portal URL, else the "
+        "stack's one origin (the public URL, or the laptop stack's http://HOST:SITE_PORT).",
     )
     argilla_owner_session: bool = Field(
         default=False,
@@ -249,7 +249,7 @@ class Settings(BaseSettings):
         description="Model name; the study's questions.llm.model beats it.",
     )
 
-    @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "fake_prolific_port",
+    @field_validator("argilla_port", "prefect_port", "redis_port", "portal_port", "site_port", "fake_prolific_port",
                      "https_port", "http_port", "postgres_port")
     @classmethod
     def _port_in_range(cls, value: int) -> int:
@@ -364,11 +364,6 @@ class Settings(BaseSettings):
         return self.argilla_url is None
 
     @property
-    def argilla_serves_handover(self) -> bool:
-        """:attr:`argilla_handover`, or its default: the embedded Argilla (started by our launcher)."""
-        return self.embedded_argilla if self.argilla_handover is None else self.argilla_handover
-
-    @property
     def embedded_prefect(self) -> bool:
         return self.prefect_api_url is None
 
@@ -387,16 +382,31 @@ class Settings(BaseSettings):
         return self.argilla_workers or (2 if self.public else 1)
 
     @property
+    def site_url(self) -> str:
+        """The stack's one origin, where Caddy serves the portal and Argilla: the public URL (HTTPS),
+        else the laptop stack's ``http://HOST:SITE_PORT`` (plain HTTP)."""
+        return self.public_url or f"http://{self.host}:{self.site_port}"
+
+    @property
     def portal_public_url(self) -> str:
         """The portal as participants and Prolific reach it (no trailing slash): the portal URL,
-        else the public URL (the public profile serves the portal there), else HOST:PORTAL_PORT."""
-        return (self.portal_url or self.public_url or f"http://{self.host}:{self.portal_port}").rstrip("/")
+        else the stack's one origin (:attr:`site_url`)."""
+        return (self.portal_url or self.site_url).rstrip("/")
 
     @property
     def argilla_participant_url(self) -> str:
         """Argilla as participants' browsers reach it (no trailing slash): the Argilla public URL,
-        else the public URL (one host name for both in the public profile), else Argilla's URL."""
-        return (self.argilla_public_url or self.public_url or self.argilla_api_url).rstrip("/")
+        else the portal URL's origin (a proxy of your own routes both), else the stack's one origin
+        (:attr:`site_url`), the portal's too. The owner and the pipeline talk to Argilla directly
+        (:attr:`argilla_api_url`)."""
+        if self.argilla_public_url:
+            return self.argilla_public_url.rstrip("/")
+        if self.portal_url:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.portal_url)
+            return f"{parts.scheme}://{parts.netloc}"
+        return self.site_url.rstrip("/")
 
     @property
     def prefect_url(self) -> str:

@@ -1,4 +1,11 @@
-"""Caddy in front of the public profile: one host name (``settings.public_url``) over HTTPS.
+"""Caddy in front of the stack: the portal and Argilla on one origin (``settings.site_url``).
+
+In the public profile that origin is the host name of ``settings.public_url``, over HTTPS. On
+the laptop stack (no public URL) it is ``http://HOST:SITE_PORT``: a plain-HTTP site bound to
+HOST only (``auto_https off``: no ACME, no certificate, no redirect, no HSTS), with the same
+routes. One origin is what lets the portal hand the browser the Argilla session it minted
+(crowdpref/portal/argilla_session.py): a portal page writes where Argilla's frontend keeps its
+session.
 
 Debian's ``caddy`` binary runs in the foreground as a service of the stack (``caddy run --config
 <state>/caddy/Caddyfile --adapter caddyfile``), never the packaged ``caddy.service``: its
@@ -7,7 +14,8 @@ internal CA live in ``<state>/caddy/data`` (``XDG_DATA_HOME``/``XDG_CONFIG_HOME`
 inside ``<state>/caddy``). Its admin API is off, so it opens no port but the two below and never
 meets the packaged service's admin port (2019).
 
-Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HTTP challenge):
+Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HTTP challenge),
+or on the laptop stack on ``site_port``:
 
 - ``/s/*``, ``/hooks/*``, ``/healthz`` -> the portal on ``host:portal_port``; request bodies up
   to ``PORTAL_MAX_BODY`` (64 KiB, the portal's own limit), ``/hooks/argilla`` up to
@@ -22,10 +30,11 @@ Routes on ``https_port`` (``http_port`` redirects to HTTPS and answers ACME's HT
   account exists) goes ahead only when the portal says the session's participant is still
   working (``forward_auth`` to :data:`crowdpref.portal.answer_guard.GUARD_PATH`; 403 otherwise,
   nothing forwarded). Argilla's pages may be framed by the host's own pages only
-  (``FRAME_ANCESTORS``).
+  (``FRAME_ANCESTORS``). On the laptop stack (HOST 127.0.0.1 by default) every client is on this
+  host, so these refusals apply only where HOST is an address others reach.
 
 The answers of the portal and Argilla, and Caddy's 413s, carry ``Strict-Transport-Security``
-(one year) and no ``Server`` header (Caddy's own 502, when an upstream is down, may lack them). The
+(one year; the public profile only) and no ``Server`` header (Caddy's own 502, when an upstream is down, may lack them). The
 certificate is ACME's (``public_tls: acme``, contact ``acme_email``) or Caddy's own CA
 (``public_tls: internal``: tests, private networks).
 
@@ -52,7 +61,13 @@ from urllib.parse import urlsplit
 from crowdpref.errors import ConfigError, ServiceError
 from crowdpref.portal.answer_guard import GUARD_PATH
 from crowdpref.settings import Settings
-from services.process import ProcessManager, RunningService, ServiceSpec, port_in_use
+from services.process import (
+    ProcessManager,
+    RunningService,
+    ServiceSpec,
+    http_ok,
+    port_in_use,
+)
 
 NAME = "caddy"
 PORTAL_MAX_BODY = "64KiB"
@@ -116,11 +131,14 @@ def hostname(settings: Settings) -> str:
     return host
 
 
+DEBIAN_BINARIES = ("/usr/bin/caddy",)  # where Debian's package puts it (a PATH without /usr/bin still finds it)
+
+
 def binary() -> str:
-    found = shutil.which("caddy") or ("/usr/bin/caddy" if Path("/usr/bin/caddy").exists() else None)
+    found = shutil.which("caddy") or next((path for path in DEBIAN_BINARIES if Path(path).exists()), None)
     if found is None:
-        raise ServiceError("caddy not found: the public profile needs Debian's caddy package: run `make setup` "
-                           "(as root) or `apt-get install caddy`")
+        raise ServiceError("caddy not found: the stack serves the portal and Argilla on one origin through Debian's "
+                           "caddy package: run `make setup` (as root) or `apt-get install caddy`")
     return found
 
 
@@ -132,13 +150,21 @@ def _quoted(path: Path) -> str:
     return f'"{text}"'
 
 
+def listen_port(settings: Settings) -> tuple[int, str]:
+    """The port Caddy serves the stack's origin on, and the setting that moves it: HTTPS in the
+    public profile, the laptop stack's plain-HTTP ``site_port`` otherwise."""
+    return (settings.https_port, "CROWDPREF_HTTPS_PORT") if settings.public else (settings.site_port, "CROWDPREF_SITE_PORT")
+
+
 def caddyfile(settings: Settings) -> str:
     """The Caddyfile for ``settings`` (see the module docstring for what it does)."""
-    host = hostname(settings)
     upstream_portal = f"{_connect_host(settings)}:{settings.portal_port}"
     argilla = urlsplit(settings.argilla_api_url)
     upstream_argilla = settings.argilla_api_url if argilla.scheme == "https" else argilla.netloc
-    if settings.public_tls == "acme":
+    if not settings.public:  # the laptop stack: plain HTTP on HOST, any Host header (127.0.0.1, localhost)
+        site, email, tls, hsts = f"http://:{settings.site_port}", "", _bind(settings), ""
+        ports = "\tauto_https off\n"
+    elif settings.public_tls == "acme":
         if not settings.acme_email:
             raise ConfigError("acme_email (CROWDPREF_ACME_EMAIL) is not set: the ACME CA needs a contact address "
                               "in the public profile (or set public_tls: internal for a private network)")
@@ -147,6 +173,9 @@ def caddyfile(settings: Settings) -> str:
         email, tls = f"\temail {settings.acme_email}\n", ""
     else:
         email, tls = "", "\ttls internal\n"
+    if settings.public:
+        site, hsts = hostname(settings), f'\t\tStrict-Transport-Security "{HSTS}"\n'
+        ports = f"\thttp_port {settings.http_port}\n\thttps_port {settings.https_port}\n"
     portal_paths = " ".join(PORTAL_PATHS)
     filters = "\n".join("\t" * 4 + line for line in LOG_FILTERS)
     # both logs (Caddy's own, the access log): JSON without query strings, cookies, credentials
@@ -171,9 +200,7 @@ def caddyfile(settings: Settings) -> str:
 {{
 \tadmin off
 \tskip_install_trust
-\thttp_port {settings.http_port}
-\thttps_port {settings.https_port}
-{email}\tlog default {{
+{ports}{email}\tlog default {{
 \t\toutput stderr
 {log_format}\t}}
 \tstorage file_system {{
@@ -181,10 +208,9 @@ def caddyfile(settings: Settings) -> str:
 \t}}
 }}
 
-{host} {{
+{site} {{
 {tls}\theader {{
-\t\tStrict-Transport-Security "{HSTS}"
-\t\t-Server
+{hsts}\t\t-Server
 \t}}
 \theader @argilla_pages Content-Security-Policy "{FRAME_ANCESTORS}"
 \tlog {{
@@ -216,6 +242,11 @@ def caddyfile(settings: Settings) -> str:
 \t}}
 }}
 """
+
+
+def _bind(settings: Settings) -> str:
+    """The laptop site's ``bind`` line: HOST only (unset or every address: no line)."""
+    return "" if settings.host in ("", "0.0.0.0", "::") else f"\tbind {settings.host}\n"
 
 
 def _bytes(size: str) -> int:
@@ -275,7 +306,10 @@ def env(settings: Settings, config: str = "") -> dict[str, str]:
 
 def healthy(settings: Settings) -> bool:
     """Caddy answers TLS on ``https_port`` with a certificate for the host name: the portal's
-    /healthz through it comes back 200 (an ACME certificate not issued yet: unhealthy)."""
+    /healthz through it comes back 200 (an ACME certificate not issued yet: unhealthy). On the
+    laptop stack: the portal's /healthz through the plain-HTTP site comes back 200."""
+    if not settings.public:
+        return http_ok(f"http://{_connect_host(settings)}:{settings.site_port}/healthz")
     try:
         with _tls_connection(settings, verify=False) as conn:
             request = (f"GET /healthz HTTP/1.1\r\nHost: {hostname(settings)}\r\nConnection: close\r\n\r\n").encode()
@@ -289,7 +323,7 @@ def healthy(settings: Settings) -> bool:
 def started(settings: Settings) -> bool:
     """Caddy listens on ``https_port`` (its start-up check: the certificate may still be on its way)."""
     try:
-        with socket.create_connection((_connect_host(settings), settings.https_port), timeout=2):
+        with socket.create_connection((_connect_host(settings), listen_port(settings)[0]), timeout=2):
             return True
     except OSError:
         return False
@@ -355,15 +389,17 @@ def certificate(settings: Settings) -> Certificate:
 def spec(settings: Settings) -> ServiceSpec:
     """Caddy as a service of the stack; writes its Caddyfile first."""
     config = write_caddyfile(settings)
+    port, port_setting = listen_port(settings)
     return ServiceSpec(
         name=NAME,
         argv=[binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
         env=env(settings, config.read_text(encoding="utf-8")),
-        # Caddy's own CA signs at once: wait until the portal answers through it; an ACME
-        # certificate may take minutes (or fail: `crowdpref status` says so), so only the port
-        health=(lambda: healthy(settings)) if settings.public_tls == "internal" else (lambda: started(settings)),
-        port=settings.https_port,
-        port_setting="CROWDPREF_HTTPS_PORT",
+        # plain HTTP or Caddy's own CA (signs at once): wait until the portal answers through it;
+        # an ACME certificate may take minutes (or fail: `crowdpref status` says so), so only the port
+        health=(lambda: started(settings)) if settings.public and settings.public_tls == "acme"
+        else (lambda: healthy(settings)),
+        port=port,
+        port_setting=port_setting,
         cwd=folder(settings),
         start_timeout_s=30,
         restart_on_change=("CADDYFILE_", "XDG_"),
@@ -374,7 +410,7 @@ def start(settings: Settings, manager: ProcessManager) -> RunningService:
     """Start Caddy unless it runs (again if its Caddyfile changed: ``restarted``); first, one
     line when a port it listens on (on every address) is taken by another program."""
     service = spec(settings)
-    if manager.running(NAME) is None:
+    if manager.running(NAME) is None and settings.public:  # (the laptop's site: the manager checks HOST:SITE_PORT)
         for port, setting in ((settings.https_port, "CROWDPREF_HTTPS_PORT"), (settings.http_port, "CROWDPREF_HTTP_PORT")):
             if port_in_use("0.0.0.0", port):
                 raise ServiceError(f"caddy: port {port} is in use by a program crowdpref did not start (Debian's "

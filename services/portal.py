@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from crowdpref.account_passwords import AccountPasswords
+from crowdpref.portal.argilla_session import check_one_origin
 from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok
@@ -24,7 +25,7 @@ PORTAL_SETTINGS = (
     "argilla_url", "argilla_api_key",  # Argilla: accounts, datasets, webhooks, releases (a key: another Argilla's)
     "argilla_owner_session",  # the embedded Argilla: owner sessions it mints, never the owner's API key
     "argilla_public_url", "portal_url", "public_url",  # the addresses participants and Prolific use
-    "argilla_handover",  # whether its work frame hands Argilla a minted session (Argilla's own page)
+    "site_port",  # the laptop stack's one origin (Caddy, plain HTTP): the addresses participants use there
     "database_url", "postgres_port",  # the study store
     "portal_studies", "portal_trusted_proxies",
     "prolific_token", "prolific_api_url", "prolific_app_url", "prolific_workspace_id",
@@ -74,6 +75,7 @@ def healthy(settings: Settings) -> bool:
 
 
 def spec(settings: Settings) -> ServiceSpec:
+    check_one_origin(settings)  # the portal hands browsers Argilla sessions on its own origin only
     # the key of participants' account passwords exists before the portal starts (a unit gets it
     # read-only, through LoadCredential=, and could not make it)
     AccountPasswords.from_secrets(settings.secrets_dir)

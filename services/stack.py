@@ -27,7 +27,7 @@ from services.argilla import service as argilla
 from services.prefect import service as prefect
 from services.process import ProcessManager
 
-COMPONENTS = ("argilla", "prefect", "portal", "worker", "caddy")  # caddy: the public profile only
+COMPONENTS = ("argilla", "prefect", "portal", "worker", "caddy")  # caddy: the one origin (HTTPS, or HTTP on the laptop)
 # what runs flows: a worker on the `crowdpref` pool (crowdpref up, or crowdpref deploy) or a
 # serve process (deployments/serve.py); started through deployments/deploy.py
 WORKER, SERVE = "prefect-worker", "prefect-serve"
@@ -54,11 +54,13 @@ def _urls(settings: Settings) -> dict[str, str]:
         argilla.SERVER: settings.argilla_api_url,
         argilla.WORKER: f"rq worker on redis://{settings.host}:{settings.redis_port}",
         prefect.NAME: settings.prefect_ui_url,
-        portal.NAME: settings.portal_public_url,
+        portal.NAME: settings.portal_public_url if settings.public else
+        f"{settings.portal_public_url} (through caddy; on this host: http://{settings.host}:{settings.portal_port})",
         portal.FAKE_PROLIFIC: f"http://{settings.host}:{settings.fake_prolific_port} (simulated studies only)",
         SERVE: "deployments served from one process",
         WORKER: "process worker on pool 'crowdpref'",
-        caddy.NAME: f"{settings.public_url} (HTTPS on port {settings.https_port}, HTTP {settings.http_port} redirects)",
+        caddy.NAME: f"{settings.public_url} (HTTPS on port {settings.https_port}, HTTP {settings.http_port} redirects)"
+        if settings.public else f"{settings.site_url} (the portal and Argilla on one origin, plain HTTP on this host)",
     }
 
 
@@ -108,6 +110,8 @@ def up(
     unknown = wanted - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
+    if "caddy" in wanted:  # no Caddy installed: one line before anything starts
+        caddy.binary()
     # run as root: each service as its own user (services/privileges.py), its accounts made first
     manager = privileges.manager(settings, keep=settings.public if supervise is None else supervise)
     if settings.public:  # Argilla's database and the study store: first (and stopped last)
@@ -151,9 +155,9 @@ def up(
         else:
             on_step("prefect worker")
             _deploy().start_worker(settings, manager)  # the pool first (created if missing); needs the server
-    # the public profile's front door, once what it forwards to is healthy
-    if "caddy" in wanted and settings.public:
-        on_step("caddy (HTTPS)")
+    # the front door (the portal and Argilla on one origin), once what it forwards to is healthy
+    if "caddy" in wanted:
+        on_step("caddy (HTTPS)" if settings.public else "caddy (one origin, plain HTTP on this host)")
         if caddy.start(settings, manager).restarted:
             on_note("caddy restarted: its Caddyfile changed since it started")
     return status(settings)
@@ -181,7 +185,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for name in SERVICE_NAMES:
         running = manager.running(name)
         if running is None and (name in ON_DEMAND or name == WORKER and not _worker_expected(settings, manager)
-                                or name in (postgres.NAME, caddy.NAME) and not settings.public):
+                                or name == postgres.NAME and not settings.public):
             continue
         rows.append(
             ServiceStatus(

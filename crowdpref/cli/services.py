@@ -21,7 +21,8 @@ def up(
     only: list[str] = typer.Option(
         None, "--only",
         help="Start only these components: argilla, prefect, portal, worker (the Prefect worker on pool "
-             "'crowdpref'), caddy (HTTPS, public profile only) (default: all)."
+             "'crowdpref'), caddy (the portal and Argilla on one origin: HTTPS in the public profile, plain HTTP "
+             "on this host otherwise) (default: all)."
     ),
     reset_owner: bool = typer.Option(
         False, "--reset-owner",
@@ -67,8 +68,8 @@ def up(
             highlight=False,
         )
     if "portal" in components:
-        console.print(f"Portal:      {settings.portal_public_url}  (participants' study links start here)",
-                      highlight=False)
+        console.print(f"Portal:      {settings.portal_public_url}  (participants' study links start here; "
+                      "Argilla's pages for participants on the same origin)", highlight=False)
     if "prefect" in components:
         console.print(f"Prefect UI:  {settings.prefect_ui_url}", highlight=False)
         auth = (f'; export PREFECT_API_AUTH_STRING="$(cat {settings.prefect_auth_string_file})"'
@@ -212,6 +213,10 @@ def status(
     _print_status(rows)
     if settings.public:
         _print_public(settings)
+    else:
+        console.print(f"One origin:  {settings.site_url}  (the portal under /s/, /hooks/, /healthz; Argilla for "
+                      f"participants; the owner and the pipeline use Argilla at {settings.argilla_api_url})",
+                      highlight=False)
     if not all(row.healthy for row in rows):
         raise typer.Exit(1)
 

@@ -25,16 +25,14 @@ Routes (``<study>`` is the study config's name, ``<key>`` ``study1`` or ``study2
 - ``GET  /s/<study>/<key>/welcome``: the guidelines and what to expect; *Start* posts to
 - ``POST /s/<study>/<key>/start`` (and ``GET``, where the waiting page reloads): while their
   workspace in Argilla is not ready (waited for at most ``START_WAIT_S``), a page that says so
-  and reloads itself (a meta refresh; 200); then, where the portal and Argilla share an origin (the public
-  profile), a page that stores an Argilla session minted for them (no password, no bcrypt; the
-  token is in this POST's answer, never in a URL) and goes on to the work frame
-  (:mod:`crowdpref.portal.argilla_session`); else 303 to the work frame; once they completed,
-  303 to the finish page.
+  and reloads itself (a meta refresh; 200); then a page that stores an Argilla session minted
+  for them on the origin the portal and Argilla share (no password, no bcrypt; the token is in
+  this POST's answer, never in a URL) and goes on to the work frame
+  (:mod:`crowdpref.portal.argilla_session`); once they completed, 303 to the finish page.
 - ``GET  /s/<study>/<key>/work``: the work frame: the portal's bar (their progress, the way to
-  the finish page) over Argilla in a frame, which opens their first item (one origin), Argilla's
-  session hand-over page with a session minted for them (two origins, where Argilla serves
-  that page), or else the one-hop password sign-in (no-store); once they completed, 303 to the
-  finish page; while their workspace is not ready, 303 to ``/start`` (the waiting page).
+  the finish page) over Argilla in a frame, which opens their first item (no-store); once they
+  completed, 303 to the finish page; while their workspace is not ready, 303 to ``/start`` (the
+  waiting page).
 - ``GET  /s/<study>/<key>/progress``: what the bar shows, as JSON (``submitted``, ``total``,
   ``done``, ``given_back``): from the store, which Argilla's webhooks keep current; without
   them, read from Argilla at most once per 10 s per person.
@@ -448,11 +446,11 @@ def create_app(portal: Portal, *, argilla_webhook: bool = False, launch_pacer: b
             signed = portal.sign_in(study, _key(key), cookie)
         except AlreadyFinished:  # their credentials expired when they completed: the finish page
             signed = f"/s/{study}/{key}/done"
-        if isinstance(signed, TokenSignIn):  # same origin as Argilla: the session in the body, never a URL
+        if isinstance(signed, TokenSignIn):  # the session in the body (one origin with Argilla), never a URL
             return HTMLResponse(pages.argilla_session(signed.token, signed.expires, signed.target,
                                                       argilla_session.TOKEN_KEY, argilla_session.EXPIRATION_KEY),
                                 headers=NO_STORE)
-        return RedirectResponse(signed, status_code=303, headers=NO_STORE)  # the work frame, or their code
+        return RedirectResponse(signed, status_code=303, headers=NO_STORE)  # their code
 
     @app.get("/s/{study}/{key}/work")
     def work(study: str, key: str, request: Request) -> Response:
@@ -555,5 +553,6 @@ def build_app(settings: Any | None = None) -> FastAPI:
     from crowdpref.store import open_store
 
     settings = settings or load_settings()
+    argilla_session.check_one_origin(settings)  # one line, before anything opens: no other way into Argilla
     portal = Portal(settings, open_store(settings))
     return create_app(portal, argilla_webhook=True, launch_pacer=True)  # Argilla reports responses to /hooks/argilla

@@ -58,11 +58,11 @@ class ResponseEvent:
 
 
 def hook_url(settings: Any) -> str:
-    """Where Argilla delivers: the portal's public address; in the public profile with the
-    embedded Argilla, the portal itself on HOST (Argilla's worker runs on the same machine: no
-    detour through Caddy, no trust in Caddy's certificate - which ``public_tls: internal`` would
+    """Where Argilla delivers: the portal's public address; with the embedded Argilla, the portal
+    itself on HOST (Argilla's worker runs on the same machine: no detour through Caddy, which
+    answers 404 there, and no trust in Caddy's certificate - which ``public_tls: internal`` would
     need)."""
-    if getattr(settings, "public_url", None) and getattr(settings, "embedded_argilla", False):
+    if getattr(settings, "embedded_argilla", False):
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
         return f"http://{host}:{settings.portal_port}{PATH}"
     return f"{settings.portal_public_url}{PATH}"

@@ -12,28 +12,29 @@ password is involved.
 
 The token reaches the browser in the body of the portal's answer to *Start* (a POST), never in a
 URL, so no access log, browser history or Referer carries it. A page served from Argilla's own
-origin (the public profile serves both at one host name) writes it where Argilla 2.8's Nuxt
-frontend keeps its session (``@nuxtjs/auth-next``, ``localStorage``: :data:`TOKEN_KEY` =
-``Bearer <jwt>``, :data:`EXPIRATION_KEY` = its ``exp`` in milliseconds) and moves on into
-Argilla. Those keys are an internal detail of Argilla's frontend; the real-browser test
-``tests/browser/test_token_sign_in.py`` fails when an upgrade changes them. Where the portal and
-Argilla are on different origins (the laptop stack: two ports), a portal page cannot write into
-Argilla's storage: there the portal's work frame opens Argilla's own hand-over page
-(:data:`HANDOVER_PATH`, served by services/argilla/launch.py) with the minted session in the URL's
-fragment, which never leaves the browser. An Argilla crowdpref did not start has no such page:
-for it the portal keeps the one-hop ``/sign-in?auth=`` login.
+origin writes it where Argilla 2.8's Nuxt frontend keeps its session (``@nuxtjs/auth-next``,
+``localStorage``: :data:`TOKEN_KEY` = ``Bearer <jwt>``, :data:`EXPIRATION_KEY` = its ``exp`` in
+milliseconds) and moves on into Argilla. Those keys are an internal detail of Argilla's frontend;
+the real-browser test ``tests/browser/test_token_sign_in.py`` fails when an upgrade changes them.
+
+So the portal and Argilla must share an origin, as every stack ``crowdpref up`` starts does: Caddy
+serves both at the public URL (HTTPS) or, on the laptop stack, at ``http://HOST:SITE_PORT``
+(services/caddy.py). Addresses set to two origins (``portal_url``, ``argilla_public_url``) are
+refused at the portal's start and ``crowdpref up`` (:func:`check_one_origin`): a browser could
+not carry the session from one to the other, and there is no other way in.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
 
-from crowdpref.errors import CrowdprefError
+from crowdpref.errors import ConfigError, CrowdprefError
 
 SECRET_FILE = "argilla-auth-secret"
 """Under ``settings.secrets_dir``: the file services/argilla/service.py ``auth_secret`` writes
@@ -97,26 +98,6 @@ class OwnerSessions(httpx.Auth):
         yield request
 
 
-HANDOVER_PATH = "/crowdpref/session"
-"""The session hand-over page that services/argilla/launch.py adds to every argilla-server
-crowdpref starts (``mount_session_handover``; a unit test holds the two files to one path and
-one pair of keys)."""
-
-
-def handover_url(argilla_url: str, token: str, expires: int, to: str) -> str:
-    """Argilla's hand-over page with a minted session in the URL's fragment - which no server,
-    proxy or access log ever receives - and the path on Argilla to open next (``to``)."""
-    return f"{argilla_url.rstrip('/')}{HANDOVER_PATH}#" + urlencode({"t": token, "e": str(expires * 1000), "to": to})
-
-
-def handover_token(url: str) -> str | None:
-    """The session a :func:`handover_url` carries (what the hand-over page stores), or None."""
-    parts = urlsplit(url)
-    if parts.path != HANDOVER_PATH or not parts.fragment:
-        return None
-    return (parse_qs(parts.fragment).get("t") or [None])[0]
-
-
 def username_of(token: str) -> str:
     """The ``username`` claim of a token (read, not verified: Argilla verifies it)."""
     return str(jwt.decode(token, options={"verify_signature": False})["username"])
@@ -131,3 +112,16 @@ def same_origin(a: str, b: str) -> bool:
         return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
 
     return origin(a) == origin(b)
+
+
+def check_one_origin(settings: Any) -> None:
+    """:class:`ConfigError` (one line, both addresses and their settings named) when participants
+    would reach the portal and Argilla on two origins: the browser could not carry the session
+    the portal mints into Argilla. Unset, both are the stack's one origin (Caddy's)."""
+    portal, argilla = settings.portal_public_url, settings.argilla_participant_url
+    if not same_origin(portal, argilla):
+        raise ConfigError(
+            f"the participant address of Argilla ({argilla}, argilla_public_url / CROWDPREF_ARGILLA_PUBLIC_URL) must "
+            f"share an origin with the portal ({portal}, portal_url / CROWDPREF_PORTAL_URL): serve Argilla there "
+            "through a proxy route (the portal on /s/, /hooks/, /healthz, Argilla on the rest, as the stack's Caddy "
+            "does), or unset both to use the stack's own origin")

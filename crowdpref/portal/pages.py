@@ -182,7 +182,7 @@ SESSION_TOKEN = re.compile(r'"Bearer ([\w-]+\.[\w-]+\.[\w-]+)"')
 SESSION_TARGET = re.compile(r'location\.replace\(("[^"]+")\)')
 
 
-def session_handover(session_page: str) -> tuple[str, str] | None:
+def read_argilla_session(session_page: str) -> tuple[str, str] | None:
     """The token and the next address an :func:`argilla_session` page hands the browser (what
     its script writes and where it goes), or None when the page is not one."""
     token, target = SESSION_TOKEN.search(session_page), SESSION_TARGET.search(session_page)

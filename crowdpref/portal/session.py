@@ -1,5 +1,6 @@
-"""Signing a participant in to Argilla: where *Start* sends them, with an Argilla session minted
-by the portal (:class:`TokenSignIn`) where the portal and Argilla share an origin."""
+"""Signing a participant in to Argilla: *Start* hands the browser an Argilla session minted by
+the portal (:class:`TokenSignIn`), on the origin the portal and Argilla share (every stack
+``crowdpref up`` starts: :func:`~crowdpref.portal.argilla_session.check_one_origin`)."""
 
 from __future__ import annotations
 
@@ -46,14 +47,6 @@ class Sessions:
     """The :class:`~crowdpref.portal.service.Portal`'s sign-in (its ``settings``, ``clock`` and
     Argilla's signing key; the entry's :meth:`~Entry.participant`)."""
 
-    @property
-    def token_sign_in(self) -> bool:
-        """Whether *Start* hands the browser a minted Argilla session (:meth:`sign_in`): the
-        portal and Argilla share an origin (the public profile), so a portal page can write
-        Argilla's session storage. Else (the laptop stack's two ports) the work frame signs in
-        itself (:meth:`work`)."""
-        return argilla_session.same_origin(self.settings.portal_public_url, self.settings.argilla_participant_url)
-
     def _signing_in(self, study: str, key: Key, cookie: str | None) -> tuple[Collection, ParticipantState]:
         collection, participant = self.participant(study, key, cookie)
         if participant.status == COMPLETE:
@@ -63,16 +56,11 @@ class Sessions:
                           + RETURN_WORDING)
         return collection, participant
 
-    def sign_in(self, study: str, key: Key, cookie: str | None) -> str | TokenSignIn:
-        """Where *Start* sends the participant: with :attr:`token_sign_in`, a :class:`TokenSignIn`
-        (an Argilla session token minted with Argilla's signing key - no bcrypt, no password in
-        any URL) that opens the work frame; else the work frame's address, whose frame signs in
-        itself (:meth:`work`: Argilla's hand-over page with a session minted there, or the
-        password sign-in where Argilla serves no hand-over page). :class:`AlreadyFinished` once
-        they completed."""
-        if not self.token_sign_in:
-            self._signing_in(study, key, cookie)
-            return work_path(study, key)
+    def sign_in(self, study: str, key: Key, cookie: str | None) -> TokenSignIn:
+        """Where *Start* sends the participant: a :class:`TokenSignIn` (an Argilla session token
+        minted with Argilla's signing key - no bcrypt, no password in any URL) that a portal page
+        stores for Argilla on their shared origin, then opens the work frame.
+        :class:`AlreadyFinished` once they completed."""
         collection, participant = self._signing_in(study, key, cookie)
         token, expires = self._mint(collection, participant)
         return TokenSignIn(token, expires, work_path(study, key))

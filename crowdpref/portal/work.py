@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import base64
 import time
 from dataclasses import dataclass
 
@@ -11,10 +10,9 @@ import httpx
 
 from crowdpref.collection import Collection
 from crowdpref.errors import CrowdprefError
-from crowdpref.portal import argilla_session, links
+from crowdpref.portal import links
 from crowdpref.portal.prepare import FAILING_RETRY_S, NotReady, ready
 from crowdpref.portal.refusal import RETURN_WORDING, Refusal, log, one_line, unavailable
-from crowdpref.portal.session import first_item_path
 from crowdpref.portal.studies import Key
 from crowdpref.recruitment import prolific_target, released_by_crowdpref
 from crowdpref.store import ACTIVE, COMPLETE, ParticipantState
@@ -25,18 +23,12 @@ PROGRESS_READ_S = 10.0  # the work frame's bar without Argilla's webhooks: one A
 @dataclass(frozen=True)
 class WorkFrame:
     """The portal's page around Argilla (:meth:`Portal.work`): the Argilla page its frame opens
-    (``target``) and how far the participant is. ``target`` is the participant's first item where
-    the portal and Argilla share an origin (the browser holds the session :meth:`Portal.sign_in`
-    minted); on two origins, Argilla's hand-over page with a session minted for them in its
-    fragment (where Argilla serves that page, as the embedded Argilla does); else the one-hop
-    password sign-in. It may carry a session or a password, so it is never logged."""
+    (``target``: the participant's first item, on the origin the portal and Argilla share, where
+    the browser holds the session :meth:`Portal.sign_in` minted) and how far the participant is."""
 
     target: str
     submitted: int
     total: int
-
-    def __repr__(self) -> str:  # the target may carry a session or a password
-        return f"WorkFrame(submitted={self.submitted}, total={self.total})"
 
 
 @dataclass(frozen=True)
@@ -67,25 +59,14 @@ class Work:
 
     def work(self, study: str, key: Key, cookie: str | None) -> WorkFrame:
         """The work frame: the portal's bar (progress, the way to the finish page) over Argilla.
-        Its frame opens the participant's first item: where the browser holds the session
-        :meth:`sign_in` minted (one origin: the public profile), directly; on two origins (the
-        laptop stack) through Argilla's session hand-over page with a session minted here
-        (:func:`~crowdpref.portal.argilla_session.handover_url`), where Argilla serves it
-        (``settings.argilla_serves_handover``); else the one-hop password sign-in
-        (:meth:`_password_sign_in`), which lands on Argilla's home. :class:`AlreadyFinished` once
-        they completed."""
+        Its frame opens the participant's first item, signed in by the session :meth:`sign_in`
+        minted into the browser on the origin the portal and Argilla share.
+        :class:`AlreadyFinished` once they completed."""
         collection, participant = self._signing_in(study, key, cookie)
         if not ready(participant):  # not visible in Argilla yet: the page that waits for it
             self.preparer.prepare(collection, participant)
             raise NotReady("the participant's workspace is being prepared")
-        if self.token_sign_in:
-            target = self._first_item_url(participant)
-        elif self.settings.argilla_serves_handover and participant.dataset_id:
-            token, expires = self._mint(collection, participant)
-            target = argilla_session.handover_url(self.settings.argilla_participant_url, token, expires,
-                                                  first_item_path(participant.dataset_id))
-        else:
-            target = self._password_sign_in(collection, participant)
+        target = self._first_item_url(participant)
         return WorkFrame(target, len(participant.submitted), len(participant.assignments))
 
     def progress(self, study: str, key: Key, cookie: str | None) -> Progress:
@@ -103,13 +84,6 @@ class Work:
                     log.warning("Argilla read for the work frame failed: %s", one_line(exc))
         return Progress(len(participant.submitted), len(participant.assignments), participant.status == COMPLETE,
                         given_back=participant.status not in (ACTIVE, COMPLETE))
-
-    def _password_sign_in(self, collection: Collection, participant: ParticipantState) -> str:
-        """Argilla's sign-in page with the participant's credentials (the laptop stack's work
-        frame opens it; never logged)."""
-        password = collection.owner.passwords(participant.username)
-        auth = base64.b64encode(f"{participant.username}:{password}".encode()).decode()
-        return f"{self.settings.argilla_participant_url}/sign-in?auth={auth}"
 
     def finish(self, study: str, key: Key, cookie: str | None) -> Finish:
         """Check with Argilla that every item is submitted; then the completion code."""

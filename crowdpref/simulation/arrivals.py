@@ -16,14 +16,13 @@ walks through:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -47,8 +46,8 @@ CODE_IN_PAGE = re.compile(r"submissions/complete\?cc=([A-Za-z0-9]+)")
 @dataclass(frozen=True)
 class Arrival:
     """Who got in, and what their browser holds to reach Argilla: the Argilla session the portal
-    minted (one origin, or Argilla's hand-over page), or the password of the one-hop sign-in (an
-    Argilla crowdpref did not start)."""
+    minted (through the portal), or the account's password (the direct door, which skips the
+    portal)."""
 
     participant: ParticipantState
     password: str | None = field(repr=False)
@@ -222,23 +221,16 @@ class ProlificDoor:
             raise CrowdprefError(f"the portal's welcome page answered {welcome.status_code}")
         action = _absolute(url, re.search(r'<form method="post" action="([^"]+)"', welcome.text).group(1))
         start = self._until_prepared(browser, action, browser.post(action))
-        handover = pages.session_handover(start.text) if start.status_code == 200 else None
-        if start.status_code != 303 and handover is None:
-            raise CrowdprefError(f"the portal's start answered {start.status_code}")
-        # one origin (the public profile): a minted Argilla session, then the work frame; two
-        # origins: the work frame, whose frame signs in with the password
-        work = browser.get(_absolute(url, handover[1] if handover else start.headers["location"]))
-        target = pages.frame_target(work.text) if work.status_code == 200 else None
-        if target is None:
+        session = pages.read_argilla_session(start.text) if start.status_code == 200 else None
+        if session is None:
+            raise CrowdprefError(f"the portal's start answered {start.status_code} without an Argilla session")
+        # a minted Argilla session (the portal and Argilla share an origin), then the work frame
+        token, work_path = session
+        work = browser.get(_absolute(url, work_path))
+        if work.status_code != 200 or pages.frame_target(work.text) is None:
             raise CrowdprefError(f"the portal's work frame answered {work.status_code} with no Argilla page")
-        token = handover[0] if handover is not None else argilla_session.handover_token(target)
-        if token is not None:  # a minted session: on one origin, or through Argilla's hand-over page
-            participant = self.collection.store.participant(self.collection.info.id, argilla_session.username_of(token))
-            return Arrival(participant, None, token)
-        auth = parse_qs(urlsplit(target).query)["auth"][0]
-        username, password = base64.b64decode(auth).decode().split(":", 1)
-        participant = self.collection.store.participant(self.collection.info.id, username)
-        return Arrival(participant, password)
+        participant = self.collection.store.participant(self.collection.info.id, argilla_session.username_of(token))
+        return Arrival(participant, None, token)
 
     @staticmethod
     def _until_prepared(browser: httpx.Client, url: str, start: httpx.Response) -> httpx.Response:

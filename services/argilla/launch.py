@@ -33,8 +33,7 @@ running unpatched or patched wrongly.
 
 Issue 34 removed the patches that paid only for metadata participants' records no longer carry
 (settings adapters built once, a workspace membership read once per request).
-:func:`cheap_test_hashes` applies to test stacks only. Both commands also serve the session
-hand-over page (:func:`mount_session_handover`).
+:func:`cheap_test_hashes` applies to test stacks only.
 """
 
 from __future__ import annotations
@@ -125,51 +124,6 @@ def bcrypt_off_the_loop() -> None:
     setattr(accounts, BCRYPT_PATCHED, True)
 
 
-HANDOVER_PATH = "/crowdpref/session"
-"""Served by argilla-server on its own origin (:func:`mount_session_handover`): the page that
-hands the browser an Argilla session the portal minted, for the laptop stack, where the portal
-and Argilla are two origins (crowdpref/portal/argilla_session.py)."""
-# where Argilla 2.8's frontend keeps its session: the keys of crowdpref/portal/argilla_session.py
-# (TOKEN_KEY, EXPIRATION_KEY; a unit test holds the two files to the same values)
-TOKEN_KEY, EXPIRATION_KEY = "auth._token.local", "auth._token_expiration.local"
-HANDOVER_PAGE = (
-    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-    '<meta name="viewport" content="width=device-width, initial-scale=1">'
-    '<meta name="referrer" content="no-referrer"><title>Opening your items</title></head>'
-    '<body style="font-family:system-ui,sans-serif;margin:1.25rem"><p>Opening your items\u2026</p>'
-    '<p id="failed" hidden>Your browser did not let us open Argilla. Please allow this site to store data '
-    '(it is needed to keep you signed in), then open the study link again.</p>'
-    '<noscript><p>Argilla needs JavaScript: please turn it on, then open the study link again.</p></noscript>'
-    "<script>(function(){var h=new URLSearchParams(location.hash.slice(1)),t=h.get('t'),e=h.get('e'),"
-    "to=h.get('to')||'';history.replaceState(null,'',location.pathname);"
-    "if(t&&/^[0-9]+$/.test(e||'')&&/^\\/[A-Za-z0-9]/.test(to)){try{"
-    f"localStorage.setItem('{TOKEN_KEY}','Bearer '+t);localStorage.setItem('{EXPIRATION_KEY}',e);"
-    "location.replace(to);return;}catch(x){}}document.getElementById('failed').hidden=false;})();</script>"
-    "</body></html>"
-)
-
-
-def mount_session_handover(app: Any) -> None:
-    """Serve :data:`HANDOVER_PAGE` at :data:`HANDOVER_PATH` on argilla-server's app, ahead of its
-    frontend. The page reads the session from the URL's fragment (``#t=<token>&e=<expiry ms>&to=
-    <path on this origin>``: a fragment never reaches a server or a log), stores it where Argilla's
-    frontend keeps its session, drops the fragment from the history entry and replaces itself
-    with ``to`` (a path on this origin only). So on the laptop stack's two origins the portal's
-    work frame opens the participant's first item with no password and no bcrypt, as the public
-    profile does on one origin. Idempotent."""
-    from starlette.responses import HTMLResponse
-    from starlette.routing import Route
-
-    if any(getattr(route, "path", None) == HANDOVER_PATH for route in app.router.routes):
-        return
-
-    async def handover(request: Any) -> HTMLResponse:
-        return HTMLResponse(HANDOVER_PAGE, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
-                                                    "X-Content-Type-Options": "nosniff"})
-
-    app.router.routes.insert(0, Route(HANDOVER_PATH, handover, methods=["GET"]))
-
-
 TEST_BCRYPT_ROUNDS = "CROWDPREF_TEST_BCRYPT_ROUNDS"
 """TEST STACKS ONLY (tests/conftest.py sets it; services/argilla/service.py passes it on when set):
 the bcrypt cost of the hashes this Argilla makes, instead of argilla-server's own (12, ~0.28 s a
@@ -236,7 +190,6 @@ def __getattr__(name: str) -> Any:
         _patched_or_exit()
         from argilla_server import app
 
-        mount_session_handover(app)
         return app
     raise AttributeError(name)
 
@@ -374,9 +327,6 @@ def main() -> None:
         print("owner account ready", flush=True)
     if len(sys.argv) >= 2 and sys.argv[1] == "start":
         _patched_or_exit()
-        from argilla_server import app as server_app  # the object uvicorn's "argilla_server:app" finds
-
-        mount_session_handover(server_app)
     from argilla_server.cli import app
 
     app()

@@ -91,8 +91,8 @@ def _portal(tmp_path: Path) -> tuple[Portal, Store, str]:
     studies.mkdir()
     (studies / f"{name}.yaml").write_text(yaml.safe_dump(data))
     port = free_port()
-    settings = isolated_settings(tmp_path / "home", portal_studies=studies,
-                                 portal_port=port)
+    settings = isolated_settings(tmp_path / "home", portal_studies=studies,  # the portal alone, no Caddy:
+                                 portal_port=port, portal_url=f"http://127.0.0.1:{port}")  # its links lead to it
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     owner, opened = NullOwner(), {}
 

@@ -14,6 +14,7 @@ import json
 import re
 import time
 
+from crowdpref.portal import argilla_session
 from crowdpref.portal.app import create_app
 from crowdpref.portal.service import Portal
 from crowdpref.prolific import ProlificClient
@@ -69,7 +70,7 @@ def test_on_a_phone_every_control_of_an_item_is_on_screen_and_the_bar_follows(ar
                                                "portal_port": port})
         _share_argilla_key(argilla_server, settings)
         portal = Portal(settings, store, open_collection=lambda path, k: collection)
-        assert portal.token_sign_in
+        argilla_session.check_one_origin(settings)  # the one way in: the portal and Argilla on one origin
         front = SameOrigin(create_app(portal), argilla_server.api_url)
         with PortalThread(front, port=port), ProlificClient(fake.base_url, fake.token) as client:
             webhook_id = portal.register_argilla_webhook(collection.owner)  # as the running portal does

@@ -5,7 +5,8 @@ study 1's collection over the real embedded Argilla, the study store the command
 ``crowdpref invite --key study1 -n 1`` prints the link (the real command) -> the invited person
 opens it on a phone: the onboarding the config ships (introduction, every practice question,
 the quiz passed) -> the welcome page -> *Start* -> the work frame: Argilla signed in inside it
-(its session hand-over page, as on the laptop stack) on their first item -> every item answered
+(the session the portal minted, on the laptop stack's one origin: real Caddy over plain HTTP, as
+``crowdpref up`` serves it) on their first item -> every item answered
 and submitted in Argilla's UI -> the bar turns done,
 its button wholly on screen, the bar passing axe-core (0 serious or critical) -> *Finish* ->
 thanks and what happens next, no completion code.
@@ -31,7 +32,12 @@ from crowdpref.study1 import study1_collection
 from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.browser.test_onboarding_walk import _axe
-from tests.browser.test_portal_ui import _answer_study1, _wait_for_url
+from tests.browser.test_portal_ui import (
+    _answer_study1,
+    _first_item,
+    _wait_for_url,
+    one_origin,
+)
 from tests.conftest import REPO, cli_environment, free_port, isolated_settings
 from tests.integration.test_study1_collection import _questions
 from tests.portal_server import PortalThread
@@ -72,10 +78,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     assert config.study1.inactive_after_minutes >= 10  # made for real people
 
     # 2. study 1's collection on the real Argilla, in the store the commands use
-    # the session Argilla was started by our launcher, as `crowdpref up` starts it: it serves the
-    # session hand-over page, and the state folder holds its token key
+    # the state folder holds the session Argilla's token key, as after `crowdpref up`; the same
+    # one-origin port as the commands'
     settings = isolated_settings(home, argilla_url=argilla_server.api_url, argilla_api_key=argilla_server.owner_api_key,
-                                 portal_studies=studies, portal_port=port, argilla_handover=True)
+                                 portal_studies=studies, portal_port=port, site_port=int(env["CROWDPREF_SITE_PORT"]))
     settings.secrets_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
                  settings.secrets_dir / argilla_session.SECRET_FILE)
@@ -84,10 +90,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     collection = study1_collection(config, _questions().head(6), owner, tmp_path / "run", store,
                                    finish_url(settings, name, "study1"))
     portal = Portal(settings, store, open_collection=lambda p, k: collection)
-    with PortalThread(create_app(portal), port=port) as server:
+    with PortalThread(create_app(portal), port=port), one_origin(settings) as site:
         # 3. the link, from the real command
         [link] = _crowdpref(env, "invite", str(path), "--key", "study1", "-n", "1").split()
-        assert link.startswith(f"{server.url}/s/{name}/study1?invite=")
+        assert link.startswith(f"{site}/s/{name}/study1?invite=")
         page = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
         page.set_default_timeout(TIMEOUT_MS)
 
@@ -116,10 +122,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
             expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
             shot("welcome")
             page.get_by_role("button", name="Start").click()
-            _wait_for_url(page, f"{server.url}/s/{name}/study1/work")
+            _wait_for_url(page, f"{site}/s/{name}/study1/work")
             [participant] = collection.participants()
             work = page.frame(name="argilla")  # signed in through Argilla's hand-over page: their first item
-            work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+            work.wait_for_url(_first_item(site, participant))
             expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
             expect(page.locator("#finish")).to_be_in_viewport(ratio=1.0)
             shot("work")
@@ -140,7 +146,7 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
                                   ".map(v => v.id)")
             assert found == [], found
             finish.click()
-            _wait_for_url(page, f"{server.url}/s/{name}/study1/done")
+            _wait_for_url(page, f"{site}/s/{name}/study1/done")
             expect(page.get_by_role("heading", name="Finished")).to_be_visible()
             expect(page.get_by_text("What happens next")).to_be_visible()
             expect(page.locator(".code")).to_have_count(0)

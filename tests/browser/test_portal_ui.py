@@ -6,10 +6,11 @@ through our Prolific client, exactly as ``crowdpref recruit`` does):
 1. the Prolific-style link the fake hands out (``POST /_fake/studies/<id>/arrive``) -> the
    portal checks the submission with (fake) Prolific -> its welcome page, the ids gone from the
    address bar;
-2. *Start* -> the work frame: the portal's bar (progress, Finish) over Argilla in a frame, which
-   opens Argilla's session hand-over page (services/argilla/launch.py) with a session the portal
-   minted, in the URL's fragment -> their first item, signed in: no password, no ``/sign-in``,
-   no login (two origins: the laptop stack);
+2. *Start* -> a page that stores the Argilla session the portal minted -> the work frame: the
+   portal's bar (progress, Finish) over Argilla in a frame, which opens their first item
+   directly, signed in: no password, no ``/sign-in``, no login. The browser reaches both through
+   real Caddy on the laptop stack's one plain-HTTP origin (services/caddy.py, as ``crowdpref up``
+   serves them);
 3. every item answered and submitted through Argilla's UI (study 1: a typed answer + a 1-5
    rating; study 2: a point on the 8-point scale, the answers shown as A and B in the order the
    store recorded for this rater); after the first one they come back through the same link
@@ -31,12 +32,12 @@ portal-<study>-failure.png/.html."""
 
 from __future__ import annotations
 
-import base64
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pandas as pd
@@ -58,6 +59,8 @@ from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import ACTIVE, COMPLETE, Store
 from crowdpref.study1 import export_responses, study1_collection
 from crowdpref.study2 import export_ratings, study2_collection
+from services import caddy
+from services.process import ProcessManager
 from tests.browser.conftest import BROWSER_MARKS, TIMEOUT_MS
 from tests.browser.test_argilla_ui import _dump
 from tests.conftest import free_port, isolated_settings
@@ -87,11 +90,10 @@ def _setup(tmp_path: Path, argilla_server, fake: FakeProlific, name: str, key: s
         "crowd": {"arrive_via": "prolific"},
     }))
     config = load_study(studies / f"{name}.yaml")
-    # the session Argilla is one our launcher started (services/argilla/launch.py): it serves the
-    # hand-over page, and the portal's state folder holds its token key, as after `crowdpref up`
+    # the portal's state folder holds the session Argilla's token key, as after `crowdpref up`
     settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
                                  argilla_api_key=argilla_server.owner_api_key, portal_studies=studies,
-                                 portal_port=free_port(), fake_prolific_port=fake.port, argilla_handover=True)
+                                 portal_port=free_port(), fake_prolific_port=fake.port)
     settings.secrets_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
                  settings.secrets_dir / argilla_session.SECRET_FILE)
@@ -107,6 +109,25 @@ def _setup(tmp_path: Path, argilla_server, fake: FakeProlific, name: str, key: s
         collection = study2_collection(config, pairs, responses, questions, owner, tmp_path / "run", store,
                                        finish_url(settings, name, key))
     return config, settings, store, collection
+
+
+@contextmanager
+def one_origin(settings) -> Iterator[str]:
+    """Real Caddy on the laptop stack's one plain-HTTP origin (``settings.site_url``), in front of
+    the portal on ``portal_port`` and Argilla, as ``crowdpref up`` starts it; stopped after."""
+    manager = ProcessManager(settings.state_dir)
+    caddy.start(settings, manager)
+    try:
+        yield settings.site_url
+    finally:
+        manager.stop(caddy.NAME)
+
+
+def _first_item(site: str, participant):
+    """Whether a frame's address is the participant's first item on the one origin (Argilla's
+    frontend may add its own query, say the page, once it has loaded)."""
+    item = f"{site}/dataset/{participant.dataset_id}/annotation-mode"
+    return lambda url: url.split("?", 1)[0] == item
 
 
 def _arrive(fake: FakeProlific, study_id: str) -> dict:
@@ -126,10 +147,10 @@ def _second_participant(fake: FakeProlific, study_id: str, argilla_url: str, col
         assert entry.status_code == 303, entry.text
         base = arrival["url"].split("?", 1)[0]
         start = http.post(f"{base}/start")
-        assert start.status_code == 303, start.text
-        work = http.get(httpx.URL(base).join(start.headers["location"]))  # the work frame
-        assert work.status_code == 200, work.text
-        token = argilla_session.handover_token(pages.frame_target(work.text))  # what Argilla's page stores
+        assert start.status_code == 200, start.text
+        token, then = pages.read_argilla_session(start.text)  # what the page stores for Argilla
+        work = http.get(httpx.URL(base).join(then))  # the work frame
+        assert work.status_code == 200 and pages.frame_target(work.text), work.text
         username = argilla_session.username_of(token)
         session = AnnotatorSession(argilla_url, username, None, token=token)
         try:
@@ -210,7 +231,7 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     with FakeProlific() as fake:
         config, settings, store, collection = _setup(tmp_path, argilla_server, fake, name, key)
         portal = Portal(settings, store, open_collection=lambda path, k: collection)
-        with PortalThread(create_app(portal), port=settings.portal_port) as server, \
+        with PortalThread(create_app(portal), port=settings.portal_port), one_origin(settings) as site, \
                 ProlificClient(fake.base_url, fake.token) as client:
             # the Prolific study, created and published on the fake through our client, recorded
             platform = ensure_prolific_study(collection, config, settings, client)
@@ -221,25 +242,25 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
             assert [c["code"] for c in on_fake["completion_codes"]] == [code]
             assert store.platform_study(collection.info.id).external_id == platform.external_id
             arrival = _arrive(fake, platform.external_id)
-            assert arrival["url"].startswith(f"{server.url}/s/{name}/{key}?PROLIFIC_PID={arrival['participant_id']}")
+            assert arrival["url"].startswith(f"{site}/s/{name}/{key}?PROLIFIC_PID={arrival['participant_id']}")
             done_url = finish_url(settings, name, key)
             prolific_done = f"{fake.app_url}/submissions/complete?cc={code}"  # where (fake) Prolific takes codes
             try:
                 # Prolific's link -> the portal's welcome page (the ids leave the address bar)
                 page.goto(arrival["url"])
-                _wait_for_url(page, f"{server.url}/s/{name}/{key}/welcome")
+                _wait_for_url(page, f"{site}/s/{name}/{key}/welcome")
                 expect(page.get_by_role("heading", name="What to expect")).to_be_visible()
                 expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
                 shot("welcome")
 
-                # Start -> the work frame (the portal's bar over Argilla); its frame opens Argilla's
-                # hand-over page with a minted session (two origins), which opens their first item
+                # Start -> the page that stores the minted session -> the work frame (the portal's bar
+                # over Argilla), whose frame opens their first item on the same origin
                 page.get_by_role("button", name="Start").click()
-                _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
+                _wait_for_url(page, f"{site}/s/{name}/{key}/work")
                 [participant] = collection.participants()
                 assert participant.status == ACTIVE and len(participant.assignments) == ITEMS
                 work = page.frame(name="argilla")
-                work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                work.wait_for_url(_first_item(site, participant))
                 expect(page.locator("#progress")).to_have_text(f"0 of {ITEMS} items submitted")
                 shot("argilla")
 
@@ -270,7 +291,7 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                     if n == 1:
                         # half-way they come back through the same Prolific link: the same work
                         page.goto(arrival["url"])
-                        _wait_for_url(page, f"{server.url}/s/{name}/{key}/welcome")
+                        _wait_for_url(page, f"{site}/s/{name}/{key}/welcome")
                         expect(page.get_by_text(f"You will get {ITEMS} items")).to_be_visible()
                         assert [p.username for p in collection.participants()] == [participant.username]
                         # the finish page says what is left, links their items and signs them in again
@@ -278,12 +299,12 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                         expect(page.get_by_role("heading", name="Not finished yet")).to_be_visible()
                         expect(page.get_by_text(f"1 of {ITEMS}")).to_be_visible()
                         expect(page.get_by_role("link", name="Open my items in Argilla")).to_have_attribute(
-                            "href", f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                            "href", f"{site}/dataset/{participant.dataset_id}/annotation-mode")
                         shot("not-finished")
                         page.get_by_role("button", name="Back to my items").click()
-                        _wait_for_url(page, f"{server.url}/s/{name}/{key}/work")
+                        _wait_for_url(page, f"{site}/s/{name}/{key}/work")
                         work = page.frame(name="argilla")
-                        work.wait_for_url(f"{argilla_server.api_url}/dataset/{participant.dataset_id}/annotation-mode")
+                        work.wait_for_url(_first_item(site, participant))
                         submit = work.get_by_role("button", name=re.compile(r"\bSubmit\b"))
                         submitted = work.locator(".status-counter", has_text="submitted").locator(
                             ".status-counter__counter")
@@ -374,91 +395,3 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     log = (argilla_server.settings.logs_dir / "argilla-server.log").read_text(errors="replace")
     assert "sign-in?auth=" not in log and participant.username not in log
     assert httpx.get(f"{argilla_server.api_url}/api/v1/status").status_code == 200
-
-
-def test_a_sign_in_link_left_in_the_history_opens_nothing_after_completion(argilla_server, browser_page, output_dir,
-                                                                           tmp_path, unique):
-    """The ``/sign-in?auth=`` URL the Start button led to stays in the browser's history. From a
-    fresh browser it opens the participant's work while they work; once they completed (the
-    finish page took their account out of its workspace), the same URL in a fresh browser shows
-    none of it."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import expect
-
-    name = f"h{unique}"
-    studies = tmp_path / "studies"
-    studies.mkdir()
-    (studies / f"{name}.yaml").write_text(yaml.safe_dump({
-        "name": name, "seed": 4, "participants": "invite",
-        "study1": {"responses_per_question": 2, "questions_per_participant": ITEMS, "pool_size": 1},
-        "study2": {"pairs_per_participant": 2},
-    }))
-    config = load_study(studies / f"{name}.yaml")
-    settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
-                                 argilla_api_key=argilla_server.owner_api_key, portal_studies=studies,
-                                 portal_port=free_port())
-    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
-    collection = study1_collection(config, _questions().head(2), owner, tmp_path / "run", store,
-                                   finish_url(settings, name, "study1"))
-    portal = Portal(settings, store, open_collection=lambda path, k: collection)
-    page = browser_page
-    browser = page.context.browser
-    sign_ins: list[str] = []
-    page.on("request", lambda request: sign_ins.append(request.url) if "/sign-in?auth=" in request.url else None)
-
-    def logs_in(url: str, what: str, timeout_ms: int) -> bool:
-        """Open ``url`` in a fresh browser (no cookies, no storage): does it end up in Argilla, showing
-        the participant's dataset?"""
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        try:
-            fresh = context.new_page()
-            fresh.set_default_timeout(TIMEOUT_MS)
-            fresh.goto(url)
-            try:
-                fresh.wait_for_url(lambda current: "/sign-in" not in current, timeout=timeout_ms)
-                expect(fresh.get_by_text(collection.dataset_name).first).to_be_visible()
-                logged_in = True
-            except (PlaywrightTimeout, AssertionError):
-                logged_in = False
-            fresh.screenshot(path=str(output_dir / f"portal-history-{what}.png"), full_page=True)
-            return logged_in
-        finally:
-            context.close()
-
-    with PortalThread(create_app(portal), port=settings.portal_port) as server:
-        link = portal.invite_link(name, "study1", "inv-history")
-        assert link.startswith(server.url)
-        try:
-            page.goto(link)  # the invitation's page claims nothing; its button does
-            page.get_by_role("button", name="Accept the invitation").click()
-            _wait_for_url(page, f"{server.url}/s/{name}/study1/welcome")
-            page.get_by_role("button", name="Start").click()
-            _wait_for_url(page, f"{server.url}/s/{name}/study1/work")  # whose frame signs in
-            page.frame(name="argilla").wait_for_url(
-                lambda url: url.startswith(argilla_server.api_url) and "/sign-in" not in url)
-            [old_url] = sign_ins
-            username, password = base64.b64decode(parse_qs(urlsplit(old_url).query)["auth"][0]).decode().split(":", 1)
-            assert logs_in(old_url, "while-working", TIMEOUT_MS)  # the link works while they work
-
-            session = AnnotatorSession(argilla_server.api_url, username, password)
-            try:
-                dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
-                pending = session.pending_records(dataset["id"])
-                assert session.submit([(r["id"], OTHER["study1"]) for r in pending]) == ITEMS
-            finally:
-                session.close()
-            page.goto(finish_url(settings, name, "study1"))
-            expect(page.get_by_role("heading", name="Finished")).to_be_visible()
-            assert store.participant(collection.info.id, username).status == COMPLETE
-
-            assert not logs_in(old_url, "after-completion", 15_000)  # the link in the history opens nothing
-            # and the invitation link, opened again, only says they are done
-            page.goto(link)
-            expect(page.get_by_role("heading", name="You are done")).to_be_visible()
-            expect(page.get_by_role("button", name="Start")).to_have_count(0)
-        except Exception:
-            _dump(page, output_dir, "portal-history-failure")
-            raise
-    assert len(sign_ins) == 1
-    store.close()

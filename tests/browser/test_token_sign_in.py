@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
-
-import pytest
 
 from crowdpref.portal import argilla_session
 from crowdpref.portal.app import create_app
@@ -62,7 +59,7 @@ def test_start_hands_a_minted_argilla_session_on_the_same_origin(argilla_server,
         settings = settings.model_copy(update={"portal_url": front_url, "argilla_public_url": front_url})
         _share_argilla_key(argilla_server, settings)
         portal = Portal(settings, store, open_collection=lambda path, k: collection)
-        assert portal.token_sign_in
+        argilla_session.check_one_origin(settings)  # the one way in: the portal and Argilla on one origin
         front = SameOrigin(create_app(portal), argilla_server.api_url)
         with PortalThread(front, port=port), ProlificClient(fake.base_url, fake.token) as client:
             platform = ensure_prolific_study(collection, config, settings, client)

@@ -75,8 +75,10 @@ def stack(argilla_server, tmp_path: Path, unique: str):
         store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock)
         owner = RecordingOwner(argilla_server.api_url, argilla_server.owner_api_key)
         collection = study1_collection(config, _questions(), owner, tmp_path / "run", store)
+        port = free_port()  # no Caddy here: Argilla delivers to the portal's own address
         settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
-                                     argilla_api_key=argilla_server.owner_api_key, portal_studies=tmp_path)
+                                     argilla_api_key=argilla_server.owner_api_key, portal_studies=tmp_path,
+                                     portal_port=port, portal_url=f"http://127.0.0.1:{port}")
         portal = Portal(settings, store, open_collection=lambda path, key: collection)
         server = PortalThread(create_app(portal), port=settings.portal_port).__enter__()
         webhook_id = portal.register_argilla_webhook(owner)

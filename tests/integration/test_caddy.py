@@ -398,3 +398,48 @@ def test_from_outside_only_a_working_participant_may_change_an_answer(front):
                 assert refused.status_code == 403 and "argilla" not in refused.text, (method, headers, refused.text)
         assert local.put(url, json=body).json()["who"] == "argilla"  # the operator on this host: Argilla decides
         assert outside.get(url, headers=bearer(finished.participant.username)).json()["who"] == "argilla"  # reads
+
+
+def test_the_laptop_stack_serves_the_portal_and_argilla_on_one_plain_http_origin(tmp_path):
+    """No public URL: ``up`` starts Caddy too, over plain HTTP on HOST:SITE_PORT (no certificate,
+    no HSTS), in front of the portal (its own process) and Argilla (a stand-in here); the
+    participants' addresses are that origin, and ``status`` prints it. Addresses that would put
+    Argilla on another origin than the portal stop ``up`` with one line, before anything starts."""
+    from crowdpref.errors import ConfigError
+    from services import stack
+
+    argilla, argilla_port = _argilla_upstream()
+    (tmp_path / "studies").mkdir()
+    settings = isolated_settings(tmp_path / "home", argilla_url=f"http://127.0.0.1:{argilla_port}",
+                                 argilla_api_key="stand-in-key", portal_studies=tmp_path / "studies",
+                                 prefect_api_url=f"http://127.0.0.1:{free_port()}/api")
+    site = f"http://127.0.0.1:{settings.site_port}"
+    assert settings.portal_public_url == settings.argilla_participant_url == site
+    try:
+        apart = settings.model_copy(update={"argilla_public_url": f"http://127.0.0.1:{argilla_port}"})
+        with pytest.raises(ConfigError, match="must share an origin with the portal"):
+            stack.up(apart, ["portal", "caddy"], supervise=False)
+        assert not [row for row in stack.status(apart) if row.pid]
+
+        rows = {row.name: row for row in stack.up(settings, ["portal", "caddy"], supervise=False)}
+        assert rows["caddy"].healthy and rows["portal"].healthy, rows
+        assert rows["caddy"].url.startswith(site) and rows["portal"].url.startswith(site)
+        with httpx.Client(timeout=30) as http:
+            health = http.get(f"{site}/healthz")  # the portal, through Caddy
+            assert health.status_code == 200 and "strict-transport-security" not in health.headers
+            assert "server" not in health.headers
+            item = http.get(f"{site}/dataset/d1/annotation-mode")  # Argilla, on the same origin
+            assert item.status_code == 200 and item.json()["path"] == "/dataset/d1/annotation-mode"
+            assert item.headers["content-security-policy"] == caddy.FRAME_ANCESTORS
+        from typer.testing import CliRunner
+
+        from crowdpref.cli import app
+
+        unset = {k: None for k in os.environ if k.startswith(("CROWDPREF_", "ARGILLA_", "PREFECT_"))}
+        shown = CliRunner().invoke(app, ["status"], env={**unset, **settings.as_environment(), "COLUMNS": "200"})
+        assert f"One origin:  {site}" in shown.output, shown.output
+    finally:
+        stopped = stack.down(settings)
+        argilla.shutdown()
+    assert {"portal", "caddy"} <= set(stopped)
+    assert not port_in_use(settings.host, settings.site_port)

@@ -14,11 +14,12 @@ import contextlib
 import hashlib
 import hmac
 import json
+import shutil
 import socket
 import threading
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,7 +27,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from crowdpref.argilla_client import AnnotatorSession, ArgillaOwner
-from crowdpref.portal import pages
+from crowdpref.portal import argilla_session, pages
 from crowdpref.portal.app import create_app
 from crowdpref.portal.links import finish_url
 from crowdpref.portal.prepare import ENTRY_WAIT_S, START_WAIT_S, WAITING_REFRESH_S
@@ -56,6 +57,9 @@ def _portal(tmp_path: Path, argilla_server, name: str, participants: str, *, cop
     (studies / f"{name}.yaml").write_text(yaml.safe_dump(config_data))
     settings = isolated_settings(tmp_path / "home", argilla_url=argilla_server.api_url,
                                  argilla_api_key=argilla_server.owner_api_key, portal_studies=studies)
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)  # Argilla's token key, as after `crowdpref up`
+    shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
+                 settings.secrets_dir / argilla_session.SECRET_FILE)
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     from crowdpref.config import load_study
 
@@ -68,17 +72,17 @@ def _portal(tmp_path: Path, argilla_server, name: str, participants: str, *, cop
 
 
 def _sign_in(client, response) -> tuple[str, str]:
-    """The credentials in the Argilla sign-in that Start's work frame opens (two origins)."""
-    assert response.status_code == 303, response.text
-    work = client.get(response.headers["location"])
-    assert work.status_code == 200, work.text
-    query = parse_qs(urlsplit(pages.frame_target(work.text)).query)
-    username, password = base64.b64decode(query["auth"][0]).decode().split(":", 1)
-    return username, password
+    """The participant and the Argilla session the Start page hands the browser (minted by the
+    portal), once the work frame it goes on to opens an Argilla page."""
+    assert response.status_code == 200, response.text
+    token, then = pages.read_argilla_session(response.text)
+    work = client.get(then)
+    assert work.status_code == 200 and pages.frame_target(work.text), work.text
+    return argilla_session.username_of(token), token
 
 
-def _answer_all(api_url: str, username: str, password: str, dataset_name: str) -> int:
-    session = AnnotatorSession(api_url, username, password)
+def _answer_all(api_url: str, username: str, token: str, dataset_name: str) -> int:
+    session = AnnotatorSession(api_url, username, None, token=token)
     try:
         dataset = next(d for d in session.datasets() if d["name"] == dataset_name)
         pending = session.pending_records(dataset["id"])
@@ -105,15 +109,15 @@ def test_an_invited_participant_enters_works_in_argilla_and_gets_the_completion_
     assert f"/s/p{unique}/study1/done" in welcome.text and 'name="viewport"' in welcome.text
 
     start = client.post(f"/s/p{unique}/study1/start", follow_redirects=False)
-    assert start.headers["location"] == f"/s/p{unique}/study1/work"
+    assert pages.read_argilla_session(start.text)[1] == f"/s/p{unique}/study1/work"
     assert start.headers["referrer-policy"] == "no-referrer" and start.headers["cache-control"] == "no-store"
-    username, password = _sign_in(client, start)
+    username, token = _sign_in(client, start)
     participant = collection.store.participant(collection.info.id, username)
     assert participant.source == "invite" and len(participant.assignments) == 3
 
     not_yet = client.get(f"/s/p{unique}/study1/done")
     assert not_yet.status_code == 200 and "0 of 3" in not_yet.text and "Not finished yet" in not_yet.text
-    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
+    assert _answer_all(argilla_server.api_url, username, token, collection.dataset_name) == 3
     done = client.get(f"/s/p{unique}/study1/done")
     code = collection.store.completion_code(collection.info.id)
     # an invitee has no platform to give a code to: thanked, told what happens next, no code (issue 20)
@@ -138,10 +142,10 @@ def test_the_portal_logs_paths_never_ids(argilla_server, tmp_path, unique, caplo
         assert client.get(f"/s/{name}/study1?PROLIFIC_PID={PID}&STUDY_ID={STUDY_ID}&SESSION_ID={SESSION}",
                           follow_redirects=False).status_code == 303
         start = client.post(f"/s/{name}/study1/start", follow_redirects=False)
-        username, password = _sign_in(client, start)  # the work frame holds the sign-in: not logged either
-    assert f"GET /s/{name}/study1 303" in caplog.text and f"POST /s/{name}/study1/start 303" in caplog.text
+        username, token = _sign_in(client, start)  # the Start page holds the session: not logged either
+    assert f"GET /s/{name}/study1 303" in caplog.text and f"POST /s/{name}/study1/start 200" in caplog.text
     assert f"GET /s/{name}/study1/work 200" in caplog.text
-    for secret in (PID, SESSION, STUDY_ID, password):
+    for secret in (PID, SESSION, STUDY_ID, token):
         assert secret not in caplog.text
     assert PID not in repr(portal.visitor(name, "study1", {"PROLIFIC_PID": PID, "STUDY_ID": STUDY_ID,
                                                              "SESSION_ID": SESSION}))
@@ -283,13 +287,6 @@ def test_prolific_webhooks_are_verified_deduplicated_and_release_a_returned_part
     assert unknown.status_code == 200 and unknown.json()["outcome"] == "unknown participant"
 
 
-def _token(api_url: str, username: str, password: str) -> str:
-    """The session Argilla's sign-in gives (what the web UI's /sign-in?auth= keeps)."""
-    answer = httpx.post(f"{api_url}/api/v1/token", data={"username": username, "password": password}, timeout=10)
-    assert answer.status_code in (200, 201), answer.status_code
-    return answer.json()["access_token"]
-
-
 def _reach(api_url: str, headers: dict[str, str], dataset_id: str, record_id: str, *,
            answer: bool = True) -> dict[str, int]:
     """What Argilla answers the participant's session or API key: their dataset, a search of its
@@ -315,8 +312,7 @@ def test_access_ends_when_a_participant_completes_or_is_released(argilla_server,
     finisher, leaver = (portal.invite_link(name, "study1", who).split(portal.settings.portal_public_url, 1)[1]
                         for who in ("inv-done", "inv-gone"))
     assert client.post(finisher, follow_redirects=False).status_code == 303
-    username, password = _sign_in(client, client.post(f"/s/{name}/study1/start", follow_redirects=False))
-    token = _token(argilla_server.api_url, username, password)
+    username, token = _sign_in(client, client.post(f"/s/{name}/study1/start", follow_redirects=False))
     api_key = httpx.get(f"{argilla_server.api_url}/api/v1/me", headers={"Authorization": f"Bearer {token}"},
                         timeout=10).json()["api_key"]
     participant = collection.store.participant(collection.info.id, username)
@@ -325,7 +321,7 @@ def test_access_ends_when_a_participant_completes_or_is_released(argilla_server,
     for headers in ({"Authorization": f"Bearer {token}"}, {"X-Argilla-Api-Key": api_key}):
         before = _reach(argilla_server.api_url, headers, dataset_id, record_id, answer=False)
         assert set(before.values()) == {200}, before
-    assert _answer_all(argilla_server.api_url, username, password, collection.dataset_name) == 3
+    assert _answer_all(argilla_server.api_url, username, token, collection.dataset_name) == 3
     done = client.get(f"/s/{name}/study1/done")  # completes them, and their access ends
     assert done.status_code == 200 and "Finished" in done.text
     assert collection.store.participant(collection.info.id, username).status == COMPLETE
@@ -336,8 +332,7 @@ def test_access_ends_when_a_participant_completes_or_is_released(argilla_server,
 
     other = TestClient(create_app(portal), base_url="http://portal.test")
     assert other.post(leaver, follow_redirects=False).status_code == 303
-    gone, gone_password = _sign_in(other, other.post(f"/s/{name}/study1/start", follow_redirects=False))
-    gone_token = _token(argilla_server.api_url, gone, gone_password)
+    gone, gone_token = _sign_in(other, other.post(f"/s/{name}/study1/start", follow_redirects=False))
     leaver_state = collection.store.participant(collection.info.id, gone)
     gone_dataset = collection._dataset_of(leaver_state).id
     gone_record = next(iter(collection.owner.record_ids(collection._dataset_of(leaver_state)).values()))
@@ -347,7 +342,7 @@ def test_access_ends_when_a_participant_completes_or_is_released(argilla_server,
     assert collection.store.access_to_revoke(collection.info.id) == []
     assert collection.revoke_finished_access() == 0 and collection.owner.revoke_access(gone) == 0  # done once
     events = collection.store.events(collection.info.id, kinds=["access_revoked"])
-    assert len(events) == 2 and password not in json.dumps(events) and gone_password not in json.dumps(events)
+    assert len(events) == 2 and token not in json.dumps(events) and gone_token not in json.dumps(events)
 
 
 def test_the_portal_signs_in_to_argilla_as_the_owner_with_sessions_it_mints(argilla_server, tmp_path, unique):
@@ -458,7 +453,7 @@ def test_an_arrival_is_admitted_at_once_while_argilla_stalls_and_gets_in_once_it
         assert client.get(f"{base}/work", follow_redirects=False).headers["location"] == f"{base}/start"
         proxy.flowing.set()  # Argilla answers again: the waiting page's reload opens the work
         deadline = time.monotonic() + 120
-        while (again := client.get(f"{base}/start", follow_redirects=False)).status_code != 303:
+        while pages.read_argilla_session((again := client.get(f"{base}/start", follow_redirects=False)).text) is None:
             assert again.status_code in (200, 503) and time.monotonic() < deadline, again.text
             time.sleep(WAITING_REFRESH_S)
         username, _ = _sign_in(client, again)

@@ -53,11 +53,11 @@ def test_a_pass_leads_to_a_claim_with_records_in_argilla(argilla_server, tmp_pat
     passed = client.post(f"{base}/onboarding/quiz", data={"q0": "1", "q1": "2"}, follow_redirects=False)
     assert passed.status_code == 303 and passed.headers["location"] == f"{base}/welcome"
     assert "3 items" in client.get(f"{base}/welcome").text
-    username, password = _sign_in(client, client.post(f"{base}/start", follow_redirects=False))
+    username, token = _sign_in(client, client.post(f"{base}/start", follow_redirects=False))
     participant = collection.store.participant(collection.info.id, username)
     assert participant.source == "invite" and len(participant.assignments) == 3
     assert collection.store.participant_by_key(collection.info.id, "invite:inv-pass").id == participant.id
-    session = AnnotatorSession(argilla_server.api_url, username, password)
+    session = AnnotatorSession(argilla_server.api_url, username, None, token=token)
     try:
         dataset = next(d for d in session.datasets() if d["name"] == collection.dataset_name)
         assert len(session.pending_records(dataset["id"])) >= 3  # their items (and any checks) are in Argilla

@@ -10,6 +10,7 @@ that never arrives is caught by the sync, which also raises places for freed wor
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from crowdpref.settings import load_settings
 from crowdpref.simulation.arrivals import ProlificDoor, simulated_prolific_id
 from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import open_store
+from tests.browser.test_token_sign_in import _share_argilla_key as share_signing_key
 from tests.conftest import free_port
 from tests.portal_server import PortalThread
 
@@ -54,16 +56,22 @@ def _study(folder: Path, name: str, **overrides: object) -> str:
 
 
 @pytest.fixture()
-def prolific_stack(study_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def prolific_stack(study_env: Path, argilla_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The fake Prolific, and the portal over real HTTP serving the studies in ``tmp_path/studies``,
     subscribed to the fake's webhooks, opening paced launches' places as a deployed portal does."""
     studies = tmp_path / "studies"
     studies.mkdir()
     with FakeProlific(page_size=5, retry_delay_s=0.1) as fake:
         monkeypatch.setenv("CROWDPREF_FAKE_PROLIFIC_PORT", str(fake.port))
-        monkeypatch.setenv("CROWDPREF_PORTAL_PORT", str(free_port()))
+        port = free_port()
+        monkeypatch.setenv("CROWDPREF_PORTAL_PORT", str(port))
+        # no Caddy in front here: the portal and Argilla at their own addresses (these clients are no
+        # browsers, so the stack's one origin is not needed)
+        monkeypatch.setenv("CROWDPREF_PORTAL_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("CROWDPREF_ARGILLA_PUBLIC_URL", os.environ["CROWDPREF_ARGILLA_URL"])
         monkeypatch.setenv("CROWDPREF_PORTAL_STUDIES", str(studies))
         settings = load_settings()
+        share_signing_key(argilla_server, settings)
         store = open_store(settings)
         portal = Portal(settings, store)
         with PortalThread(create_app(portal, launch_pacer=True), port=settings.portal_port), \

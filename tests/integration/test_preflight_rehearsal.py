@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from crowdpref.preflight.host import read_capacity
 from crowdpref.settings import load_settings
 from crowdpref.simulation.prolific_server import FakeProlific
 from crowdpref.store import open_store
+from tests.browser.test_token_sign_in import _share_argilla_key as share_signing_key
 from tests.conftest import free_port
 from tests.portal_server import PortalThread
 from tests.unit.test_portal_onboarding import ONBOARDING
@@ -66,8 +68,14 @@ def test_rehearsal_reports_measures_and_leaves_nothing(study_env: Path, argilla_
     monkeypatch.setattr(logger, "level", logging.INFO)
     with FakeProlific(retry_delay_s=0.1) as fake:
         monkeypatch.setenv("CROWDPREF_FAKE_PROLIFIC_PORT", str(fake.port))
-        monkeypatch.setenv("CROWDPREF_PORTAL_PORT", str(free_port()))
+        port = free_port()
+        monkeypatch.setenv("CROWDPREF_PORTAL_PORT", str(port))
+        # no Caddy in front here: the portal and Argilla at their own addresses (these clients are no
+        # browsers, so the stack's one origin is not needed)
+        monkeypatch.setenv("CROWDPREF_PORTAL_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("CROWDPREF_ARGILLA_PUBLIC_URL", os.environ["CROWDPREF_ARGILLA_URL"])
         settings = load_settings()
+        share_signing_key(argilla_server, settings)  # what the portal mints participants' sessions with
         store = open_store(settings)
         # a rehearsal killed half-way: its config, run folder and store rows
         stale = "r-rehearsal-2601010000"

@@ -217,6 +217,7 @@ def test_argillas_worker_delivers_every_response_webhook_on_postgresql(public_ar
     collection = study1_collection(config, _questions(), owner, tmp_path / "run", store)
     settings = isolated_settings(tmp_path / "home", argilla_url=api, argilla_api_key=public_argilla.owner_api_key,
                                  portal_studies=tmp_path)
+    settings = settings.model_copy(update={"portal_url": f"http://127.0.0.1:{settings.portal_port}"})  # no Caddy
     portal = Portal(settings, store, open_collection=lambda path, key: collection)
     log = ProcessManager(public_argilla.settings.state_dir).log_path(argilla.WORKER)
     with PortalThread(create_app(portal), port=settings.portal_port):

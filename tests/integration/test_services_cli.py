@@ -44,8 +44,11 @@ def test_up_status_down_round_trip(cli_env):
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_ARGILLA_PORT']}" in started.stdout
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_PREFECT_PORT']}" in started.stdout
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}" in started.stdout
-        portal = httpx.get(f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}/s/nosuchstudy/study1", timeout=10)
+        site = f"http://127.0.0.1:{cli_env['CROWDPREF_SITE_PORT']}"  # Caddy: the portal and Argilla on one origin
+        assert f"Portal:      {site}  (participants' study links start here" in started.stdout, started.stdout
+        portal = httpx.get(f"{site}/s/nosuchstudy/study1", timeout=10)
         assert portal.status_code == 404 and "Study not found" in portal.text  # the portal serves pages
+        assert httpx.get(f"{site}/api/v1/status", timeout=10).status_code == 200  # and Argilla, on the same origin
 
         creds_file = state / "secrets" / "argilla-owner.json"
         creds = json.loads(creds_file.read_text())
@@ -61,12 +64,13 @@ def test_up_status_down_round_trip(cli_env):
 
         status = run_cli(cli_env, "status")
         assert status.returncode == 0, status.stdout
-        assert status.stdout.count("healthy") == 6 and "unhealthy" not in status.stdout
+        assert status.stdout.count("healthy") == 7 and "unhealthy" not in status.stdout
+        assert f"One origin:  {site}" in status.stdout
         assert _health(status.stdout, "prefect-worker") == "healthy"  # the worker is a service
 
         records = {p.stem: json.loads(p.read_text()) for p in (state / "run").glob("*.json")}
         assert set(records) == {"redis", "argilla-server", "argilla-worker", "prefect-server", "portal",
-                                "prefect-worker"}
+                                "prefect-worker", "caddy"}
         worker = records["prefect-worker"]
         assert worker["term_signals"] == 2 and _cmdline(worker["pid"])[-6:-2] == ["--pool", "crowdpref", "--type", "process"]
 
@@ -116,7 +120,8 @@ def test_up_status_down_round_trip(cli_env):
     for name, record in records.items():
         assert group_members(record["pid"]) == [], f"{name} left processes behind"
     assert _worker_processes(state) == [], "down left a Prefect worker running"
-    for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT", "CROWDPREF_PORTAL_PORT"):
+    for port in ("CROWDPREF_ARGILLA_PORT", "CROWDPREF_PREFECT_PORT", "CROWDPREF_REDIS_PORT", "CROWDPREF_PORTAL_PORT",
+                 "CROWDPREF_SITE_PORT"):
         assert not port_in_use("127.0.0.1", int(cli_env[port])), port
     assert list((state / "run").glob("*.json")) == []
     after = run_cli(cli_env, "status")
@@ -209,7 +214,8 @@ def test_up_restarts_the_portal_when_its_settings_changed(cli_env):
         assert same.returncode == 0 and json.loads(record_file.read_text())["pid"] == first["pid"]  # unchanged: kept
         assert "restarted" not in same.stdout
 
-        changed = {**cli_env, "PROLIFIC_TOKEN": second_token, "CROWDPREF_PORTAL_URL": "https://study.example.org"}
+        changed = {**cli_env, "PROLIFIC_TOKEN": second_token, "CROWDPREF_PORTAL_URL": "https://study.example.org",
+                   "CROWDPREF_ARGILLA_PUBLIC_URL": "https://study.example.org"}  # one origin behind a proxy
         again = run_cli(changed, "up", "--only", "portal")
         assert again.returncode == 0, again.stderr + again.stdout
         assert "participant portal restarted: its settings" in again.stdout  # said in one line

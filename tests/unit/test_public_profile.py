@@ -73,13 +73,41 @@ def test_only_a_dns_host_name_goes_into_the_caddyfile(tmp_path):
     with pytest.raises(ConfigError, match=r"'bad_name.example.org' is not a DNS host name"):
         caddy.caddyfile(_public(tmp_path, public_url="https://bad_name.example.org"))
     with pytest.raises(ConfigError, match=r"public_url \(CROWDPREF_PUBLIC_URL\) is not set"):
-        caddy.caddyfile(isolated_settings(tmp_path / "home"))
+        caddy.hostname(isolated_settings(tmp_path / "home"))
+
+
+def test_on_the_laptop_stack_caddy_serves_the_same_routes_over_plain_http_on_host(tmp_path):
+    """No public URL: one plain-HTTP origin on HOST:SITE_PORT (no ACME, no certificate, no HSTS),
+    routed as the public profile is, which the portal's and Argilla's addresses then share."""
+    laptop = isolated_settings(tmp_path / "home")
+    text = caddy.caddyfile(laptop)
+    assert f"\nhttp://:{laptop.site_port} {{\n\tbind 127.0.0.1\n" in text and "\tauto_https off\n" in text
+    assert "tls" not in text and "Strict-Transport-Security" not in text and "https_port" not in text
+    public = caddy.caddyfile(_public(tmp_path, portal_port=laptop.portal_port, argilla_port=laptop.argilla_port))
+    routes = public[public.index("\t@portal path"):]
+    assert routes in text  # the same matchers, refusals, limits and upstreams
+    assert caddy.listen_port(laptop) == (laptop.site_port, "CROWDPREF_SITE_PORT")
+    assert laptop.portal_public_url == laptop.argilla_participant_url == f"http://127.0.0.1:{laptop.site_port}"
+
+
+def test_without_caddy_up_stops_with_one_line_naming_the_fix(tmp_path, monkeypatch):
+    from crowdpref.errors import ServiceError
+    from services import stack
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no caddy on it
+    monkeypatch.setattr(caddy, "DEBIAN_BINARIES", ())
+    with pytest.raises(ServiceError) as missing:
+        stack.up(isolated_settings(tmp_path / "home"), ["portal", "caddy"])  # the laptop stack needs it too
+    assert not (tmp_path / "home").exists()  # nothing started, nothing written
+    assert "\n" not in str(missing.value) and "`make setup` (as root)" in str(missing.value)
+    assert "portal and Argilla on one origin" in str(missing.value)
 
 
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="Debian's caddy is not installed (make setup installs it)")
-@pytest.mark.parametrize("tls", ["internal", "acme"])
+@pytest.mark.parametrize("tls", ["internal", "acme", "laptop"])
 def test_caddy_itself_accepts_the_caddyfile(tmp_path, tls):
-    settings = _public(tmp_path, public_tls=tls, acme_email="ops@example.org")
+    settings = isolated_settings(tmp_path / "home") if tls == "laptop" else \
+        _public(tmp_path, public_tls=tls, acme_email="ops@example.org")
     path = caddy.write_caddyfile(settings)
     done = subprocess.run([caddy.binary(), "validate", "--config", str(path), "--adapter", "caddyfile"],
                           env=caddy.env(settings), capture_output=True, text=True, timeout=60)

@@ -114,15 +114,15 @@ def test_every_page_function_is_rendered() -> None:
 
     public = {n for n, f in inspect.getmembers(pages, inspect.isfunction)
               if f.__module__ == pages.__name__ and not n.startswith("_")}
-    readers = {"session_handover", "frame_target", "preparing_refresh"}  # read pages, do not render them
+    readers = {"read_argilla_session", "frame_target", "preparing_refresh"}  # read pages, do not render them
     missing = public - readers - {n for n in public if any(c == n or c.startswith(n + "_") for c in PAGES)}
     assert not missing, f"page functions without a golden case: {sorted(missing)}"
 
 
 def test_readers_still_read_the_recorded_pages() -> None:
-    """session_handover and frame_target parse what the page functions write."""
+    """read_argilla_session and frame_target parse what the page functions write."""
     handed = pages.argilla_session("aaa.bbb.ccc", 1, "/work?x=1&y=<2>", "k", "e")
-    assert pages.session_handover(handed) == ("aaa.bbb.ccc", "/work?x=1&y=<2>")
+    assert pages.read_argilla_session(handed) == ("aaa.bbb.ccc", "/work?x=1&y=<2>")
     assert pages.frame_target(PAGES["work_frame_done"]()) == "/a?b=1&c=2"
     assert pages.preparing_refresh(PAGES["preparing_failing"]()) == (10, "/s/x/study1/start")
     assert pages.preparing_refresh(PAGES["preparing"]()) == (2, URL)

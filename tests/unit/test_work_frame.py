@@ -1,17 +1,14 @@
 """The work frame (``/s/<study>/<key>/work``): *Start* leads to the portal's bar (progress and a
-Finish button, always on screen) over Argilla in a frame. On one origin (the public profile) the
-frame opens the participant's first item with the session *Start* minted; on the laptop stack's
-two origins it opens the password sign-in, which never reaches an address bar, a Location header
-or a log. The bar's progress comes from the store when Argilla's webhooks keep it current, and
+Finish button, always on screen) over Argilla in a frame. On the origin the portal and Argilla
+share (Caddy's, on the laptop stack as in the public profile) the frame opens the participant's
+first item with the session *Start* minted; addresses on two origins are refused. The bar's progress comes from the store when Argilla's webhooks keep it current, and
 from Argilla at most once per ``PROGRESS_READ_S`` per participant when they do not."""
 
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
-from urllib.parse import parse_qs
 
+import pytest
 from fastapi.testclient import TestClient
 
 from crowdpref.collection import Collection
@@ -41,55 +38,67 @@ def _participant(rig, portal, name):  # noqa: F811
     return collection, participant
 
 
-def test_with_an_argilla_crowdpref_did_not_start_the_frame_signs_in_with_the_password(rig, caplog):  # noqa: F811
+def test_on_the_laptop_stack_the_frame_opens_the_first_item_on_the_shared_origin(rig, caplog):  # noqa: F811
+    """The laptop stack's defaults: the portal and Argilla on Caddy's one plain-HTTP origin, so
+    *Start* hands the browser the minted session and the frame opens the first item itself."""
     caplog.set_level(logging.DEBUG)
-    settings = rig.settings.model_copy(update={"argilla_handover": False})  # no hand-over page there
-    portal, client = _client(rig, settings, "apart")
-    start = client.post("/s/apart/study1/start", follow_redirects=False)
-    assert start.status_code == 303
-    assert start.headers["location"] == "/s/apart/study1/work"  # no password in it
-    work = client.get("/s/apart/study1/work")
+    settings = rig.settings
+    assert settings.portal_public_url == settings.argilla_participant_url == f"http://127.0.0.1:{settings.site_port}"
+    portal, client = _client(rig, settings, "laptop")
+    start = client.post("/s/laptop/study1/start", follow_redirects=False)
+    assert start.status_code == 200 and start.headers["cache-control"] == "no-store"
+    token, then = pages.read_argilla_session(start.text)
+    assert then == "/s/laptop/study1/work"
+    work = client.get(then)
     assert work.status_code == 200
     assert work.headers["cache-control"] == "no-store" and work.headers["referrer-policy"] == "no-referrer"
-    collection, participant = _participant(rig, portal, "apart")
-    src = pages.frame_target(work.text)
-    assert src.startswith(f"{settings.argilla_participant_url}/sign-in?auth=")
+    collection, participant = _participant(rig, portal, "laptop")
+    assert argilla_session.username_of(token) == participant.username
+    first_item = f"{settings.site_url}/dataset/{participant.dataset_id}/annotation-mode"
+    assert pages.frame_target(work.text) == first_item  # no sign-in page, no session in the address
     password = collection.owner.passwords(participant.username)
-    assert password not in caplog.text and "auth=" not in caplog.text
+    assert password not in work.text and "auth=" not in work.text
+    assert token not in caplog.text and password not in caplog.text
     # the bar: how far they are, and the way to the finish page, on screen from the first item on
     assert "0 of 3 items submitted" in work.text
-    assert ('<a class="button" id="finish" href="/s/apart/study1/done" target="_top">Check my progress</a>'
+    assert ('<a class="button" id="finish" href="/s/laptop/study1/done" target="_top">Check my progress</a>'
             in work.text)  # before the end, the button says what it does then
-    assert '"/s/apart/study1/progress"' in work.text  # what its script asks
+    assert '"/s/laptop/study1/progress"' in work.text  # what its script asks
 
 
-def test_on_two_origins_the_frame_hands_argilla_a_minted_session_in_the_fragment(rig, caplog):  # noqa: F811
-    caplog.set_level(logging.DEBUG)
-    assert rig.settings.embedded_argilla and rig.settings.argilla_serves_handover  # our launcher's Argilla
-    portal, client = _client(rig, rig.settings, "handed")
-    start = client.post("/s/handed/study1/start", follow_redirects=False)
-    assert start.status_code == 303 and start.headers["location"] == "/s/handed/study1/work"
-    work = client.get("/s/handed/study1/work")
-    collection, participant = _participant(rig, portal, "handed")
-    src = pages.frame_target(work.text)
-    base = f"{rig.settings.argilla_participant_url}{argilla_session.HANDOVER_PATH}#"
-    assert src.startswith(base)  # the session in the fragment: no server, proxy or log receives it
-    token = argilla_session.handover_token(src)
-    assert argilla_session.username_of(token) == participant.username
-    fragment = parse_qs(src.split("#", 1)[1])
-    assert fragment["to"] == [f"/dataset/{participant.dataset_id}/annotation-mode"]  # their first item
-    assert int(fragment["e"][0]) > time.time() * 1000
-    assert "auth=" not in work.text and collection.owner.passwords(participant.username) not in work.text
-    assert token not in caplog.text
+def test_a_portal_on_another_origin_than_argilla_does_not_start(rig):  # noqa: F811
+    """An Argilla address for participants off the portal's origin (an Argilla crowdpref did
+    not start, say): one line naming both settings and the fix, before anything opens."""
+    from crowdpref.errors import ConfigError
+    from crowdpref.portal.app import build_app
+
+    apart = rig.settings.model_copy(update={"argilla_public_url": "http://argilla.test:6900"})
+    with pytest.raises(ConfigError) as refused:
+        build_app(apart)
+    message = str(refused.value)
+    assert "\n" not in message and "CROWDPREF_ARGILLA_PUBLIC_URL" in message and "CROWDPREF_PORTAL_URL" in message
+    assert "http://argilla.test:6900" in message and "proxy route" in message
+    argilla_session.check_one_origin(rig.settings)  # the stack's own origin: nothing to say
+    behind = rig.settings.model_copy(update={"portal_url": "https://study.example.org/"})  # a proxy of one's own
+    assert behind.argilla_participant_url == "https://study.example.org"  # Argilla on the portal's origin
+    argilla_session.check_one_origin(behind)
 
 
-def test_the_hand_over_page_argilla_serves_is_the_one_the_portal_links(tmp_path):
-    """services/argilla/launch.py runs in Argilla's venv: its path and storage keys, read from the
-    file, are the portal's."""
-    launcher = (Path(__file__).resolve().parents[2] / "services" / "argilla" / "launch.py").read_text()
-    assert f'HANDOVER_PATH = "{argilla_session.HANDOVER_PATH}"' in launcher
-    assert (f'TOKEN_KEY, EXPIRATION_KEY = "{argilla_session.TOKEN_KEY}", "{argilla_session.EXPIRATION_KEY}"'
-            in launcher)
+def test_validate_says_in_one_line_when_participants_could_not_be_signed_in(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from crowdpref.cli import app
+
+    study = tmp_path / "pilot.yaml"
+    study.write_text("name: pilot\nparticipants: invite\n")
+    monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CROWDPREF_PORTAL_URL", raising=False)
+    monkeypatch.setenv("CROWDPREF_ARGILLA_PUBLIC_URL", "https://argilla.example.org")
+    refused = CliRunner().invoke(app, ["validate", str(study)], env={"COLUMNS": "250"})
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "must share an origin with the portal" in refused.output
+    monkeypatch.delenv("CROWDPREF_ARGILLA_PUBLIC_URL")
+    assert CliRunner().invoke(app, ["validate", str(study)], env={"COLUMNS": "250"}).exit_code == 0
 
 
 def test_on_one_origin_the_frame_opens_the_first_item_with_the_minted_session(rig):  # noqa: F811
@@ -159,16 +168,16 @@ def test_without_argillas_webhooks_the_bar_reads_argilla_once_per_interval(rig, 
 
 
 def test_a_browser_reads_the_session_and_the_next_address_from_the_start_page():
-    """What the simulated crowd and benchmarks/portal.py take from the public profile's Start
+    """What the simulated crowd and benchmarks/portal.py take from the Start
     page: the token its script stores and the work frame it goes to."""
     token, expires = argilla_session.mint_token("k" * 32, "portal-bench-s1-0007")
     page = pages.argilla_session(token, expires, "/s/x/study1/work", argilla_session.TOKEN_KEY,
                                  argilla_session.EXPIRATION_KEY)
-    assert pages.session_handover(page) == (token, "/s/x/study1/work")
+    assert pages.read_argilla_session(page) == (token, "/s/x/study1/work")
     assert argilla_session.username_of(token) == "portal-bench-s1-0007"
-    assert pages.session_handover(pages.message("Full", "no")) is None
-    work = pages.work_frame("T", "https://a/sign-in?auth=x&y=1", 0, 2, False, "/d", "/p", invited=False)
-    assert pages.frame_target(work) == "https://a/sign-in?auth=x&y=1"
+    assert pages.read_argilla_session(pages.message("Full", "no")) is None
+    work = pages.work_frame("T", "https://a/dataset/d&x/annotation-mode", 0, 2, False, "/d", "/p", invited=False)
+    assert pages.frame_target(work) == "https://a/dataset/d&x/annotation-mode"
 
 
 def test_the_bar_of_someone_whose_place_was_given_back_stops_asking(rig):  # noqa: F811
