@@ -46,6 +46,8 @@ def test_up_status_down_round_trip(cli_env):
         assert f"http://127.0.0.1:{cli_env['CROWDPREF_PORTAL_PORT']}" in started.stdout
         site = f"http://127.0.0.1:{cli_env['CROWDPREF_SITE_PORT']}"  # Caddy: the portal and Argilla on one origin
         assert f"Portal:      {site}  (participants' study links start here" in started.stdout, started.stdout
+        argilla_ui = f"Argilla UI:  http://127.0.0.1:{cli_env['CROWDPREF_ARGILLA_PORT']}  (participants: {site})"
+        assert argilla_ui in started.stdout  # the owner uses Argilla directly
         portal = httpx.get(f"{site}/s/nosuchstudy/study1", timeout=10)
         assert portal.status_code == 404 and "Study not found" in portal.text  # the portal serves pages
         assert httpx.get(f"{site}/api/v1/status", timeout=10).status_code == 200  # and Argilla, on the same origin
