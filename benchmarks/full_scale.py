@@ -430,7 +430,7 @@ def start_stack(home: Path, llm_url: str, llm_key: str, config_dir: Path) -> Any
         os.environ.pop(name, None)
     settings = load_settings(
         home=home, argilla_port=free_port(), prefect_port=free_port(), redis_port=free_port(),
-        portal_port=free_port(), fake_prolific_port=free_port(), portal_studies=config_dir,
+        portal_port=free_port(), site_port=free_port(), fake_prolific_port=free_port(), portal_studies=config_dir,
         argilla_venv=REPO / ".venv-argilla", argilla_url=None, argilla_api_key=None, argilla_public_url=None,
         prefect_api_url=None, database_url=None, portal_url=None, prolific_token=None, hf_token=None,
         hf_repo_id=None, openai_base_url=llm_url, openai_api_key=llm_key, openai_model="fake-model",
