@@ -3,7 +3,8 @@
 One unit per long-running service of the profile, taken from the stack's own
 :class:`~services.process.ServiceSpec` list (:func:`services.units.unit_specs`: PostgreSQL in
 the public profile, Redis, the Argilla server and worker, the Prefect server, the portal, the
-Prefect worker, Caddy in the public profile), so a unit runs the argv ``crowdpref up`` would.
+Prefect worker, Caddy: the participants' one origin, HTTPS at the public URL or, on the laptop
+stack, plain HTTP on ``HOST:SITE_PORT``), so a unit runs the argv ``crowdpref up`` would.
 Each unit ``crowdpref-<service>.service``:
 
 - ``Restart=on-failure`` (after ``RestartSec=2``) and ``WantedBy=multi-user.target`` (started at
@@ -24,7 +25,9 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
 - **One unprivileged system user per service**: ``crowdpref-redis``, ``crowdpref-argilla`` (the
   Argilla server and its worker: one program, one home folder, one database), ``crowdpref-prefect``
   (the Prefect server), ``crowdpref-portal``, ``crowdpref-caddy`` (which gets
-  ``CAP_NET_BIND_SERVICE`` and nothing else, for ports 80 and 443); PostgreSQL runs as Debian's
+  ``CAP_NET_BIND_SERVICE`` and nothing else when a port it listens on is below 1024: 80 and 443
+  in the public profile, ``SITE_PORT`` on the laptop stack only if set that low; otherwise no
+  capability, as every other unit); PostgreSQL runs as Debian's
   ``postgres`` (its prepare and provision steps run as root, ``+`` prefix, as ``up`` runs them).
   The exception is the **Prefect worker** (``crowdpref-worker``): it runs the flows, which read
   and write what the ``crowdpref`` command does as root (run folders the command made, the store,
@@ -40,8 +43,10 @@ Least privilege (:data:`USERS`, :func:`confinement`; issue 32, item 5):
   the unit's private credentials folder ``%d``, readable by the unit's user only) and that
   folder bind-mounted read-only over ``<state>/secrets`` (``BindReadOnlyPaths=%d:<state>/secrets``),
   so the library reads them where it always does and sees no other file there: the portal gets
-  Argilla's token-signing key (it manages participants' accounts and datasets with owner
-  sessions it mints, never the owner's API key), the key of participants' account passwords
+  Argilla's token-signing key (it signs participants' Argilla sessions with it, for the
+  embedded Argilla and one at ``CROWDPREF_ARGILLA_URL`` alike, and, for the embedded one, the
+  owner sessions it manages participants' accounts and datasets with, never the owner's API
+  key), the key of participants' account passwords
   and, in the public profile, the store's PostgreSQL
   password - not the PostgreSQL superuser's or Argilla's role password, nor the Hub token or
   LLM key (they are in the settings file, hidden too, and the worker's environment file only).
@@ -64,7 +69,7 @@ The state folder: the services' users pass through it (``o+x``, no listing); the
 profile's SQLite store is a file in its root, so there the folder's group is
 ``crowdpref-portal`` with write access (the public profile's store is PostgreSQL: the portal
 writes nothing in the state folder); Caddy writes its access log itself, so the logs folder's
-group is ``crowdpref-caddy`` in the public profile. The run folders (``<state>/studies``) belong
+group is ``crowdpref-caddy``. The run folders (``<state>/studies``) belong
 to ``crowdpref-portal``'s group (setgid folders, no access for others): the portal reads the
 stage outputs the flows write (questions, pairs), never a run folder's ``private/``.
 
@@ -217,6 +222,12 @@ def _store_folder(settings: Settings) -> Path | None:
     return None
 
 
+def caddy_ports(settings: Settings) -> tuple[int, ...]:
+    """The ports Caddy listens on: HTTP and HTTPS in the public profile; the laptop stack's one
+    plain-HTTP site (``site_port``) otherwise (``auto_https off``: no port 80 there)."""
+    return (settings.http_port, settings.https_port) if settings.public else (settings.site_port,)
+
+
 def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) -> Confinement:
     """The user, folders, secrets and limits of the service's unit (``user``: one account for
     every unit but PostgreSQL's, instead of :data:`USERS`)."""
@@ -243,8 +254,10 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         if store is not None:  # SQLite: the database and its -wal/-shm files beside it
             conf.writes = conf.group_writable = [store]
         conf.credentials.append(account_passwords.KEY_FILE)  # participants' account passwords (derived)
-        if settings.embedded_argilla:  # it signs participants' Argilla sessions, and its own as the owner
-            conf.credentials.append("argilla-auth-secret")  # (never the owner's API key: services/portal.py)
+        # it signs participants' Argilla sessions (any Argilla's: an external one's key is put there by
+        # hand, crowdpref.portal.argilla_session.check_signing_key) and, for the embedded Argilla, its own
+        # as the owner (never the owner's API key: services/portal.py)
+        conf.credentials.append("argilla-auth-secret")
         if settings.public and settings.database_url is None:
             from crowdpref.store.engine import public_password_file
 
@@ -255,7 +268,7 @@ def confinement(settings: Settings, spec: ServiceSpec, user: str | None = None) 
         conf.owned = [folder]
         conf.proc_subset = True
         conf.group_writable = [settings.logs_dir]
-        if min(settings.http_port, settings.https_port) < 1024:
+        if min(caddy_ports(settings)) < 1024:  # (a port under 1024 needs it: 80 and 443, or a low SITE_PORT)
             conf.capabilities = ("CAP_NET_BIND_SERVICE",)
     elif name == "prefect-worker":
         conf.writes = [settings.state_dir]

@@ -38,6 +38,7 @@ def unit_specs(settings: Settings) -> list[tuple[ServiceSpec, tuple[str, ...]]]:
     units.append((portal.spec(settings), (*store, argilla.SERVER) if settings.embedded_argilla else store))
     if settings.embedded_prefect:
         units.append((deploy.worker_spec(settings), (*store, prefect.NAME)))
-    if settings.public:
-        units.append((caddy.spec(settings), (portal.NAME, argilla.SERVER) if settings.embedded_argilla else (portal.NAME,)))
+    # the one origin participants use, on both profiles: HTTPS at the public URL, or the laptop
+    # stack's plain-HTTP site on HOST:SITE_PORT (services/caddy.py)
+    units.append((caddy.spec(settings), (portal.NAME, argilla.SERVER) if settings.embedded_argilla else (portal.NAME,)))
     return units
