@@ -123,6 +123,12 @@ def test_caddy_gets_the_port_capability_and_nothing_else(open_state: Path):
     high = _settings(open_state, public_url="https://study.example.org", public_tls="internal", http_port=8080, https_port=8443)
     assert "--ambient-caps=-all" in _prepared(high, ("caddy",)).launch_as(
         ServiceSpec("caddy", ["/bin/sleep", "1"], {}, lambda: True)).argv
+    # the laptop stack's Caddy (plain HTTP on SITE_PORT, above 1024; HTTP_PORT keeps its default 80, which it
+    # does not listen on there): as crowdpref-caddy too, never root, with no capability
+    laptop = _settings(open_state)
+    assert laptop.http_port == 80 and laptop.site_port > 1024
+    argv = _prepared(laptop, ("caddy",)).launch_as(ServiceSpec("caddy", ["/bin/sleep", "1"], {}, lambda: True)).argv
+    assert f"--reuid={pwd.getpwnam('crowdpref-caddy').pw_uid}" in argv and "--ambient-caps=-all" in argv
 
 
 def test_the_portal_reads_the_stage_outputs_but_no_private_folder(open_state: Path):
