@@ -30,7 +30,9 @@ or on the laptop stack on ``site_port``:
   account exists) goes ahead only when the portal says the session's participant is still
   working (``forward_auth`` to :data:`crowdpref.portal.answer_guard.GUARD_PATH`; 403 otherwise,
   nothing forwarded). Argilla's pages may be framed by the host's own pages only
-  (``FRAME_ANCESTORS``). On the laptop stack (HOST 127.0.0.1 by default) every client is on this
+  (``FRAME_ANCESTORS``), and take style sheets and fonts from this origin only
+  (``ARGILLA_PAGES_CSP``): the Google Fonts that Argilla's bundled CSS imports are not fetched, so
+  a participant's address does not go to Google (the pages use system fonts). On the laptop stack (HOST 127.0.0.1 by default) every client is on this
   host, so these refusals apply only where HOST is an address others reach.
 
 The answers of the portal and Argilla, and Caddy's 413s, carry ``Strict-Transport-Security``
@@ -86,8 +88,11 @@ ADMIN_PATHS = ("/api/v1/users", "/api/v1/users/*", "/api/v1/workspaces", "/api/v
 # or not): from outside, Caddy asks the portal first (crowdpref.portal.answer_guard)
 ANSWER_CHANGES = ("/api/v1/responses/*",)
 ANSWER_CHANGE_METHODS = ("PUT", "PATCH", "DELETE")
-# Argilla's pages may be framed by the host's own pages only (the portal's work frame)
+# Argilla's pages may be framed by the host's own pages only (the portal's work frame), and load
+# style sheets and fonts from this origin only: Argilla's bundled CSS imports two Google Fonts, and a
+# participant's browser would send Google their address for them (they fall back to system fonts)
 FRAME_ANCESTORS = "frame-ancestors 'self'"
+ARGILLA_PAGES_CSP = f"{FRAME_ANCESTORS}; style-src 'self' 'unsafe-inline'; font-src 'self' data:"
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 # what a log line may not keep (both Caddy's logs: the access log and its own, which records
 # the request of every proxy error): queries, credentials, the Referer, every response header
@@ -212,7 +217,7 @@ def caddyfile(settings: Settings) -> str:
 {tls}\theader {{
 {hsts}\t\t-Server
 \t}}
-\theader @argilla_pages Content-Security-Policy "{FRAME_ANCESTORS}"
+\theader @argilla_pages Content-Security-Policy "{ARGILLA_PAGES_CSP}"
 \tlog {{
 \t\toutput file {_quoted(access_log_path(settings))} {{
 \t\t\troll_size 50MiB

@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pandas as pd
@@ -224,6 +225,8 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
     page = browser_page
     requested: list[str] = []  # every request of the page and its frame: no password sign-in among them
     page.on("request", lambda request: requested.append(request.url))
+    failed: dict[str, str | None] = {}  # the Google Fonts Argilla's CSS imports: refused by Caddy's CSP
+    page.on("requestfailed", lambda request: failed.setdefault(request.url, request.failure))
 
     def shot(what: str) -> None:
         page.screenshot(path=str(output_dir / f"portal-{key}-{what}.png"), full_page=True)
@@ -309,6 +312,9 @@ def test_from_a_prolific_link_through_argilla_to_the_completion_url(key, argilla
                         submitted = work.locator(".status-counter", has_text="submitted").locator(
                             ".status-counter__counter")
                 assert not [u for u in requested if "/sign-in" in u or "auth=" in u or "/api/v1/token" in u]
+                # Argilla's CSS asks for Google Fonts: the browser refuses them itself (no address sent)
+                google = {u: why for u, why in failed.items() if urlsplit(u).hostname == "fonts.googleapis.com"}
+                assert google and set(google.values()) == {"csp"}, google  # Chromium: blocked by CSP
                 # nothing pending any more (Argilla words it either way, depending on what it loaded first)
                 expect(work.get_by_text(re.compile(r"task is completed|no pending records"))).to_be_visible()
                 assert sorted(shown) == sorted(participant.items)  # each of their items, once
