@@ -27,9 +27,10 @@ def _validate(study: Path) -> None:
 
     config = load_study(study)
     if config.participants != "simulated" or config.crowd.arrive_via == "prolific":  # they come through the portal
-        from crowdpref.portal.argilla_session import check_one_origin
+        from crowdpref.portal.argilla_session import check_one_origin, check_signing_key
 
         check_one_origin(_settings())  # one line where the portal could not hand them an Argilla session
+        check_signing_key(_settings())  # nor sign one (an Argilla at CROWDPREF_ARGILLA_URL: its key, put by hand)
     launch_rows: list[tuple[str, str]] = []
     launch_warnings: list[str] = []
     if recruits_on_prolific(config):  # the pace against this server's measured capacity (<state>/capacity.json)

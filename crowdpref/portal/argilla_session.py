@@ -65,6 +65,36 @@ def load_secret(secrets_dir: Path) -> str:
     return secret
 
 
+def signing_key_problem(settings: Any) -> tuple[str, str] | None:
+    """Why the portal could not sign participants' sessions for an Argilla crowdpref did not
+    start (``argilla_url`` set), and the fix: its token-signing key is not in
+    ``<state>/secrets/argilla-auth-secret`` (missing, empty or unreadable; the file named, never
+    its content). None when it is there, or for the embedded Argilla, whose key ``crowdpref up``
+    makes when it starts Argilla (services/argilla/service.py)."""
+    if settings.embedded_argilla:
+        return None
+    path = Path(settings.secrets_dir) / SECRET_FILE
+    try:
+        problem = "is empty" if not path.read_text(encoding="utf-8").strip() else None
+    except FileNotFoundError:
+        problem = "is missing"
+    except OSError as exc:
+        problem = f"cannot be read ({exc.__class__.__name__})"
+    if problem is None:
+        return None
+    why = (f"{path} {problem}: the portal signs participants' sessions for the Argilla of CROWDPREF_ARGILLA_URL "
+           "with that Argilla's token-signing key, and without it Start refuses everyone (503)")
+    return why, f"put that server's ARGILLA_AUTH_SECRET_KEY in {path} (one line, `chmod 600`)"
+
+
+def check_signing_key(settings: Any) -> None:
+    """:class:`ConfigError` (one line: :func:`signing_key_problem` and its fix) where the portal
+    could sign no Argilla session: every participant's Start would answer 503."""
+    found = signing_key_problem(settings)
+    if found is not None:
+        raise ConfigError(f"{found[0]}: {found[1]}")
+
+
 def mint_token(secret: str, username: str, *, role: str = "annotator", now: float | None = None,
                lifetime_s: int = TOKEN_LIFETIME_S) -> tuple[str, int]:
     """An Argilla session token for ``username`` signed with ``secret`` (HS256, as Argilla's

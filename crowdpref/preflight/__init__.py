@@ -4,8 +4,8 @@ STUDY.yaml``; docs/how-to/preflight.md lists every check).
 
 - :mod:`~crowdpref.preflight.report`: :class:`Check`, :class:`Report` (JSON, Markdown, the run
   folder's ``preflight.json``);
-- :mod:`~crowdpref.preflight.stack`: services healthy and doing their job (Argilla's worker, the
-  Prefect worker, the portal's webhooks);
+- :mod:`~crowdpref.preflight.stack`: services healthy and doing their job (the portal's key to
+  Argilla's sessions, Argilla's worker, the Prefect worker, the portal's webhooks);
 - :mod:`~crowdpref.preflight.public`: the public address (DNS, certificate, redirect, closed routes);
 - :mod:`~crowdpref.preflight.prolific`: Prolific (token, workspace, webhooks, the study, balance);
 - :mod:`~crowdpref.preflight.host`: the Hub, backups, disk, clock, the config against capacity;
@@ -86,6 +86,8 @@ def run_preflight(settings: Any, study_path: Path, probes: Probes, *, now: Calla
     up = "start the stack with `crowdpref up`"
 
     report.add(*_guarded("services healthy", up, lambda: stack.services_healthy(probes.services())))
+    report.add(*_guarded(stack.SIGNING_KEY, "put that Argilla's ARGILLA_AUTH_SECRET_KEY in "
+                         f"{settings.secrets_dir}/argilla-auth-secret", lambda: stack.argilla_signing_key(settings)))
     worker_state: list[stack.RqWorkers] = []
 
     def argilla_worker() -> Check:

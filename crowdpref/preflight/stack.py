@@ -1,5 +1,5 @@
-"""Pre-flight checks of the running stack: every service healthy, and each doing its job -
-Argilla's worker completing jobs and failing none, the Prefect worker picking runs up, the portal
+"""Pre-flight checks of the running stack: every service healthy, and each doing its job - the
+portal holding the key it signs participants' Argilla sessions with, Argilla's worker completing jobs and failing none, the Prefect worker picking runs up, the portal
 hearing the webhooks of Prolific and Argilla.
 
 Each check takes what it reads as plain values (the rq workers' counters, the Prefect worker's
@@ -29,6 +29,25 @@ def services_healthy(rows: Sequence[tuple[str, bool]]) -> Check:
         return fail(name, f"not healthy: {', '.join(down)}",
                     "`crowdpref status` shows which; their logs are in <state>/logs; start them with `crowdpref up`")
     return ok(name, f"{len(rows)} healthy: {', '.join(s for s, _ in rows)}")
+
+
+SIGNING_KEY = "portal can sign Argilla sessions"
+
+
+def argilla_signing_key(settings: Any) -> Check:
+    """The portal can sign the Argilla sessions it hands participants at Start: with an Argilla
+    crowdpref did not start (``argilla_url`` set), that Argilla's token-signing key is in
+    ``<state>/secrets/argilla-auth-secret`` (put there by hand; without it Start answers 503 to
+    everyone): FAIL naming the file and the fix. The embedded Argilla's key is made by
+    ``crowdpref up``: OK, said so."""
+    from crowdpref.portal.argilla_session import SECRET_FILE, signing_key_problem
+
+    if settings.embedded_argilla:
+        return ok(SIGNING_KEY, "the embedded Argilla: `crowdpref up` makes its key and gives it to the portal")
+    found = signing_key_problem(settings)
+    if found is not None:
+        return fail(SIGNING_KEY, *found)
+    return ok(SIGNING_KEY, f"the key of the Argilla at CROWDPREF_ARGILLA_URL is in {settings.secrets_dir / SECRET_FILE}")
 
 
 # --- Argilla's worker (rq) ---------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_start_on_argillas_origin_hands_over_a_minted_session(rig, caplog):  # n
     collection = portal.collection("same", "study1")
     [participant] = rig.store.participants(collection.info.id)
     assert f'"{argilla_session.TOKEN_KEY}"' in start.text and f'"{argilla_session.EXPIRATION_KEY}"' in start.text
-    assert f'location.replace("/s/same/study1/work")' in start.text  # the work frame opens their item
+    assert 'location.replace("/s/same/study1/work")' in start.text  # the work frame opens their item
     payload = token.split(".")[1]
     claims = json.loads(__import__("base64").urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     assert claims["username"] == participant.username
@@ -152,3 +152,47 @@ def test_a_missing_key_is_a_503_naming_the_file(rig, caplog):  # noqa: F811
     _, start = _started(rig, settings, "nokey")
     assert start.status_code == 503 and "Bearer" not in start.text
     assert "503:" in caplog.text and "argilla-auth-secret cannot be read" in caplog.text
+
+
+def test_an_argilla_crowdpref_did_not_start_needs_its_key_where_the_operator_is(tmp_path, monkeypatch):
+    """``argilla_url`` set (not the embedded Argilla): without that Argilla's token-signing key in
+    ``<state>/secrets/argilla-auth-secret`` every participant's Start would be a 503. The portal's
+    start (services/portal.py's spec: ``up``, ``service install``) and ``crowdpref validate`` stop
+    first, in one line naming the file and the fix, never the key. The embedded Argilla's key is
+    made by ``up``: nothing to check."""
+    from typer.testing import CliRunner
+
+    from crowdpref.cli import app
+    from crowdpref.errors import ConfigError
+    from services import portal
+    from tests.conftest import isolated_settings
+
+    external = isolated_settings(tmp_path / "home", argilla_url="https://argilla.example.org", argilla_api_key="k")
+    key = external.secrets_dir / argilla_session.SECRET_FILE
+    with pytest.raises(ConfigError) as refused:
+        portal.spec(external)
+    message = str(refused.value)
+    assert "\n" not in message and f"{key} is missing" in message and "Start refuses everyone (503)" in message
+    assert f"put that server's ARGILLA_AUTH_SECRET_KEY in {key}" in message
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.write_text("\n")
+    with pytest.raises(ConfigError, match=f"{key} is empty"):
+        portal.spec(external)
+    key.write_text("that-argillas-key\n")
+    assert portal.spec(external).name == portal.NAME
+    argilla_session.check_signing_key(isolated_settings(tmp_path / "embedded"))  # `up` makes it there
+
+    study = tmp_path / "pilot.yaml"
+    study.write_text("name: pilot\nparticipants: invite\n")
+    monkeypatch.setenv("CROWDPREF_HOME", str(tmp_path / "cli"))
+    monkeypatch.delenv("CROWDPREF_PORTAL_URL", raising=False)
+    monkeypatch.delenv("CROWDPREF_ARGILLA_PUBLIC_URL", raising=False)
+    monkeypatch.setenv("CROWDPREF_ARGILLA_URL", "https://argilla.example.org")
+    monkeypatch.setenv("CROWDPREF_ARGILLA_API_KEY", "k")
+    refused = CliRunner().invoke(app, ["validate", str(study)], env={"COLUMNS": "250"})
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert f"{tmp_path / 'cli' / 'secrets' / argilla_session.SECRET_FILE} is missing" in refused.output
+    (tmp_path / "cli" / "secrets").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cli" / "secrets" / argilla_session.SECRET_FILE).write_text("that-argillas-key")
+    passed = CliRunner().invoke(app, ["validate", str(study)], env={"COLUMNS": "250"})
+    assert passed.exit_code == 0 and "that-argillas-key" not in passed.output, passed.output

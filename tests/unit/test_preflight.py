@@ -79,6 +79,33 @@ def test_argilla_worker_failing_jobs_is_a_fail_naming_its_log() -> None:
     assert stack.argilla_worker(stack.read_rq_workers(FakeRedis({}))).status == FAIL  # no worker at all
 
 
+def test_an_argilla_crowdpref_did_not_start_without_its_signing_key_fails(tmp_path: Path) -> None:
+    """``argilla_url`` set: the portal signs participants' Argilla sessions with that Argilla's key,
+    which the operator puts in ``<state>/secrets/argilla-auth-secret``; missing, every Start is a
+    503, so the pre-flight FAILs right after the services line, naming the file and the fix (never
+    the key). The embedded Argilla's key is ``up``'s: OK."""
+    from crowdpref.preflight import Probes, run_preflight
+    from tests.conftest import isolated_settings
+
+    external = isolated_settings(tmp_path / "home", argilla_url="https://argilla.example.org", argilla_api_key="k")
+    key = external.secrets_dir / "argilla-auth-secret"
+    probes = Probes(services=list, rq_workers=None, prefect=None, store=None, portal_log=list,  # type: ignore[arg-type]
+                    prolific_client=None, hub_whoami=None, backups=None, disk_free=None,  # type: ignore[arg-type]
+                    clock_offset=None, http_client=None, tls_context=None)  # type: ignore[arg-type]
+    study = Path(__file__).resolve().parents[2] / "studies" / "demo.yaml"
+    report = run_preflight(external, study, probes)
+    names = [c.name for c in report.checks]
+    assert names.index(stack.SIGNING_KEY) == names.index("services healthy") + 1
+    check = next(c for c in report.checks if c.name == stack.SIGNING_KEY)
+    assert check.status == FAIL and f"{key} is missing" in check.detail and "(503)" in check.detail
+    assert check.fix == f"put that server's ARGILLA_AUTH_SECRET_KEY in {key} (one line, `chmod 600`)"
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.write_text("that-argillas-key")
+    there = stack.argilla_signing_key(external)
+    assert there.status == OK and str(key) in there.detail and "that-argillas-key" not in there.detail
+    assert stack.argilla_signing_key(isolated_settings(tmp_path / "embedded")).status == OK
+
+
 def test_prefect_worker_offline_or_leaving_runs_late_fails() -> None:
     now = 1_000_000.0
     online = [{"name": "w", "last_heartbeat_time": now - 10}]
@@ -571,7 +598,7 @@ def test_the_config_line_reads_the_measured_capacity() -> None:
     """No measurement: WARN with the default; a rehearsal whose slowest wave already missed p95 < 1 s
     (capacity 0): WARN, never an OK that reads "capacity 0"; planned arrivals above it: FAIL."""
     study = Path("studies/demo.yaml")
-    load = lambda path: "the config"  # noqa: E731 - valid
+    load = lambda path: "the config"
     assert host.config_valid(study, load, None)[0].status == WARN
     none_kept = host.config_valid(study, load, {"arrivals_per_s": 0.0, "measured_at": 1_790_000_000},
                                   [("prolific.study1.launch", 0.1)])[0]  # (no rate under the slowest was tried)
