@@ -117,7 +117,17 @@ def _public_settings(tmp_path: Path, argilla_port: int, **overrides: object) -> 
         portal_studies=tmp_path / "studies")
     values.update(overrides)
     (tmp_path / "studies").mkdir(exist_ok=True)
-    return isolated_settings(tmp_path / "home", **values)
+    settings = isolated_settings(tmp_path / "home", **values)
+    if not settings.embedded_argilla:  # the stand-in's signing key, where an operator puts an external Argilla's
+        _stand_in_key(settings)
+    return settings
+
+
+def _stand_in_key(settings: Settings) -> None:
+    """The token-signing key of an Argilla crowdpref did not start, in the secrets folder: the portal
+    does not start without it (crowdpref.portal.argilla_session.check_signing_key)."""
+    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
+    (settings.secrets_dir / "argilla-auth-secret").write_text("stand-in-signing-key")
 
 
 @pytest.fixture(params=["external"])
@@ -413,6 +423,7 @@ def test_the_laptop_stack_serves_the_portal_and_argilla_on_one_plain_http_origin
     settings = isolated_settings(tmp_path / "home", argilla_url=f"http://127.0.0.1:{argilla_port}",
                                  argilla_api_key="stand-in-key", portal_studies=tmp_path / "studies",
                                  prefect_api_url=f"http://127.0.0.1:{free_port()}/api")
+    _stand_in_key(settings)
     site = f"http://127.0.0.1:{settings.site_port}"
     assert settings.portal_public_url == settings.argilla_participant_url == site
     try:
