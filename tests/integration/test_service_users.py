@@ -22,6 +22,7 @@ import pytest
 
 from crowdpref.errors import ConfigError
 from crowdpref.runfolder import write_parquet, write_text
+from crowdpref.settings import Settings
 from services import privileges, redis, systemd
 from services.process import ProcessManager, ServiceSpec
 from tests.conftest import isolated_settings
