@@ -128,7 +128,7 @@ def hostname(settings: Settings) -> str:
     """The public host name (``public_url`` without scheme and port); a one-line error when the
     profile is off or the name is not a plain DNS name Caddy can get a certificate for."""
     if settings.public_url is None:
-        raise ConfigError("public_url (CROWDPREF_PUBLIC_URL) is not set: Caddy runs in the public profile only")
+        raise ConfigError("public_url (CROWDPREF_PUBLIC_URL) is not set: a host name is what the public profile serves (the laptop stack serves http://HOST:SITE_PORT)")
     host = (urlsplit(settings.public_url).hostname or "").lower()
     if not _HOST.match(host):
         raise ConfigError(f"public_url (CROWDPREF_PUBLIC_URL): '{host}' is not a DNS host name: use one such as "

@@ -359,7 +359,7 @@ def test_outsiders_reach_only_what_participants_use(front):
         assert local.get(f"{url}/api/v1/me", headers={"X-Argilla-Api-Key": "owner-key"}).json()["who"] == "argilla"
 
         page = outside.get(f"{url}/dataset/x/annotation-mode")
-        assert page.headers["content-security-policy"] == "frame-ancestors 'self'"
+        assert page.headers["content-security-policy"] == caddy.ARGILLA_PAGES_CSP  # framed by the host only, no Google Fonts
         assert "content-security-policy" not in outside.get(f"{url}/healthz").headers  # the portal sets its own
 
 
@@ -441,7 +441,7 @@ def test_the_laptop_stack_serves_the_portal_and_argilla_on_one_plain_http_origin
             assert "server" not in health.headers
             item = http.get(f"{site}/dataset/d1/annotation-mode")  # Argilla, on the same origin
             assert item.status_code == 200 and item.json()["path"] == "/dataset/d1/annotation-mode"
-            assert item.headers["content-security-policy"] == caddy.FRAME_ANCESTORS
+            assert item.headers["content-security-policy"] == caddy.ARGILLA_PAGES_CSP
         from typer.testing import CliRunner
 
         from crowdpref.cli import app
