@@ -67,6 +67,12 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     env.update(CROWDPREF_PORTAL_STUDIES=str(studies), CROWDPREF_PORTAL_PORT=str(port),
                CROWDPREF_ARGILLA_URL=argilla_server.api_url, CROWDPREF_ARGILLA_API_KEY=argilla_server.owner_api_key)
 
+    # the state folder holds that Argilla's token-signing key, as the server how-to has the operator
+    # put it for an Argilla crowdpref did not start (new-study's validation checks it)
+    (home / "secrets").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
+                 home / "secrets" / argilla_session.SECRET_FILE)
+
     # 1. the config, as the how-to writes it
     wrote = _crowdpref(env, "new-study", name, "--participants", "invite")
     path = studies / f"{name}.yaml"
@@ -77,14 +83,10 @@ def test_a_pilot_from_new_study_through_an_invite_link_on_a_phone(argilla_server
     assert config.participants == "invite" and onboarding is not None and onboarding.quiz is not None
     assert config.study1.inactive_after_minutes >= 10  # made for real people
 
-    # 2. study 1's collection on the real Argilla, in the store the commands use
-    # the state folder holds the session Argilla's token key, as after `crowdpref up`; the same
+    # 2. study 1's collection on the real Argilla, in the store the commands use; the same
     # one-origin port as the commands'
     settings = isolated_settings(home, argilla_url=argilla_server.api_url, argilla_api_key=argilla_server.owner_api_key,
                                  portal_studies=studies, portal_port=port, site_port=int(env["CROWDPREF_SITE_PORT"]))
-    settings.secrets_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(argilla_server.settings.secrets_dir / argilla_session.SECRET_FILE,
-                 settings.secrets_dir / argilla_session.SECRET_FILE)
     store = open_store(settings)
     owner = ArgillaOwner(argilla_server.api_url, argilla_server.owner_api_key)
     collection = study1_collection(config, _questions().head(6), owner, tmp_path / "run", store,
