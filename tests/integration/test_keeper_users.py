@@ -7,7 +7,6 @@ under /tmp that others may pass through."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -21,35 +20,11 @@ import pytest
 from services import privileges, redis, systemd
 from services.process import ProcessManager, ServiceSpec, group_members
 from tests.conftest import isolated_settings
+from tests.integration.test_supervisor import stack_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="!!! needs root and setpriv (util-linux): services run as their own users !!!")
 NET_BIND_SERVICE = 1 << 10
-
-
-def _processes(manager: ProcessManager) -> dict[int, tuple[str, dict[str, str]]]:
-    """The process of each pid record (a keeper) and all its descendants: service, /proc status."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if not stat:
-            continue
-        children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
-    found = {}
-    for record in manager.pids_dir.glob("*.json"):
-        todo = [json.loads(record.read_text())["pid"]]
-        while todo:
-            pid = todo.pop()
-            try:
-                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            found[pid] = (record.stem, {k: v.strip() for k, _, v in (line.partition(":") for line in lines)})
-            todo += children.get(pid, [])
-    return found
 
 
 def test_keepers_run_as_their_services_users_and_nothing_of_the_stack_is_root():
@@ -64,7 +39,7 @@ def test_keepers_run_as_their_services_users_and_nothing_of_the_stack_is_root():
     try:
         first = manager.start(redis.spec(settings), settings.host)
         manager.start(ServiceSpec("caddy", ["/bin/sleep", "300"], {"PATH": "/usr/bin:/bin"}, lambda: True), settings.host)
-        processes = _processes(manager)
+        processes = stack_processes(manager.pids_dir)
         users = {"redis": pwd.getpwnam("crowdpref-redis").pw_uid, "caddy": pwd.getpwnam("crowdpref-caddy").pw_uid}
         assert sorted(service for service, _ in processes.values()) == ["caddy", "caddy", "redis", "redis"], processes
         for pid, (service, status) in processes.items():
@@ -82,7 +57,7 @@ def test_keepers_run_as_their_services_users_and_nothing_of_the_stack_is_root():
         status = Path(f"/proc/{again.pid}/status").read_text()
         assert f"Uid:\t{users['redis']}\t" in status and "crowdpref-keeper: redis died (" in \
             manager.log_path("redis").read_text()
-        pids = list(_processes(manager))
+        pids = list(stack_processes(manager.pids_dir))
     finally:
         manager.stop("caddy")
         manager.stop("redis")

@@ -82,11 +82,11 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         print(f"public stack with its keepers up in {time.monotonic() - started:.1f} s")
         assert {r.name for r in rows if r.healthy} >= {"postgres", "redis", "argilla-server", "argilla-worker",
                                                         "portal", "caddy"}, rows
-        pids = list(stack_processes(settings))
+        pids = list(stack_processes(settings.pids_dir))
         yield settings, fake, studies
     finally:
         try:
-            pids += [pid for pid in stack_processes(settings) if pid not in pids]
+            pids += [pid for pid in stack_processes(settings.pids_dir) if pid not in pids]
         finally:
             stack.down(settings)
             fake.stop()
@@ -95,9 +95,9 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         assert not [pid for pid in pids if _is_live(pid)], "a process of the stack outlived `down`"
 
 
-def stack_processes(settings) -> dict[int, tuple[str, list[int]]]:
-    """Every process of the stack - the process of each pid record (a keeper) and all its
-    descendants - with its service and its user ids (real, effective, saved, file system)."""
+def stack_processes(pids_dir: Path) -> dict[int, tuple[str, dict[str, str]]]:
+    """Every process of a stack - the process of each pid record in ``pids_dir`` (a keeper) and
+    all its descendants - with its service and its ``/proc/PID/status`` fields."""
     import json
 
     children: dict[int, list[int]] = {}
@@ -109,18 +109,24 @@ def stack_processes(settings) -> dict[int, tuple[str, list[int]]]:
         if not stat:
             continue
         children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
-    found: dict[int, tuple[str, list[int]]] = {}
-    for record in settings.pids_dir.glob("*.json"):
+    found: dict[int, tuple[str, dict[str, str]]] = {}
+    for record in pids_dir.glob("*.json"):
         todo = [json.loads(record.read_text())["pid"]]
         while todo:
             pid = todo.pop()
             try:
-                uid = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            found[pid] = (record.stem, [int(word) for word in uid.split()[1:]])
+            found[pid] = (record.stem, {k: v.strip() for k, _, v in (line.partition(":") for line in lines)})
             todo += children.get(pid, [])
     return found
+
+
+def _uids(settings) -> dict[int, tuple[str, list[int]]]:
+    """Each process of the stack: its service and user ids (real, effective, saved, file system)."""
+    return {pid: (service, [int(word) for word in status["Uid"].split()])
+            for pid, (service, status) in stack_processes(settings.pids_dir).items()}
 
 
 def assert_no_root_where_it_drops(settings) -> None:
@@ -134,7 +140,7 @@ def assert_no_root_where_it_drops(settings) -> None:
 
     from services import privileges
 
-    processes = stack_processes(settings)
+    processes = _uids(settings)
     services = {service for service, _ in processes.values()}
     assert {"postgres", "redis", "argilla-server", "argilla-worker", "portal", "caddy"} <= services, processes
     assert "supervisor" not in services
