@@ -107,12 +107,18 @@ class StoreBase:
         self.clock = clock
         self.dialect = url.split(":", 1)[0].split("+", 1)[0]
         self.engine = _engine(url)
-        try:
-            upgrade(self.engine)
-            self._salt = self._key_salt()
-        except DatabaseError as exc:  # OperationalError, or a damaged file ('not a database')
-            self.engine.dispose()
-            raise StoreError(_cannot_open(url, exc)) from None
+        deadline = time.monotonic() + LOCKED_OPEN_S
+        while True:
+            try:
+                upgrade(self.engine)
+                self._salt = self._key_salt()
+                break
+            except DatabaseError as exc:  # OperationalError, or a damaged file ('not a database')
+                if _locked(exc) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # another process opens, checkpoints or migrates it right now
+                    continue
+                self.engine.dispose()
+                raise StoreError(_cannot_open(url, exc)) from None
 
     # transactions ---------------------------------------------------------------------------
     @contextmanager
@@ -253,10 +259,25 @@ _INSERT_EVENT = insert(t.events)
 _COLLECTION = select(t.collections).where(t.collections.c.id == bindparam("cid"))
 
 
+LOCKED_OPEN_S = 30.0
+"""How long opening a store tries again while SQLite answers "database is locked" without waiting
+on its busy timeout (seen with five processes opening one store at once on a loaded machine)."""
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether SQLite refused because another connection holds the database, not because the file is bad."""
+    text = str(getattr(exc, "orig", exc))
+    return "database is locked" in text or "database is busy" in text
+
+
 def _cannot_open(url: str, exc: BaseException) -> str:
     """One line for a store that exists but cannot be used. Never advice that loses data: the
     store is the study's ledger (who holds and answered what, account passwords)."""
     where = _redacted(url)
+    if url.startswith("sqlite") and _locked(exc):
+        return (f"the study store {where.split('///', 1)[-1]} is locked by another process ({first_line(exc)}) "
+                f"after {LOCKED_OPEN_S:g} s of trying: stop the process that holds it (`crowdpref status` shows the "
+                "stack's; `fuser FILE` names any), then run the command again; do not delete it: it holds the study's state")
     if url.startswith("sqlite"):
         return (f"the study store {where.split('///', 1)[-1]} cannot be opened ({first_line(exc)}): it is damaged or "
                 "not readable - restore it from your backup (or fix its permissions), or point database_url "

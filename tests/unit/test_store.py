@@ -13,6 +13,7 @@ import itertools
 import multiprocessing
 import os
 import queue
+import sqlite3
 import threading
 import traceback
 import uuid
@@ -663,6 +664,37 @@ def test_a_corrupt_store_file_gives_a_one_line_store_error(tmp_path: Path, damag
     assert "restore it from your backup" in message and "database_url" in message  # the fix
     assert "delete" not in message.replace("do not delete", "")  # never advice that loses the study's state
     assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no sqlite traceback
+
+
+def test_a_store_locked_by_another_process_is_opened_once_free_and_never_called_damaged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite may answer "database is locked" at once (not after its busy timeout) while another
+    process opens or checkpoints the store: the open tries again; a lock that stays is named as
+    such, never as a damaged store to restore from backup."""
+    from sqlalchemy.exc import OperationalError
+
+    from crowdpref.store import engine
+
+    url = _url(tmp_path)
+    Store(url).close()
+    real, refusals = engine.upgrade, [2]
+
+    def locked_twice(db: Any) -> None:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise OperationalError("PRAGMA journal_mode=WAL", {}, sqlite3.OperationalError("database is locked"))
+        real(db)
+
+    monkeypatch.setattr(engine, "upgrade", locked_twice)
+    Store(url).close()  # opened on the third try
+    assert refusals == [0]
+    refusals[0] = 10**6
+    monkeypatch.setattr(engine, "LOCKED_OPEN_S", 0.2)
+    with pytest.raises(StoreError) as caught:
+        Store(url)
+    message = str(caught.value)
+    assert "is locked by another process" in message and "\n" not in message
+    assert "damaged" not in message and "restore" not in message
 
 
 def test_fifty_claims_from_five_processes_exactly_cover_the_slots(tmp_path: Path) -> None:
