@@ -45,18 +45,27 @@ def _env(settings: Settings) -> dict[str, str]:
 
 class _RetryingClient(httpx.Client):
     """Retries what a busy Prefect server answers while it is busy (SQLite locked -> 503,
-    429, 502, 504) with a short backoff, as Prefect's own client does."""
+    429, 502, 504) with a short backoff, as Prefect's own client does; and a read (GET, or a
+    POST to a ``/filter`` or ``/count`` route: they change nothing) that timed out - a busy
+    server on a loaded machine, seen failing `crowdpref deploy`."""
 
     RETRY_STATUS = frozenset({429, 502, 503, 504})
     DELAYS_S = (0.5, 1.0, 2.0, 4.0, 4.0)
 
-    def request(self, *args, **kwargs) -> httpx.Response:  # type: ignore[override]
+    def request(self, method: str, url: httpx.URL | str, *args, **kwargs) -> httpx.Response:  # type: ignore[override]
+        path = str(url).split("?", 1)[0].rstrip("/")
+        read = method.upper() in ("GET", "HEAD") or path.endswith(("/filter", "/count"))
         for delay in self.DELAYS_S:
-            response = super().request(*args, **kwargs)
-            if response.status_code not in self.RETRY_STATUS:
-                return response
+            try:
+                response = super().request(method, url, *args, **kwargs)
+            except httpx.TimeoutException:
+                if not read:
+                    raise
+            else:
+                if response.status_code not in self.RETRY_STATUS:
+                    return response
             time.sleep(delay)
-        return super().request(*args, **kwargs)
+        return super().request(method, url, *args, **kwargs)
 
 
 def prefect_api(url: str, local: bool, auth_string: str | None = None) -> httpx.Client:

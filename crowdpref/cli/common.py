@@ -76,6 +76,15 @@ def explain(exc: BaseException) -> CrowdprefError | None:
             except RuntimeError:  # raised without a request
                 url = ""
             return ServiceError(_unreachable(url, current.__class__.__name__))
+        if isinstance(current, httpx.TimeoutException):  # it took the connection but did not answer in time
+            try:
+                url = str(current.request.url)
+            except RuntimeError:
+                url = ""
+            origin = "/".join(url.split("/", 3)[:3]) or "a server"
+            return ServiceError(f"{origin} did not answer in time ({current.__class__.__name__}): it is busy or stuck - "
+                                "see `crowdpref status` and its log under the state folder's logs/, then run the "
+                                "command again")
         if isinstance(current, (PermissionError, IsADirectoryError, NotADirectoryError)) and current.filename:
             return StateFileError(f"{current.filename}: cannot be used ({current.strerror}): fix the path or its "
                                   "permissions (crowdpref must read and write its state folder, CROWDPREF_HOME)")

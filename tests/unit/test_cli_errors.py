@@ -43,6 +43,35 @@ def test_a_refused_connection_names_the_service_and_how_to_start_it(settings):
     assert "http://10.9.9.9:1234 is not reachable" in str(other)
 
 
+def test_a_server_that_does_not_answer_in_time_is_one_line_and_a_read_is_tried_again(settings, monkeypatch):
+    """A busy Prefect server that takes the connection but does not answer: `crowdpref deploy` printed
+    httpx's traceback (a fresh-clone run, 2026-11-29). Reads (GET, POST .../filter) are tried again;
+    a write that timed out is not (it may have been done); the rest is one line naming the server."""
+    from deployments import deploy
+
+    timeout = httpx.ReadTimeout("timed out", request=httpx.Request("POST", "http://127.0.0.1:14200/api/deployments/filter"))
+    explained = common.explain(timeout)
+    assert isinstance(explained, ServiceError) and "\n" not in str(explained)
+    assert "http://127.0.0.1:14200 did not answer in time (ReadTimeout)" in str(explained)
+
+    monkeypatch.setattr(deploy._RetryingClient, "DELAYS_S", (0.0, 0.0, 0.0))
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"{request.method} {request.url.path}")
+        if len(calls) <= 2:
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(200, json=[])
+
+    with deploy._RetryingClient(base_url="http://prefect.test/api/", transport=httpx.MockTransport(handler)) as client:
+        assert client.post("deployments/filter", json={}).status_code == 200  # the third try answers
+        assert calls == ["POST /api/deployments/filter"] * 3
+        calls[:] = []
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("deployments/", json={})  # a write: not repeated
+        assert calls == ["POST /api/deployments/"]
+
+
 def test_prefects_failed_to_reach_api_is_explained_through_its_cause(settings):
     try:
         try:
