@@ -255,17 +255,17 @@ class ProcessManager:
         if record is None:
             self._forget(name)
             return False
+        pid, term_signals = int(record["pid"]), int(record.get("term_signals", 1))
         if record.get("kept"):
-            return self._stop_kept(name, int(record["pid"]), timeout_s)
-        current = RunningService(name, int(record["pid"]), record.get("port"), record["started_at"])
-        pgid = os.getpgid(current.pid)
-        for attempt in range(self._term_signals(name)):
+            return self._stop_kept(name, pid, timeout_s + term_signals + 5.0)
+        pgid = os.getpgid(pid)
+        for attempt in range(term_signals):
             if attempt:
                 time.sleep(1.0)
             self._signal_group(pgid, signal.SIGTERM)
-        if not self._wait_group_gone(pgid, current.pid, timeout_s):
+        if not self._wait_groups_gone([pgid], pid, timeout_s):
             self._signal_group(pgid, signal.SIGKILL)
-            self._wait_group_gone(pgid, current.pid, 5.0)
+            self._wait_groups_gone([pgid], pid, 5.0)
         self._forget(name)
         return True
 
@@ -295,7 +295,7 @@ class ProcessManager:
         child = _service_child(keeper_pid)
         self._signal(keeper_pid, signal.SIGTERM)  # it passes the service its SIGTERM(s), waits, exits
         groups = [keeper_pid] + ([child] if child else [])  # each leads its own process group
-        if not self._wait_groups_gone(groups, keeper_pid, timeout_s + self._term_signals(name) + 5.0):
+        if not self._wait_groups_gone(groups, keeper_pid, timeout_s):
             for pgid in groups:
                 self._signal_group(pgid, signal.SIGKILL)
             self._wait_groups_gone(groups, keeper_pid, 5.0)
@@ -313,7 +313,7 @@ class ProcessManager:
     def _wait_groups_gone(groups: list[int], leader: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while True:
-            try:  # reap the keeper if it is our own child (tests start and stop in one process)
+            try:  # reap the leader if it is our own child (tests start and stop in one process)
                 os.waitpid(leader, os.WNOHANG)
             except ChildProcessError:
                 pass
@@ -323,31 +323,12 @@ class ProcessManager:
                 return False
             time.sleep(0.2)
 
-    def _term_signals(self, name: str) -> int:
-        try:
-            return int(json.loads(self.record_path(name).read_text()).get("term_signals", 1))
-        except (FileNotFoundError, json.JSONDecodeError, ValueError):
-            return 1
-
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             pass
-
-    @staticmethod
-    def _wait_group_gone(pgid: int, leader: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:  # reap the leader if it is our own child (tests start and stop in one process)
-                os.waitpid(leader, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not group_members(pgid):
-                return True
-            time.sleep(0.2)
-        return not group_members(pgid)
 
     def _forget(self, name: str) -> None:
         self.record_path(name).unlink(missing_ok=True)
