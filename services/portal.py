@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from crowdpref.account_passwords import AccountPasswords
-from crowdpref.portal.argilla_session import check_one_origin, check_signing_key
+from crowdpref.portal.argilla_session import check_participants_way_in
 from crowdpref.runfolder import write_text
 from crowdpref.settings import Settings
 from services.process import ServiceSpec, http_ok
@@ -75,8 +75,7 @@ def healthy(settings: Settings) -> bool:
 
 
 def spec(settings: Settings) -> ServiceSpec:
-    check_one_origin(settings)  # the portal hands browsers Argilla sessions on its own origin only
-    check_signing_key(settings)  # signed with that Argilla's key: an external Argilla's is put there by hand
+    check_participants_way_in(settings)  # Argilla sessions on its own origin, signed with that Argilla's key
     # the key of participants' account passwords exists before the portal starts (a unit gets it
     # read-only, through LoadCredential=, and could not make it)
     AccountPasswords.from_secrets(settings.secrets_dir)

@@ -59,11 +59,10 @@ def up(
         console.print(note, highlight=False)
     if "argilla" in components and settings.embedded_argilla:
         creds = ensure_owner_credentials(settings)
-        where = settings.argilla_api_url  # the public profile: the public address, and where it runs
-        if settings.public and settings.argilla_participant_url != settings.argilla_api_url:
-            where = f"{settings.argilla_participant_url}  (on this host: {settings.argilla_api_url})"
-        elif settings.argilla_participant_url != settings.argilla_api_url:  # the laptop: you use it directly
-            where = f"{settings.argilla_api_url}  (participants: {settings.argilla_participant_url})"
+        where = settings.argilla_api_url
+        if settings.argilla_participant_url != settings.argilla_api_url:
+            where = (f"{settings.argilla_participant_url}  (on this host: {settings.argilla_api_url})" if settings.public
+                     else f"{settings.argilla_api_url}  (participants: {settings.argilla_participant_url})")  # the laptop: you use it directly
         console.print(
             f"Argilla UI:  {where}  (owner [bold]{creds['username']}[/], "
             f"API key {masked(creds['api_key'])}; full credentials in {settings.owner_credentials_file})",

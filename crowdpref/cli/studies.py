@@ -27,10 +27,9 @@ def _validate(study: Path) -> None:
 
     config = load_study(study)
     if config.participants != "simulated" or config.crowd.arrive_via == "prolific":  # they come through the portal
-        from crowdpref.portal.argilla_session import check_one_origin, check_signing_key
+        from crowdpref.portal.argilla_session import check_participants_way_in
 
-        check_one_origin(_settings())  # one line where the portal could not hand them an Argilla session
-        check_signing_key(_settings())  # nor sign one (an Argilla at CROWDPREF_ARGILLA_URL: its key, put by hand)
+        check_participants_way_in(_settings())  # one line where the portal could not hand them an Argilla session
     launch_rows: list[tuple[str, str]] = []
     launch_warnings: list[str] = []
     if recruits_on_prolific(config):  # the pace against this server's measured capacity (<state>/capacity.json)

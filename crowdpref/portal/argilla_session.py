@@ -155,3 +155,12 @@ def check_one_origin(settings: Any) -> None:
             f"share an origin with the portal ({portal}, portal_url / CROWDPREF_PORTAL_URL): serve Argilla there "
             "through a proxy route (the portal on /s/, /hooks/, /healthz, Argilla on the rest, as the stack's Caddy "
             "does), or unset both to use the stack's own origin")
+
+
+def check_participants_way_in(settings: Any) -> None:
+    """Both things the portal needs to hand participants an Argilla session at Start, each a
+    one-line :class:`ConfigError`: one origin with Argilla (:func:`check_one_origin`) and that
+    Argilla's signing key (:func:`check_signing_key`). Checked where the portal starts
+    (services/portal.py) and by ``crowdpref validate``."""
+    check_one_origin(settings)
+    check_signing_key(settings)
